@@ -1,0 +1,127 @@
+/*
+ * model/ops.h - the numerical seam between the model and a backend.
+ *
+ * Every op the GPT forward/backward pass needs is a plain C function on
+ * pointers. model/ops_cpu.c implements them in fp32 (the readable reference);
+ * model/ops_cuda*.cu implements them on the GPU with bf16 activations.
+ * model/gpt.c, train/ and comm/ only ever call these, so one orchestration
+ * drives both backends.
+ *
+ * Conventions (the whole file follows them):
+ *   - floatX is the activation/working-weight type: float on the CPU build,
+ *     bf16 bit patterns (uint16_t) on the GPU build (-DOPS_BF16). Code outside
+ *     a backend never dereferences a floatX pointer; it only passes it on.
+ *   - Parameter gradients, master weights, optimizer moments and loss
+ *     statistics are always fp32 (float).
+ *   - All pointers live in backend memory (host for CPU, device for GPU),
+ *     except where a comment says "host".
+ *   - Activation gradients are OVERWRITTEN (dinp = ...), except
+ *     layernorm_backward, which ACCUMULATES into dinp because its dinp is the
+ *     residual stream's gradient. Parameter gradients always ACCUMULATE
+ *     (dw += ...), so gradient accumulation over micro-batches works.
+ *   - Dimension names: N = B*T rows, C = d_model, IC/OC = in/out channels,
+ *     NH = heads held by this rank, hs = head size, Vr = vocab rows held by
+ *     this rank, v0 = first global vocab id of the slice, V = real vocab size.
+ */
+#ifndef OPS_H
+#define OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef OPS_BF16
+typedef uint16_t floatX; /* bf16 bit pattern */
+#else
+typedef float floatX;
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- memory and backend ------------------------------------------------ */
+void ops_init(int local_rank);            /* pick a device (GPU) / no-op (CPU) */
+const char* ops_backend_name(void);       /* "cpu-fp32" or "cuda-bf16" */
+void* ops_malloc(size_t bytes);           /* zero-filled; aborts with a message on failure */
+void ops_free(void* p);
+void ops_zero(void* p, size_t bytes);
+void ops_copy(void* dst, const void* src, size_t bytes);       /* backend -> backend */
+void ops_to_host(void* host_dst, const void* src, size_t bytes);
+void ops_from_host(void* dst, const void* host_src, size_t bytes);
+void ops_f32_to_X(floatX* dst, const float* src, size_t n);    /* both backend memory */
+void ops_X_to_f32(float* dst, const floatX* src, size_t n);    /* both backend memory */
+void ops_sync(void);                      /* wait for queued work (GPU) */
+
+/* ---- embedding --------------------------------------------------------- */
+/* out[n,:] = wte[tok[n]-v0,:] if v0 <= tok[n] < v0+Vr else 0 (vocab-parallel).
+ * tok is int[N] in backend memory. */
+void encoder_forward(floatX* out, const int* tok, const floatX* wte, int N, int C, int v0, int Vr);
+/* dwte[tok[n]-v0,:] += dout[n,:] for the tokens in the slice. Deterministic. */
+void encoder_backward(float* dwte, const floatX* dout, const int* tok, int N, int C, int v0, int Vr);
+/* x[b,t,:] += wpe[t,:] */
+void position_forward(floatX* x, const floatX* wpe, int B, int T, int C);
+/* dwpe[t,:] += sum_b dx[b,t,:] */
+void position_backward(float* dwpe, const floatX* dx, int B, int T, int C);
+
+/* ---- layernorm (eps 1e-5) ---------------------------------------------- */
+/* mean, rstd: float[N] saved for the backward. */
+void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp,
+                       const floatX* w, const floatX* b, int N, int C);
+/* dinp += ..., dw += ..., db += ... */
+void layernorm_backward(floatX* dinp, float* dw, float* db, const floatX* dout, const floatX* inp,
+                        const floatX* w, const float* mean, const float* rstd, int N, int C);
+
+/* ---- matmul: out[N,OC] = inp[N,IC] @ w[OC,IC]^T (+ bias[OC]) ------------ */
+void matmul_forward(floatX* out, const floatX* inp, const floatX* w, const floatX* bias,
+                    int N, int IC, int OC);          /* bias may be NULL */
+/* dinp = dout @ w (skipped if dinp NULL); dw += dout^T @ inp; dbias += colsum(dout)
+ * (skipped if dbias NULL). */
+void matmul_backward(floatX* dinp, float* dw, float* dbias, const floatX* dout, const floatX* inp,
+                     const floatX* w, int N, int IC, int OC);
+
+/* ---- bias and residual --------------------------------------------------- */
+void bias_forward(floatX* x, const floatX* bias, int N, int C);       /* x[n,:] += bias */
+void bias_backward(float* dbias, const floatX* dout, int N, int C);   /* dbias += colsum */
+void residual_forward(floatX* out, const floatX* a, const floatX* b, size_t n); /* out = a+b */
+
+/* ---- GELU (tanh approximation, as GPT-2) -------------------------------- */
+void gelu_forward(floatX* out, const floatX* inp, size_t n);
+void gelu_backward(floatX* dinp, const floatX* inp, const floatX* dout, size_t n);
+
+/* ---- causal self-attention over this rank's NH heads ---------------------
+ * qkv[B,T,3*NH*hs]: q of all local heads, then k, then v (head h at h*hs).
+ * out[B,T,NH*hs]. lse[B,NH,T]: log-sum-exp of each softmax row, the only
+ * saved state (the backward recomputes probabilities: no O(T^2) memory). */
+void attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int hs);
+void attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
+                        const float* lse, int B, int T, int NH, int hs);
+
+/* ---- vocab-parallel softmax cross-entropy --------------------------------
+ * logits[N,Vr] hold global vocab ids [v0, v0+Vr); ids >= V are padding and
+ * never take part. Between the three calls the caller all-reduces over TP:
+ * mx with MAX, then stats (float[2N]: sum of exp(l - mx), target logit or 0)
+ * with SUM. */
+void crossentropy_max(float* mx, const floatX* logits, int N, int Vr, int v0, int V);
+void crossentropy_stats(float* stats, const floatX* logits, const float* mx, const int* targets,
+                        int N, int Vr, int v0, int V);
+/* losses[n] = log(sum) + mx - target_logit; dlogits = (softmax - onehot) * dloss,
+ * written over logits in place (padding columns get 0). */
+void crossentropy_backward(floatX* logits_dlogits, float* losses, const float* mx, const float* stats,
+                           const int* targets, int N, int Vr, int v0, int V, float dloss);
+
+/* ---- optimizer and norms -------------------------------------------------- */
+/* AdamW on one tensor: g = grad*grad_scale; m,v moments; master fp32 weights;
+ * param = the working copy (may alias master on the CPU build). t is the
+ * 1-based step for bias correction. */
+void adamw_update(float* master, floatX* param, const float* grad, float* m, float* v, size_t n,
+                  float lr, float beta1, float beta2, float eps, float weight_decay,
+                  float grad_scale, int t);
+double ops_sumsq(const float* x, size_t n);          /* returns to host */
+double ops_sum(const float* x, size_t n);            /* returns to host */
+/* 1 if every element of x[n] is finite */
+int ops_all_finite(const float* x, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* OPS_H */
