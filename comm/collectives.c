@@ -1,0 +1,179 @@
+/*
+ * comm/collectives.c - compressed reduce-scatter, all-gather and all-reduce.
+ *
+ * Sums cannot happen in FP8 on the wire, so an all-reduce over P ranks is
+ * built from two halves (the scheme of DESIGN.md section 5):
+ *
+ *   reduce-scatter: every rank compresses its tensor as P chunks and sends
+ *                   chunk j to rank j (one all-to-all); rank j decodes the P
+ *                   chunks it received and sums them in fp32, in rank order
+ *                   (fused decompress_reduce), so the result is deterministic.
+ *   all-gather:     rank j compresses its summed chunk once, all ranks gather
+ *                   every compressed chunk and decode it. A rank decodes its
+ *                   own chunk from the same bytes it sent, so every rank ends
+ *                   with bit-identical results.
+ *
+ * With method "none" the "compression" is a byte copy of fp32, so the same
+ * code is the exact path: a deterministic, rank-order summation that gives
+ * identical results on all ranks (MPI_Allreduce promises neither).
+ *
+ * Chunk boundaries fall on multiples of the compressor's group size, so no
+ * group straddles two ranks; the last chunk may end in a partial group.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "comm.h"
+
+size_t coll_align(const CompressParams* p) {
+    switch (p->method) {
+    case CM_FP8_GROUP:
+    case CM_INT8_GROUP:
+    case CM_TACO: return (size_t)p->group_size;
+    default: return 1;
+    }
+}
+
+void coll_chunk(size_t n, int P, int i, size_t align, size_t* begin, size_t* count) {
+    size_t units = (n + align - 1) / align;            /* groups, the last maybe partial */
+    size_t u0 = units * (size_t)i / (size_t)P;
+    size_t u1 = units * (size_t)(i + 1) / (size_t)P;
+    size_t b = u0 * align, e = u1 * align;
+    if (b > n) b = n;
+    if (e > n) e = n;
+    *begin = b;
+    *count = e - b;
+}
+
+static void* grow(void* p, size_t* cap, size_t need) {
+    if (need <= *cap) return p;
+    free(p);
+    *cap = need + need / 4;
+    return mallocCheck(*cap);
+}
+
+/* Derive a distinct stochastic-rounding stream per (call, rank, chunk, phase)
+ * so no two compress calls share random numbers. */
+static uint64_t stream_of(uint64_t stream, int rank, int chunk, int phase) {
+    return stream * 0x9E3779B97F4A7C15ull + ((uint64_t)rank << 40) + ((uint64_t)chunk << 20) +
+           (uint64_t)phase;
+}
+
+static void stats_add(CollStats* st, const CompressStats* cs, int phase) {
+    if (!st) return;
+    st->saturated += cs->saturated;
+    st->nonfinite += cs->nonfinite;
+    float* a = phase == 0 ? &st->amax_rs : &st->amax_ag;
+    if (cs->amax > *a) *a = cs->amax;
+}
+
+void coll_reduce_scatter(MPI_Comm comm, const CompressParams* p, const float* x, size_t n, float* out,
+                         uint64_t stream, CollScratch* s, CollStats* st) {
+    int P, r;
+    MPI_CHECK(MPI_Comm_size(comm, &P));
+    MPI_CHECK(MPI_Comm_rank(comm, &r));
+    size_t align = coll_align(p);
+    int* scount = mallocCheck(4 * sizeof(int) * (size_t)P);
+    int* sdispl = scount + P;
+    int* rcount = sdispl + P;
+    int* rdispl = rcount + P;
+
+    /* compress my P chunks, chunk j destined for rank j */
+    size_t total = 0;
+    for (int j = 0; j < P; j++) {
+        size_t b, cnt;
+        coll_chunk(n, P, j, align, &b, &cnt);
+        total += compress_bound(p, cnt);
+    }
+    s->send = grow(s->send, &s->send_cap, total);
+    size_t off = 0;
+    for (int j = 0; j < P; j++) {
+        size_t b, cnt;
+        coll_chunk(n, P, j, align, &b, &cnt);
+        CompressStats cs = {0};
+        size_t w = compress(p, x + b, cnt, stream_of(stream, r, j, 0), s->send + off, &cs);
+        stats_add(st, &cs, 0);
+        if (w > (size_t)INT32_MAX) FATAL("exchange chunk of %zu bytes is too large for MPI int counts", w);
+        scount[j] = (int)w;
+        sdispl[j] = (int)off;
+        if (st && j != r) st->bytes_sent += w;
+        off += w;
+    }
+
+    /* everyone sends me their copy of my chunk, all of the same size */
+    size_t mb, mcnt;
+    coll_chunk(n, P, r, align, &mb, &mcnt);
+    size_t csz = compress_bound(p, mcnt);
+    s->recv = grow(s->recv, &s->recv_cap, csz * (size_t)P);
+    for (int i = 0; i < P; i++) {
+        rcount[i] = (int)csz;
+        rdispl[i] = (int)(csz * (size_t)i);
+    }
+    MPI_CHECK(MPI_Alltoallv(s->send, scount, sdispl, MPI_BYTE, s->recv, rcount, rdispl, MPI_BYTE, comm));
+
+    /* fused decode + fp32 sum, in rank order */
+    memset(out, 0, mcnt * sizeof(float));
+    for (int i = 0; i < P; i++) decompress_reduce(p, s->recv + (size_t)i * csz, mcnt, out);
+    free(scount);
+}
+
+void coll_all_gather(MPI_Comm comm, const CompressParams* p, const float* mine, size_t n, float* out,
+                     uint64_t stream, CollScratch* s, CollStats* st) {
+    int P, r;
+    MPI_CHECK(MPI_Comm_size(comm, &P));
+    MPI_CHECK(MPI_Comm_rank(comm, &r));
+    size_t align = coll_align(p);
+    int* rcount = mallocCheck(2 * sizeof(int) * (size_t)P);
+    int* rdispl = rcount + P;
+
+    size_t total = 0;
+    for (int i = 0; i < P; i++) {
+        size_t b, cnt;
+        coll_chunk(n, P, i, align, &b, &cnt);
+        size_t w = compress_bound(p, cnt);
+        if (total + w > (size_t)INT32_MAX) FATAL("all-gather of %zu elements is too large for MPI int counts", n);
+        rcount[i] = (int)w;
+        rdispl[i] = (int)total;
+        total += w;
+    }
+    size_t mb, mcnt;
+    coll_chunk(n, P, r, align, &mb, &mcnt);
+    s->send = grow(s->send, &s->send_cap, (size_t)rcount[r]);
+    CompressStats cs = {0};
+    compress(p, mine, mcnt, stream_of(stream, r, r, 1), s->send, &cs);
+    stats_add(st, &cs, 1);
+    if (st) st->bytes_sent += (uint64_t)rcount[r] * (uint64_t)(P - 1);
+
+    s->recv = grow(s->recv, &s->recv_cap, total);
+    MPI_CHECK(MPI_Allgatherv(s->send, rcount[r], MPI_BYTE, s->recv, rcount, rdispl, MPI_BYTE, comm));
+    for (int i = 0; i < P; i++) {
+        size_t b, cnt;
+        coll_chunk(n, P, i, align, &b, &cnt);
+        decompress(p, s->recv + rdispl[i], cnt, out + b);
+    }
+    free(rcount);
+}
+
+void coll_allreduce(MPI_Comm comm, const CompressParams* p_rs, const CompressParams* p_ag, float* x,
+                    size_t n, uint64_t stream, CollScratch* s, CollStats* st) {
+    int P, r;
+    MPI_CHECK(MPI_Comm_size(comm, &P));
+    if (P == 1) return; /* nothing to exchange, nothing to compress */
+    MPI_CHECK(MPI_Comm_rank(comm, &r));
+    /* both halves must cut the tensor identically */
+    size_t align = coll_align(p_rs);
+    if (coll_align(p_ag) != align) FATAL("all-reduce halves use different group sizes (%zu vs %zu)", align, coll_align(p_ag));
+    size_t mb, mcnt;
+    coll_chunk(n, P, r, align, &mb, &mcnt);
+    s->acc = grow(s->acc, &s->acc_cap, (mcnt ? mcnt : 1) * sizeof(float));
+    coll_reduce_scatter(comm, p_rs, x, n, s->acc, stream, s, st);
+    coll_all_gather(comm, p_ag, s->acc, n, x, stream, s, st);
+}
+
+void coll_scratch_free(CollScratch* s) {
+    free(s->send);
+    free(s->recv);
+    free(s->acc);
+    memset(s, 0, sizeof(*s));
+}

@@ -1,0 +1,316 @@
+/*
+ * comm/sites.c - the named TP exchange sites of the model.
+ *
+ * model/gpt.c calls tp_exchange(comm, SITE_ATTN_FWD, layer, x, N, C) and never
+ * knows whether FP8 is on: the site table built here from the config decides,
+ * per site, which compressor runs (the per-site policy), and records what each
+ * exchange cost and how much error it made:
+ *
+ *   bytes      bytes this rank put on the wire
+ *   saturated  elements clamped by the FP8 cast
+ *   rel_err    ||x_hat - x|| / ||x|| against the exact all-reduce, sampled
+ *              every compress.stats_every steps (it costs an exact collective)
+ *
+ * Two pieces of per-site state make TACO data-driven:
+ *   - group size calibration ("group_size": "auto"): over the first
+ *     calib_steps steps every site scores each candidate G in 16..256 on its
+ *     real tensors by (relative error x wire bytes per element), summed over
+ *     steps and TP ranks; the smallest product wins. All TP ranks decide
+ *     together, since sender and receiver must agree on G.
+ *   - delayed scaling: the amax of the transformed values seen by each phase
+ *     over the last SITE_HISTORY exchanges predicts the next chunk scale.
+ *
+ * Sites: embed.fwd, L<l>.attn.fwd, L<l>.mlp.fwd, L<l>.attn.bwd, L<l>.mlp.bwd,
+ * lm_head.bwd.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "check.h"
+#include "comm.h"
+
+static const int CANDIDATE_G[SITE_NUM_CANDIDATES] = {16, 32, 64, 128, 256};
+static const char* KIND_NAME[SITE_KINDS] = {"embed.fwd", "attn.fwd", "mlp.fwd", "attn.bwd", "mlp.bwd", "lm_head.bwd"};
+
+int comm_site_index(const Comm* c, SiteKind kind, int layer) {
+    switch (kind) {
+    case SITE_EMBED_FWD: return 0;
+    case SITE_LMHEAD_BWD: return 1 + 4 * c->L;
+    default: return 1 + 4 * layer + ((int)kind - (int)SITE_ATTN_FWD);
+    }
+}
+
+static Fp8Format parse_format(const char* s) { return strcmp(s, "e5m2") == 0 ? FP8_E5M2 : FP8_E4M3; }
+
+void comm_setup_sites(Comm* c, int L, const Config* cfg) {
+    c->L = L;
+    c->nsites = 4 * L + 2;
+    c->sites = callocCheck((size_t)c->nsites, sizeof(CommSite));
+    c->stats_every = cfg->compress.stats_every;
+    c->calib_steps = cfg->compress.calib_steps;
+    c->dump_step = cfg->compress.dump_step;
+    snprintf(c->dump_sites, sizeof(c->dump_sites), "%s", cfg->compress.dump_sites);
+    snprintf(c->dump_dir, sizeof(c->dump_dir), "%s", cfg->compress.dump_dir[0] ? cfg->compress.dump_dir : cfg->log.dir);
+    c->seed = (uint64_t)cfg->train.seed;
+
+    CompressMethod m;
+    if (compress_method_parse(cfg->compress.method, &m) != 0) FATAL("compress.method: unknown method '%s'", cfg->compress.method);
+    for (int i = 0; i < c->nsites; i++) {
+        CommSite* s = &c->sites[i];
+        if (i == 0) { s->kind = SITE_EMBED_FWD; s->layer = -1; }
+        else if (i == c->nsites - 1) { s->kind = SITE_LMHEAD_BWD; s->layer = -1; }
+        else { s->kind = (SiteKind)(SITE_ATTN_FWD + (i - 1) % 4); s->layer = (i - 1) / 4; }
+        if (s->layer >= 0) snprintf(s->name, sizeof(s->name), "L%d.%s", s->layer, KIND_NAME[s->kind]);
+        else snprintf(s->name, sizeof(s->name), "%s", KIND_NAME[s->kind]);
+
+        /* the per-site policy */
+        int bwd = s->kind == SITE_ATTN_BWD || s->kind == SITE_MLP_BWD || s->kind == SITE_LMHEAD_BWD;
+        int on = m != CM_NONE && (bwd ? cfg->compress.bwd : cfg->compress.fwd);
+        if (s->kind == SITE_EMBED_FWD && !cfg->compress.embed) on = 0;
+        if (s->kind == SITE_LMHEAD_BWD && !cfg->compress.lm_head) on = 0;
+        if (s->layer == 0 && cfg->compress.skip_first_layer) on = 0;
+        if (s->layer == L - 1 && cfg->compress.skip_last_layer) on = 0;
+        s->compressed = on;
+
+        compress_params_default(&s->p, on ? m : CM_NONE);
+        if (on) {
+            s->p.format = parse_format(bwd ? cfg->compress.format_bwd : cfg->compress.format_fwd);
+            if (cfg->compress.group_size > 0) s->p.group_size = cfg->compress.group_size;
+            s->calibrating = cfg->compress.group_size == 0 && c->calib_steps > 0 &&
+                             (m == CM_TACO || m == CM_FP8_GROUP || m == CM_INT8_GROUP);
+            s->p.hadamard = cfg->compress.hadamard;
+            s->p.adaptive_scale = cfg->compress.adaptive_scale;
+            s->p.dual_scale = cfg->compress.dual_scale;
+            s->p.delayed = strcmp(cfg->compress.scale, "delayed") == 0;
+            s->p.stochastic = strcmp(cfg->compress.rounding, "stochastic") == 0;
+            s->p.seed = (uint64_t)cfg->train.seed;
+        }
+        s->rel_err = -1.0;
+    }
+}
+
+void comm_step_begin(Comm* c, int step) {
+    c->step = step;
+    c->step_bytes = 0;
+    c->step_ms = 0.0;
+    for (int i = 0; i < c->nsites; i++) {
+        CommSite* s = &c->sites[i];
+        s->bytes = s->saturated = s->nonfinite = 0;
+        s->rel_err = -1.0;
+        s->calls = 0;
+    }
+}
+
+/* ---- dumps: the raw local input of a site, as .npy (float32, rows x cols) --- */
+
+static int site_selected(const char* list, const char* name) {
+    if (strcmp(list, "all") == 0) return 1;
+    size_t len = strlen(name);
+    for (const char* p = list; (p = strstr(p, name)) != NULL; p += len) {
+        int starts = p == list || p[-1] == ',';
+        int ends = p[len] == '\0' || p[len] == ',';
+        if (starts && ends) return 1;
+    }
+    return 0;
+}
+
+static void dump_npy(const char* path, const float* x, int rows, int cols) {
+    char header[128];
+    int hl = snprintf(header, sizeof(header), "{'descr': '<f4', 'fortran_order': False, 'shape': (%d, %d), }", rows, cols);
+    int total = 10 + hl + 1;                 /* magic(6) version(2) len(2) dict '\n' */
+    int pad = (64 - total % 64) % 64;        /* the format wants 64-byte alignment */
+    char tmp[800];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    FILE* f = fopenCheck(tmp, "wb");
+    const unsigned char magic[8] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0};
+    unsigned short hlen = (unsigned short)(hl + pad + 1);
+    fwriteCheck(magic, 1, 8, f, path);
+    fwriteCheck(&hlen, 2, 1, f, path);
+    fwriteCheck(header, 1, (size_t)hl, f, path);
+    for (int i = 0; i < pad; i++) fputc(' ', f);
+    fputc('\n', f);
+    fwriteCheck(x, sizeof(float), (size_t)rows * cols, f, path);
+    fcloseCheck(f, path);
+    if (rename(tmp, path) != 0) FATAL("cannot rename %s to %s", tmp, path);
+}
+
+/* ---- group-size calibration --------------------------------------------- */
+
+static void calibrate_score(Comm* c, CommSite* s, const float* x, size_t n) {
+    CompressParams p = s->p;
+    uint8_t* wire = NULL;
+    float* y = mallocCheck(n * sizeof(float));
+    double nx = 0.0;
+    for (size_t i = 0; i < n; i++) nx += (double)x[i] * x[i];
+    for (int k = 0; k < SITE_NUM_CANDIDATES; k++) {
+        p.group_size = CANDIDATE_G[k];
+        p.stochastic = 0;
+        wire = realloc(wire, compress_bound(&p, n));
+        if (!wire) FATAL("out of memory in group-size calibration");
+        size_t bytes = compress(&p, x, n, 0, wire, NULL);
+        decompress(&p, wire, n, y);
+        double ne = 0.0;
+        for (size_t i = 0; i < n; i++) ne += ((double)y[i] - x[i]) * ((double)y[i] - x[i]);
+        double rel = nx > 0 ? sqrt(ne / nx) : 0.0;
+        s->calib_score[k] += rel * (double)bytes / (double)n;
+    }
+    free(wire);
+    free(y);
+    (void)c;
+}
+
+static void calibrate_decide(Comm* c, CommSite* s) {
+    double score[SITE_NUM_CANDIDATES];
+    for (int k = 0; k < SITE_NUM_CANDIDATES; k++) score[k] = comm_sum_double(c->tp_comm, s->calib_score[k]);
+    int best = 0;
+    for (int k = 1; k < SITE_NUM_CANDIDATES; k++) if (score[k] < score[best]) best = k;
+    s->p.group_size = CANDIDATE_G[best];
+    s->calibrating = 0;
+}
+
+/* ---- the exchange ----------------------------------------------------------- */
+
+static float hist_max(const CommSite* s, int phase) {
+    float m = 0.0f;
+    for (int i = 0; i < s->hist_len; i++) if (s->amax_hist[phase][i] > m) m = s->amax_hist[phase][i];
+    return m;
+}
+
+static void hist_push(CommSite* s, float a_rs, float a_ag) {
+    memmove(&s->amax_hist[0][1], &s->amax_hist[0][0], (SITE_HISTORY - 1) * sizeof(float));
+    memmove(&s->amax_hist[1][1], &s->amax_hist[1][0], (SITE_HISTORY - 1) * sizeof(float));
+    s->amax_hist[0][0] = a_rs;
+    s->amax_hist[1][0] = a_ag;
+    if (s->hist_len < SITE_HISTORY) s->hist_len++;
+}
+
+static double rel_error(const float* y, const float* ref, size_t n) {
+    double ne = 0.0, nr = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)y[i] - ref[i];
+        ne += d * d;
+        nr += (double)ref[i] * ref[i];
+    }
+    return nr > 0 ? sqrt(ne / nr) : sqrt(ne);
+}
+
+void tp_exchange(Comm* c, SiteKind kind, int layer, floatX* x, int rows, int cols) {
+    if (c->tp_size == 1) return;
+    double t0 = MPI_Wtime();
+    CommSite* s = &c->sites[comm_site_index(c, kind, layer)];
+    size_t n = (size_t)rows * cols;
+
+    /* stage to host fp32 */
+    float* h = comm_host_buffer(c, n);
+#ifdef OPS_BF16
+    if (n > c->dev_cap) {
+        ops_free(c->dev_f32);
+        c->dev_cap = n;
+        c->dev_f32 = ops_malloc(n * sizeof(float));
+    }
+    ops_X_to_f32(c->dev_f32, x, n);
+    ops_to_host(h, c->dev_f32, n * sizeof(float));
+#else
+    memcpy(h, x, n * sizeof(float));
+#endif
+
+    if (c->train_mode && c->step == c->dump_step && c->dump_sites[0] && site_selected(c->dump_sites, s->name)) {
+        mkdir(c->dump_dir, 0755);
+        char path[700];
+        snprintf(path, sizeof(path), "%s/%s.step%d.rank%d.npy", c->dump_dir, s->name, c->step, c->world_rank);
+        dump_npy(path, h, rows, cols);
+    }
+    if (s->calibrating && c->train_mode) {
+        if (c->step < c->calib_steps) calibrate_score(c, s, h, n);
+        else calibrate_decide(c, s);
+    }
+    int sample = c->train_mode && s->compressed && c->stats_every > 0 && c->step % c->stats_every == 0;
+    if (sample) {
+        CompressParams exact;
+        compress_params_default(&exact, CM_NONE);
+        memcpy(c->host_ref, h, n * sizeof(float));
+        coll_allreduce(c->tp_comm, &exact, &exact, c->host_ref, n, 0, &c->scratch, NULL);
+    }
+
+    CompressParams p_rs = s->p, p_ag = s->p;
+    p_rs.delayed_amax = hist_max(s, 0);
+    p_ag.delayed_amax = hist_max(s, 1);
+    CollStats st = {0};
+    uint64_t stream = ((uint64_t)c->step << 20) ^ ((uint64_t)comm_site_index(c, kind, layer) << 4) ^ (uint64_t)s->calls;
+    coll_allreduce(c->tp_comm, &p_rs, &p_ag, h, n, stream, &c->scratch, &st);
+    if (s->compressed && c->train_mode) hist_push(s, st.amax_rs, st.amax_ag);
+    if (sample) s->rel_err = rel_error(h, c->host_ref, n);
+
+#ifdef OPS_BF16
+    ops_from_host(c->dev_f32, h, n * sizeof(float));
+    ops_f32_to_X(x, c->dev_f32, n);
+#else
+    memcpy(x, h, n * sizeof(float));
+#endif
+    if (c->train_mode) {
+        s->bytes += st.bytes_sent;
+        s->saturated += st.saturated;
+        s->nonfinite += st.nonfinite;
+        s->calls++;
+        c->step_bytes += st.bytes_sent;
+        c->step_ms += (MPI_Wtime() - t0) * 1e3;
+    }
+}
+
+/* ---- logging and state ------------------------------------------------------ */
+
+int comm_sites_json(const Comm* c, char* buf, size_t cap) {
+    size_t w = 0;
+#define PUT(...) do { int k_ = snprintf(buf + w, w < cap ? cap - w : 0, __VA_ARGS__); if (k_ > 0) w += (size_t)k_; } while (0)
+    PUT("\"sites\":{");
+    for (int i = 0; i < c->nsites; i++) {
+        const CommSite* s = &c->sites[i];
+        PUT("%s\"%s\":{\"method\":\"%s\",\"bytes\":%llu,\"saturated\":%llu", i ? "," : "", s->name,
+            compress_method_name(s->p.method), (unsigned long long)s->bytes, (unsigned long long)s->saturated);
+        if (s->compressed) PUT(",\"group_size\":%d", s->p.group_size);
+        if (s->nonfinite) PUT(",\"nonfinite\":%llu", (unsigned long long)s->nonfinite);
+        if (s->rel_err >= 0) PUT(",\"rel_err\":%.6g", s->rel_err);
+        PUT("}");
+    }
+    PUT("}");
+#undef PUT
+    if (w >= cap) FATAL("site statistics do not fit the log line buffer (%zu bytes)", cap);
+    return (int)w;
+}
+
+/* what a resume must restore: group size + calibration + amax history */
+typedef struct {
+    int group_size, calibrating, hist_len, pad;
+    double calib_score[SITE_NUM_CANDIDATES];
+    float amax_hist[2][SITE_HISTORY];
+} SiteState;
+
+size_t comm_state_bytes(const Comm* c) { return (size_t)c->nsites * sizeof(SiteState); }
+
+void comm_state_save(const Comm* c, void* dst) {
+    SiteState* out = dst;
+    for (int i = 0; i < c->nsites; i++) {
+        const CommSite* s = &c->sites[i];
+        memset(&out[i], 0, sizeof(SiteState));
+        out[i].group_size = s->p.group_size;
+        out[i].calibrating = s->calibrating;
+        out[i].hist_len = s->hist_len;
+        memcpy(out[i].calib_score, s->calib_score, sizeof(s->calib_score));
+        memcpy(out[i].amax_hist, s->amax_hist, sizeof(s->amax_hist));
+    }
+}
+
+void comm_state_load(Comm* c, const void* src) {
+    const SiteState* in = src;
+    for (int i = 0; i < c->nsites; i++) {
+        CommSite* s = &c->sites[i];
+        s->p.group_size = in[i].group_size;
+        s->calibrating = in[i].calibrating;
+        s->hist_len = in[i].hist_len;
+        memcpy(s->calib_score, in[i].calib_score, sizeof(s->calib_score));
+        memcpy(s->amax_hist, in[i].amax_hist, sizeof(s->amax_hist));
+    }
+}

@@ -1,0 +1,54 @@
+/*
+ * compress/taco.h - the FP8 group pipeline (internal to compress/).
+ *
+ * TACO's four steps with every step switchable. The two FP8 baselines are
+ * the same pipeline with switches fixed, which is how the ablation stays
+ * honest (one code path, one rounding behaviour):
+ *
+ *   fp8_tensor = { hadamard 0, adaptive 0, dual 1 }   one chunk scale
+ *   fp8_group  = { hadamard 0, adaptive 1, dual 0 }   one exponent per group
+ *   taco       = { the user's switches }
+ *
+ * The caller (compress.c) owns the wire layout; taco_encode only fills the
+ * three parts it is handed. See taco.c for the exact arithmetic.
+ */
+#ifndef TACO_H
+#define TACO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "compress.h"
+
+#define TACO_GROUP_MAX 256 /* largest G: the per-group scratch lives on the stack */
+#define TACO_EXP_MIN (-126) /* power-of-two exponents stay here so that both 2^e */
+#define TACO_EXP_MAX 126    /* and 2^-e are normal floats; wire byte = e + 127 */
+
+typedef struct {
+    Fp8Format format;
+    int G;              /* group length: unit of the exponent and the Hadamard */
+    int hadamard;       /* rotate every full group with the orthonormal Hadamard */
+    int adaptive;       /* per-group power-of-two exponent */
+    int dual;           /* per-chunk power-of-two scale */
+    int stochastic;     /* 1 = stochastic rounding with Philox words */
+    uint64_t seed;
+    float delayed_amax; /* > 0 and finite: the chunk scale comes from it, else from the current amax */
+} TacoCfg;
+
+/* Largest k in [TACO_EXP_MIN, TACO_EXP_MAX] with amax * 2^k <= limit; 0 for
+ * amax == 0, TACO_EXP_MIN for amax == inf. Exact (frexpf + one comparison). */
+int taco_pow2_fit(float amax, float limit);
+
+/* Encode n values. scale receives the chunk scale (1.0f when dual is off);
+ * exps (ceil(n/G) bytes) the group exponents; exps may be NULL only when
+ * adaptive is off (every exponent is then 0). st (not NULL) is overwritten;
+ * st->amax is the current chunk amax of the values the chunk scale applies to. */
+void taco_encode(const TacoCfg* c, const float* x, size_t n, uint64_t stream, float* scale, uint8_t* exps,
+                 uint8_t* codes, CompressStats* st);
+
+/* Decode n values into out (accumulate = 0) or add them to out (1). exps may
+ * be NULL (all exponents 0); scale is 1.0f when the wire has none. */
+void taco_decode(const TacoCfg* c, float scale, const uint8_t* exps, const uint8_t* codes, size_t n, float* out,
+                 int accumulate);
+
+#endif /* TACO_H */

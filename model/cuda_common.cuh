@@ -1,0 +1,180 @@
+/*
+ * model/cuda_common.cuh - shared pieces of the CUDA backend (model/*_cuda.cu).
+ *
+ * What lives here: the checked-call macros for CUDA (every runtime call and
+ * every kernel launch goes through them and ends in check_fatal with what
+ * failed and where), bf16 helpers (16-byte vector loads/stores of 8 bf16,
+ * round-to-nearest conversion), block/warp reductions with a FIXED order (so
+ * every reduction in the backend is bit-reproducible run to run), and the
+ * backend-internal API the .cu files share: the one stream, scratch buffers,
+ * and the matmul/attention init hooks.
+ *
+ * floatX in ops.h is uint16_t (bf16 bit pattern) under -DOPS_BF16; inside the
+ * .cu files we reinterpret those pointers as __nv_bfloat16, which has the same
+ * size and bit layout.
+ */
+#ifndef CUDA_COMMON_CUH
+#define CUDA_COMMON_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "check.h"
+#include "ops.h"
+
+#ifndef OPS_BF16
+#error "the CUDA backend is built with -DOPS_BF16 (floatX = bf16 bit patterns)"
+#endif
+
+typedef __nv_bfloat16 bf16;
+
+/* ---- checked calls --------------------------------------------------------- */
+#define CUDA_CHECK(call)                                                                       \
+    do {                                                                                       \
+        cudaError_t err_ = (call);                                                             \
+        if (err_ != cudaSuccess)                                                               \
+            check_fatal(__FILE__, __LINE__, "CUDA call failed: %s: %s (%s)", #call,            \
+                        cudaGetErrorString(err_), cudaGetErrorName(err_));                     \
+    } while (0)
+
+/* After every launch: a bad configuration (grid, shared memory, ...) shows up
+ * here at once; errors inside the kernel surface at the next checked sync. */
+#define CUDA_CHECK_LAUNCH(name)                                                                \
+    do {                                                                                       \
+        cudaError_t err_ = cudaGetLastError();                                                 \
+        if (err_ != cudaSuccess)                                                               \
+            check_fatal(__FILE__, __LINE__, "kernel launch failed: %s: %s (%s)", name,         \
+                        cudaGetErrorString(err_), cudaGetErrorName(err_));                     \
+    } while (0)
+
+/* ---- backend-internal API (defined in ops_cuda.cu) -------------------------- */
+cudaStream_t cuda_stream(void);            /* the one stream; fatal if ops_init was not called */
+int cuda_num_sms(void);
+/* Scratch device memory owned by the backend, one buffer per slot, grown on
+ * demand (never shrunk). Each op uses its own slot so that a buffer is never
+ * shared between two ops of one step. Contents are undefined on return. */
+enum ScratchSlot {
+    SCRATCH_LN_PARTIAL = 0,  /* layernorm_backward: per-block dw/db partial sums */
+    SCRATCH_COLSUM,          /* bias_backward: per-row-chunk partial column sums */
+    SCRATCH_ATTN_D,          /* attention_backward: D = rowsum(dout * out) */
+    SCRATCH_REDUCE,          /* ops_sumsq / ops_sum / ops_all_finite */
+    SCRATCH_ENCODER,         /* encoder_backward: bucket lists */
+    SCRATCH_ENCODER_IDS,     /* encoder_backward: token ids on the host (pinned slot) */
+    SCRATCH_NSLOTS
+};
+void* cuda_scratch(int slot, size_t bytes);
+/* host-pinned staging, also per slot (encoder bucket lists, results) */
+void* cuda_pinned(int slot, size_t bytes);
+
+void matmul_cuda_init(void);   /* matmul_cuda.cu: cuBLASLt handle + workspace */
+
+/* ---- launch helpers ------------------------------------------------------------ */
+static inline unsigned int ceil_div_u(size_t a, size_t b) { return (unsigned int)((a + b - 1) / b); }
+static inline int is_aligned16(const void* p) { return ((uintptr_t)p & 15u) == 0; }
+
+/* ---- bf16 vector helpers ------------------------------------------------------- */
+/* 8 bf16 = 16 bytes: the unit of every vectorised load/store in the backend. */
+struct alignas(16) bf16x8 {
+    __nv_bfloat162 h[4];
+};
+
+__device__ __forceinline__ void unpack8(const bf16x8& v, float (&f)[8]) {
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        float2 t = __bfloat1622float2(v.h[i]);
+        f[2 * i] = t.x;
+        f[2 * i + 1] = t.y;
+    }
+}
+__device__ __forceinline__ bf16x8 pack8(const float (&f)[8]) {
+    bf16x8 v;
+#pragma unroll
+    for (int i = 0; i < 4; i++) v.h[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
+    return v;
+}
+/* 16-byte load of 8 bf16 converted to fp32; p must be 16-byte aligned. */
+__device__ __forceinline__ void load8(float (&f)[8], const bf16* p) {
+    bf16x8 v = *reinterpret_cast<const bf16x8*>(p);
+    unpack8(v, f);
+}
+__device__ __forceinline__ void store8(bf16* p, const float (&f)[8]) {
+    *reinterpret_cast<bf16x8*>(p) = pack8(f);
+}
+
+/* ---- deterministic reductions -------------------------------------------------- */
+/* Butterfly (xor) shuffles: every lane ends with the same value, and the
+ * order of additions is fixed by the lane pattern, so results never vary. */
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ double warp_sum_d(double v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* Block-wide sum/max for blockDim.x a multiple of 32 (<= 1024): warp
+ * butterflies, then warp 0 combines the per-warp values in warp order. All
+ * threads get the result. `buf` is __shared__ float[32]. */
+__device__ __forceinline__ float block_sum(float v, float* buf) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_sum(v);
+    __syncthreads(); /* buf may still be read from a previous call */
+    if (lane == 0) buf[warp] = v;
+    __syncthreads();
+    float t = lane < nw ? buf[lane] : 0.0f;
+    return warp_sum(t);
+}
+__device__ __forceinline__ float block_max(float v, float* buf) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) buf[warp] = v;
+    __syncthreads();
+    float t = lane < nw ? buf[lane] : -INFINITY;
+    return warp_max(t);
+}
+__device__ __forceinline__ double block_sum_d(double v, double* buf) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_sum_d(v);
+    __syncthreads();
+    if (lane == 0) buf[warp] = v;
+    __syncthreads();
+    double t = lane < nw ? buf[lane] : 0.0;
+    return warp_sum_d(t);
+}
+
+/* Row helpers used by kernels that walk a row of C bf16 in chunks of 8:
+ * VEC = true when C % 8 == 0 and every row pointer is 16-byte aligned (the
+ * caller checks on the host), so a chunk is one 16-byte access; otherwise the
+ * same code runs with scalar, bounds-checked accesses (tiny test configs).
+ * Elements past C read as 0 and are not written. */
+template <bool VEC>
+__device__ __forceinline__ void ld8(float (&f)[8], const bf16* row, int c, int C) {
+    if (VEC) {
+        load8(f, row + c);
+    } else {
+#pragma unroll
+        for (int i = 0; i < 8; i++) f[i] = (c + i < C) ? __bfloat162float(row[c + i]) : 0.0f;
+    }
+}
+template <bool VEC>
+__device__ __forceinline__ void st8(bf16* row, int c, int C, const float (&f)[8]) {
+    if (VEC) {
+        store8(row + c, f);
+    } else {
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            if (c + i < C) row[c + i] = __float2bfloat16_rn(f[i]);
+    }
+}
+
+#endif /* CUDA_COMMON_CUH */

@@ -1,0 +1,256 @@
+/*
+ * model/gpt.c - forward and backward pass of tensor-parallel GPT-2.
+ *
+ * One layer, with P = TP degree, N = B*T rows, Cr = C/P, Fr = 4C/P:
+ *
+ *   ln1  = LN(x)                               replicated
+ *   qkv  = ln1 @ qkvw^T + qkvb      [N,3Cr]    column-parallel (local heads)
+ *   atty = attention(qkv)           [N,Cr]     local heads
+ *   a    = atty @ attprojw^T        [N,C]      row-parallel: partial sums
+ *   a    = EXCHANGE attn.fwd (a) + attprojb    all-reduce, then the bias once
+ *   res2 = x + a
+ *   ln2  = LN(res2)
+ *   h    = gelu(ln2 @ fcw^T + fcb)  [N,Fr]     column-parallel
+ *   f    = h @ fcprojw^T            [N,C]      row-parallel: partial sums
+ *   f    = EXCHANGE mlp.fwd (f) + fcprojb
+ *   res3 = res2 + f
+ *
+ * The backward mirrors it: the gradients into ln2 and ln1 are partial sums
+ * over the column-parallel weights, so they are exchanged too (mlp.bwd,
+ * attn.bwd). Around the layers: the vocab-parallel embedding is exchanged
+ * forward (embed.fwd) and the LM head's input gradient backward
+ * (lm_head.bwd); the cross-entropy needs three small exact all-reduces.
+ * That is 4 big exchanges per layer per step, all visible below.
+ */
+#include "gpt.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+
+/* pointer to tensor t (layer l) in a flat buffer of this rank's shards */
+#define TENSOR(buf, t) ((buf) + m->pl.offset[t])
+#define LAYER(buf, t, l) (TENSOR(buf, t) + (size_t)(l) * (m->pl.local[t] / (size_t)m->pl.s.L))
+
+void gpt_init(GPT* m, GPTShape s, int tp_size, int tp_rank, int B, int T) {
+    memset(m, 0, sizeof(*m));
+    params_layout(&m->pl, s, tp_size, tp_rank);
+    m->B = B;
+    m->T = T;
+    m->Cr = s.C / tp_size;
+    m->Fr = 4 * s.C / tp_size;
+    m->NHr = s.NH / tp_size;
+    m->hs = s.C / s.NH;
+    m->Vr = s.Vp / tp_size;
+    m->v0 = tp_rank * m->Vr;
+
+    size_t np = m->pl.total;
+    m->params = ops_malloc(np * sizeof(floatX));
+#ifdef OPS_BF16
+    m->master = ops_malloc(np * sizeof(float));
+#else
+    m->master = m->params;    /* fp32 build: the working weights are the master weights */
+#endif
+    m->grads = ops_malloc(np * sizeof(float));
+    m->adam_m = ops_malloc(np * sizeof(float));
+    m->adam_v = ops_malloc(np * sizeof(float));
+
+    size_t N = (size_t)B * T, C = (size_t)s.C;
+    m->tok = ops_malloc(N * sizeof(int));
+    m->tgt = ops_malloc(N * sizeof(int));
+    m->x0 = ops_malloc(N * C * sizeof(floatX));
+    m->acts = callocCheck((size_t)s.L, sizeof(LayerActs));
+    for (int l = 0; l < s.L; l++) {
+        LayerActs* a = &m->acts[l];
+        a->ln1 = ops_malloc(N * C * sizeof(floatX));
+        a->qkv = ops_malloc(N * 3 * m->Cr * sizeof(floatX));
+        a->atty = ops_malloc(N * m->Cr * sizeof(floatX));
+        a->attproj = ops_malloc(N * C * sizeof(floatX));
+        a->res2 = ops_malloc(N * C * sizeof(floatX));
+        a->ln2 = ops_malloc(N * C * sizeof(floatX));
+        a->fch = ops_malloc(N * m->Fr * sizeof(floatX));
+        a->fch_gelu = ops_malloc(N * m->Fr * sizeof(floatX));
+        a->fcproj = ops_malloc(N * C * sizeof(floatX));
+        a->res3 = ops_malloc(N * C * sizeof(floatX));
+        a->ln1_mean = ops_malloc(N * sizeof(float));
+        a->ln1_rstd = ops_malloc(N * sizeof(float));
+        a->ln2_mean = ops_malloc(N * sizeof(float));
+        a->ln2_rstd = ops_malloc(N * sizeof(float));
+        a->lse = ops_malloc((size_t)B * m->NHr * T * sizeof(float));
+    }
+    m->lnf = ops_malloc(N * C * sizeof(floatX));
+    m->logits = ops_malloc(N * m->Vr * sizeof(floatX));
+    m->lnf_mean = ops_malloc(N * sizeof(float));
+    m->lnf_rstd = ops_malloc(N * sizeof(float));
+    m->ce_mx = ops_malloc(N * sizeof(float));
+    m->ce_stats = ops_malloc(2 * N * sizeof(float));
+    m->losses = ops_malloc(N * sizeof(float));
+    m->dres = ops_malloc(N * C * sizeof(floatX));
+    m->dln = ops_malloc(N * C * sizeof(floatX));
+    m->dfch = ops_malloc(N * m->Fr * sizeof(floatX));
+    m->dfch_gelu = ops_malloc(N * m->Fr * sizeof(floatX));
+    m->datty = ops_malloc(N * m->Cr * sizeof(floatX));
+    m->dqkv = ops_malloc(N * 3 * m->Cr * sizeof(floatX));
+    m->logit_row = ops_malloc((size_t)m->Vr * sizeof(float));
+}
+
+void gpt_free(GPT* m) {
+    ops_free(m->params);
+#ifdef OPS_BF16
+    ops_free(m->master);
+#endif
+    ops_free(m->grads);
+    ops_free(m->adam_m);
+    ops_free(m->adam_v);
+    ops_free(m->tok);
+    ops_free(m->tgt);
+    ops_free(m->x0);
+    for (int l = 0; l < m->pl.s.L; l++) {
+        LayerActs* a = &m->acts[l];
+        floatX* xs[] = {a->ln1, a->qkv, a->atty, a->attproj, a->res2, a->ln2, a->fch, a->fch_gelu, a->fcproj, a->res3};
+        float* fs[] = {a->ln1_mean, a->ln1_rstd, a->ln2_mean, a->ln2_rstd, a->lse};
+        for (size_t k = 0; k < sizeof(xs) / sizeof(xs[0]); k++) ops_free(xs[k]);
+        for (size_t k = 0; k < sizeof(fs) / sizeof(fs[0]); k++) ops_free(fs[k]);
+    }
+    free(m->acts);
+    floatX* xs[] = {m->lnf, m->logits, m->dres, m->dln, m->dfch, m->dfch_gelu, m->datty, m->dqkv};
+    float* fs[] = {m->lnf_mean, m->lnf_rstd, m->ce_mx, m->ce_stats, m->losses, m->logit_row};
+    for (size_t k = 0; k < sizeof(xs) / sizeof(xs[0]); k++) ops_free(xs[k]);
+    for (size_t k = 0; k < sizeof(fs) / sizeof(fs[0]); k++) ops_free(fs[k]);
+}
+
+void gpt_set_shard(GPT* m, const float* host) {
+    ops_from_host(m->master, host, m->pl.total * sizeof(float));
+#ifdef OPS_BF16
+    ops_f32_to_X(m->params, m->master, m->pl.total);
+#endif
+}
+
+void gpt_get_shard(const GPT* m, float* host) {
+    ops_to_host(host, m->master, m->pl.total * sizeof(float));
+}
+
+void gpt_set_params(GPT* m, float* full) {
+    float* shard = mallocCheck(m->pl.total * sizeof(float));
+    params_copy_shard(&m->pl, full, shard, 1);
+    gpt_set_shard(m, shard);
+    free(shard);
+}
+
+float gpt_forward(GPT* m, Comm* c, const int* inputs, const int* targets) {
+    const GPTShape* s = &m->pl.s;
+    int B = m->B, T = m->T, C = s->C, N = B * T;
+    floatX* P = m->params;
+
+    ops_from_host(m->tok, inputs, (size_t)N * sizeof(int));
+    encoder_forward(m->x0, m->tok, TENSOR(P, P_WTE), N, C, m->v0, m->Vr);
+    tp_exchange(c, SITE_EMBED_FWD, -1, m->x0, N, C);
+    position_forward(m->x0, TENSOR(P, P_WPE), B, T, C);
+
+    for (int l = 0; l < s->L; l++) {
+        LayerActs* a = &m->acts[l];
+        floatX* x = l == 0 ? m->x0 : m->acts[l - 1].res3;
+        layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, LAYER(P, P_LN1W, l), LAYER(P, P_LN1B, l), N, C);
+        matmul_forward(a->qkv, a->ln1, LAYER(P, P_QKVW, l), LAYER(P, P_QKVB, l), N, C, 3 * m->Cr);
+        attention_forward(a->atty, a->lse, a->qkv, B, T, m->NHr, m->hs);
+        matmul_forward(a->attproj, a->atty, LAYER(P, P_ATTPROJW, l), NULL, N, m->Cr, C);
+        tp_exchange(c, SITE_ATTN_FWD, l, a->attproj, N, C);
+        bias_forward(a->attproj, LAYER(P, P_ATTPROJB, l), N, C);
+        residual_forward(a->res2, x, a->attproj, (size_t)N * C);
+
+        layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, LAYER(P, P_LN2W, l), LAYER(P, P_LN2B, l), N, C);
+        matmul_forward(a->fch, a->ln2, LAYER(P, P_FCW, l), LAYER(P, P_FCB, l), N, C, m->Fr);
+        gelu_forward(a->fch_gelu, a->fch, (size_t)N * m->Fr);
+        matmul_forward(a->fcproj, a->fch_gelu, LAYER(P, P_FCPROJW, l), NULL, N, m->Fr, C);
+        tp_exchange(c, SITE_MLP_FWD, l, a->fcproj, N, C);
+        bias_forward(a->fcproj, LAYER(P, P_FCPROJB, l), N, C);
+        residual_forward(a->res3, a->res2, a->fcproj, (size_t)N * C);
+    }
+
+    floatX* last = m->acts[s->L - 1].res3;
+    layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, last, TENSOR(P, P_LNFW), TENSOR(P, P_LNFB), N, C);
+    matmul_forward(m->logits, m->lnf, TENSOR(P, P_WTE), NULL, N, C, m->Vr);
+    if (!targets) return 0.0f;
+
+    /* vocab-parallel cross-entropy: global max, then global sum of exp and
+     * target logit; the backward (softmax - onehot) / N is fused in. */
+    ops_from_host(m->tgt, targets, (size_t)N * sizeof(int));
+    crossentropy_max(m->ce_mx, m->logits, N, m->Vr, m->v0, s->V);
+    tp_allreduce_small(c, m->ce_mx, (size_t)N, MPI_MAX);
+    crossentropy_stats(m->ce_stats, m->logits, m->ce_mx, m->tgt, N, m->Vr, m->v0, s->V);
+    tp_allreduce_small(c, m->ce_stats, 2 * (size_t)N, MPI_SUM);
+    crossentropy_backward(m->logits, m->losses, m->ce_mx, m->ce_stats, m->tgt, N, m->Vr, m->v0, s->V, 1.0f / (float)N);
+    return (float)(ops_sum(m->losses, (size_t)N) / N);
+}
+
+void gpt_zero_grad(GPT* m) { ops_zero(m->grads, m->pl.total * sizeof(float)); }
+
+void gpt_backward(GPT* m, Comm* c) {
+    const GPTShape* s = &m->pl.s;
+    int B = m->B, T = m->T, C = s->C, N = B * T;
+    floatX* P = m->params;
+    float* G = m->grads;
+
+    /* LM head (tied to wte): dwte += dlogits^T lnf; dlnf is a partial sum over vocab slices */
+    matmul_backward(m->dln, TENSOR(G, P_WTE), NULL, m->logits, m->lnf, TENSOR(P, P_WTE), N, C, m->Vr);
+    tp_exchange(c, SITE_LMHEAD_BWD, -1, m->dln, N, C);
+    ops_zero(m->dres, (size_t)N * C * sizeof(floatX));
+    floatX* last = m->acts[s->L - 1].res3;
+    layernorm_backward(m->dres, TENSOR(G, P_LNFW), TENSOR(G, P_LNFB), m->dln, last, TENSOR(P, P_LNFW),
+                       m->lnf_mean, m->lnf_rstd, N, C);
+
+    /* m->dres carries the residual stream's gradient down through the layers */
+    for (int l = s->L - 1; l >= 0; l--) {
+        LayerActs* a = &m->acts[l];
+        floatX* x = l == 0 ? m->x0 : m->acts[l - 1].res3;
+        /* MLP: res3 = res2 + fcproj + fcprojb */
+        bias_backward(LAYER(G, P_FCPROJB, l), m->dres, N, C);
+        matmul_backward(m->dfch_gelu, LAYER(G, P_FCPROJW, l), NULL, m->dres, a->fch_gelu, LAYER(P, P_FCPROJW, l), N, m->Fr, C);
+        gelu_backward(m->dfch, a->fch, m->dfch_gelu, (size_t)N * m->Fr);
+        matmul_backward(m->dln, LAYER(G, P_FCW, l), LAYER(G, P_FCB, l), m->dfch, a->ln2, LAYER(P, P_FCW, l), N, C, m->Fr);
+        tp_exchange(c, SITE_MLP_BWD, l, m->dln, N, C);
+        layernorm_backward(m->dres, LAYER(G, P_LN2W, l), LAYER(G, P_LN2B, l), m->dln, a->res2, LAYER(P, P_LN2W, l),
+                           a->ln2_mean, a->ln2_rstd, N, C);
+        /* attention: res2 = x + attproj + attprojb */
+        bias_backward(LAYER(G, P_ATTPROJB, l), m->dres, N, C);
+        matmul_backward(m->datty, LAYER(G, P_ATTPROJW, l), NULL, m->dres, a->atty, LAYER(P, P_ATTPROJW, l), N, m->Cr, C);
+        attention_backward(m->dqkv, m->datty, a->qkv, a->atty, a->lse, B, T, m->NHr, m->hs);
+        matmul_backward(m->dln, LAYER(G, P_QKVW, l), LAYER(G, P_QKVB, l), m->dqkv, a->ln1, LAYER(P, P_QKVW, l), N, C, 3 * m->Cr);
+        tp_exchange(c, SITE_ATTN_BWD, l, m->dln, N, C);
+        layernorm_backward(m->dres, LAYER(G, P_LN1W, l), LAYER(G, P_LN1B, l), m->dln, x, LAYER(P, P_LN1W, l),
+                           a->ln1_mean, a->ln1_rstd, N, C);
+    }
+    /* embeddings: the gradient wrt x0 feeds wpe (replicated) and this rank's wte rows */
+    position_backward(TENSOR(G, P_WPE), m->dres, B, T, C);
+    encoder_backward(TENSOR(G, P_WTE), m->dres, m->tok, N, C, m->v0, m->Vr);
+}
+
+double gpt_grad_sumsq(const GPT* m, int count_replicated) {
+    double ss = 0.0;
+    for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
+        if (!m->pl.sharded[t] && !count_replicated) continue;
+        ss += ops_sumsq(TENSOR(m->grads, t), m->pl.local[t]);
+    }
+    return ss;
+}
+
+void gpt_update(GPT* m, float lr, float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t) {
+    for (int k = 0; k < NUM_PARAM_TENSORS; k++) {
+        size_t off = m->pl.offset[k];
+        adamw_update(m->master + off, m->params + off, m->grads + off, m->adam_m + off, m->adam_v + off,
+                     m->pl.local[k], lr, beta1, beta2, eps, m->pl.decayed[k] ? weight_decay : 0.0f, grad_scale, t);
+    }
+}
+
+void gpt_logits_row(GPT* m, Comm* c, int n, float* full_logits) {
+    int Vr = m->Vr;
+    float* slice = mallocCheck((size_t)Vr * sizeof(float));
+    ops_X_to_f32(m->logit_row, m->logits + (size_t)n * Vr, (size_t)Vr);
+    ops_to_host(slice, m->logit_row, (size_t)Vr * sizeof(float));
+    float* all = mallocCheck((size_t)m->pl.s.Vp * sizeof(float));
+    MPI_CHECK(MPI_Allgather(slice, Vr, MPI_FLOAT, all, Vr, MPI_FLOAT, c->tp_comm));
+    memcpy(full_logits, all, (size_t)m->pl.s.V * sizeof(float));
+    free(all);
+    free(slice);
+}

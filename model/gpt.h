@@ -1,0 +1,67 @@
+/*
+ * model/gpt.h - a GPT-2 model sharded over tensor-parallel ranks.
+ *
+ * Owns this rank's parameter shards (working copy floatX, fp32 master,
+ * fp32 grads, AdamW moments) and the activations of one batch. The forward
+ * and backward passes in gpt.c are sequences of ops (model/ops.h) and named
+ * TP exchanges (comm/comm.h).
+ */
+#ifndef GPT_H
+#define GPT_H
+
+#include "comm.h"
+#include "ops.h"
+#include "params.h"
+
+typedef struct {
+    floatX *ln1, *qkv, *atty, *attproj, *res2, *ln2, *fch, *fch_gelu, *fcproj, *res3;
+    float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd, *lse;
+} LayerActs;
+
+typedef struct {
+    ParamLayout pl;
+    int B, T;                 /* the batch the activations are sized for */
+    int Cr, Fr, NHr, hs;      /* this rank's attention width, MLP width, heads, head size */
+    int Vr, v0;               /* this rank's vocab slice [v0, v0+Vr) */
+    /* parameters (backend memory), one flat buffer each */
+    floatX* params;           /* working weights (== master on the CPU build) */
+    float* master;            /* fp32 master weights */
+    float* grads;
+    float* adam_m;
+    float* adam_v;
+    /* activations (backend memory) */
+    int* tok;                 /* inputs  [B*T] */
+    int* tgt;                 /* targets [B*T] */
+    floatX* x0;               /* embeddings [N,C] */
+    LayerActs* acts;          /* [L] */
+    floatX *lnf, *logits;     /* [N,C], [N,Vr] (dlogits after a forward with targets) */
+    float *lnf_mean, *lnf_rstd, *ce_mx, *ce_stats, *losses;
+    /* backward scratch */
+    floatX *dres, *dln, *dfch, *dfch_gelu, *datty, *dqkv;
+    float* logit_row;         /* [Vr] fp32, backend: for sampling */
+} GPT;
+
+/* Allocates shards and activations; the weights are zero until
+ * gpt_set_params. */
+void gpt_init(GPT* m, GPTShape s, int tp_size, int tp_rank, int B, int T);
+void gpt_free(GPT* m);
+/* Load this rank's shard from a full fp32 model (host, llm.c layout). */
+void gpt_set_params(GPT* m, float* full);
+/* This rank's fp32 master shard copied to host (pl.total floats). */
+void gpt_get_shard(const GPT* m, float* host);
+void gpt_set_shard(GPT* m, const float* host);
+
+/* Forward over inputs (host int[B*T]). With targets: returns the mean loss
+ * and leaves dlogits ready for gpt_backward. Without: leaves logits. */
+float gpt_forward(GPT* m, Comm* c, const int* inputs, const int* targets);
+void gpt_zero_grad(GPT* m);
+void gpt_backward(GPT* m, Comm* c);
+/* sum of squared grads; replicated tensors only if count_replicated */
+double gpt_grad_sumsq(const GPT* m, int count_replicated);
+void gpt_update(GPT* m, float lr, float beta1, float beta2, float eps, float weight_decay,
+                float grad_scale, int t);
+/* Full-vocab logits (first V entries) of row n after a forward without
+ * targets, gathered over TP into host memory. */
+void gpt_logits_row(GPT* m, Comm* c, int n, float* full_logits);
+
+#endif /* GPT_H */

@@ -1,0 +1,189 @@
+/*
+ * model/params.c - layout, sharding, initialisation and model files.
+ */
+#include "params.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+
+const char* PARAM_NAMES[NUM_PARAM_TENSORS] = {
+    "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
+    "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"};
+
+int params_padded_vocab(int V, int P) {
+    int m = 128;
+    while (m % P != 0) m += 128;         /* smallest multiple of 128 divisible by P */
+    return (V + m - 1) / m * m;
+}
+
+/* A shard of one tensor = for each of `reps` repetitions (layers), the block
+ * rows [r0, r0+nr) x cols [c0, c0+nc) of a (R x Cc) matrix, possibly several
+ * row blocks (q, k, v). */
+typedef struct {
+    int reps, R, Cc;              /* full matrix per repetition */
+    int nblk;                     /* row blocks */
+    int r0[3], nr[3];
+    int c0, nc;
+} Shard;
+
+static Shard shard_of(const ParamLayout* pl, int t) {
+    const GPTShape* s = &pl->s;
+    int P = pl->P, r = pl->r, C = s->C, L = s->L;
+    int Cr = C / P, Fr = 4 * C / P, Vr = s->Vp / P;
+    Shard h = {.reps = 1, .nblk = 1};
+    switch (t) {
+    case P_WTE: h.R = s->Vp; h.Cc = C; h.r0[0] = r * Vr; h.nr[0] = Vr; h.c0 = 0; h.nc = C; return h;
+    case P_WPE: h.R = s->maxT; h.Cc = C; break;
+    case P_QKVW: case P_QKVB:
+        h.reps = L; h.R = 3 * C; h.Cc = t == P_QKVW ? C : 1; h.nblk = 3;
+        for (int k = 0; k < 3; k++) { h.r0[k] = k * C + r * Cr; h.nr[k] = Cr; }
+        h.c0 = 0; h.nc = h.Cc;
+        return h;
+    case P_ATTPROJW: h.reps = L; h.R = C; h.Cc = C; h.r0[0] = 0; h.nr[0] = C; h.c0 = r * Cr; h.nc = Cr; return h;
+    case P_FCW: case P_FCB:
+        h.reps = L; h.R = 4 * C; h.Cc = t == P_FCW ? C : 1; h.r0[0] = r * Fr; h.nr[0] = Fr; h.c0 = 0; h.nc = h.Cc;
+        return h;
+    case P_FCPROJW: h.reps = L; h.R = C; h.Cc = 4 * C; h.r0[0] = 0; h.nr[0] = C; h.c0 = r * Fr; h.nc = Fr; return h;
+    case P_LNFW: case P_LNFB: h.R = 1; h.Cc = C; break;
+    default: h.reps = L; h.R = 1; h.Cc = C; break;   /* per-layer vectors of C, replicated */
+    }
+    h.r0[0] = 0; h.nr[0] = h.R; h.c0 = 0; h.nc = h.Cc;   /* replicated: the whole tensor */
+    return h;
+}
+
+void params_layout(ParamLayout* pl, GPTShape s, int P, int r) {
+    memset(pl, 0, sizeof(*pl));
+    pl->s = s;
+    pl->P = P;
+    pl->r = r;
+    size_t off = 0;
+    for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
+        Shard h = shard_of(pl, t);
+        size_t rows = 0;
+        for (int k = 0; k < h.nblk; k++) rows += (size_t)h.nr[k];
+        pl->full[t] = (size_t)h.reps * h.R * h.Cc;
+        pl->local[t] = (size_t)h.reps * rows * h.nc;
+        pl->offset[t] = off;
+        pl->sharded[t] = pl->local[t] != pl->full[t];
+        off += pl->local[t];
+    }
+    pl->total = off;
+    pl->decayed[P_WTE] = pl->decayed[P_WPE] = pl->decayed[P_QKVW] = 1;
+    pl->decayed[P_ATTPROJW] = pl->decayed[P_FCW] = pl->decayed[P_FCPROJW] = 1;
+}
+
+void params_copy_shard(const ParamLayout* pl, float* full, float* local, int to_local) {
+    size_t foff = 0;
+    for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
+        Shard h = shard_of(pl, t);
+        float* lp = local + pl->offset[t];
+        for (int rep = 0; rep < h.reps; rep++) {
+            float* fp = full + foff + (size_t)rep * h.R * h.Cc;
+            for (int k = 0; k < h.nblk; k++) {
+                for (int i = 0; i < h.nr[k]; i++) {
+                    float* frow = fp + (size_t)(h.r0[k] + i) * h.Cc + h.c0;
+                    if (to_local) memcpy(lp, frow, (size_t)h.nc * sizeof(float));
+                    else memcpy(frow, lp, (size_t)h.nc * sizeof(float));
+                    lp += h.nc;
+                }
+            }
+        }
+        foff += pl->full[t];
+    }
+}
+
+/* splitmix64: a counter-based hash, so value i of tensor t is a pure function
+ * of (seed, t, i): no sequential RNG state, and every TP degree sees the same
+ * full model. */
+static uint64_t mix64(uint64_t z) {
+    z += 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static float normal_at(uint64_t seed, int t, size_t i) {
+    uint64_t a = mix64(seed ^ mix64(((uint64_t)t << 48) ^ (2 * (uint64_t)i)));
+    uint64_t b = mix64(seed ^ mix64(((uint64_t)t << 48) ^ (2 * (uint64_t)i + 1)));
+    double u1 = ((double)(a >> 11) + 1.0) / 9007199254740993.0;   /* (0, 1] */
+    double u2 = (double)(b >> 11) / 9007199254740992.0;           /* [0, 1) */
+    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));  /* Box-Muller */
+}
+
+float* params_init_full(const ParamLayout* pl, unsigned long long seed) {
+    size_t total = 0;
+    for (int t = 0; t < NUM_PARAM_TENSORS; t++) total += pl->full[t];
+    float* full = mallocCheck(total * sizeof(float));
+    const GPTShape* s = &pl->s;
+    float std_resid = 0.02f / sqrtf(2.0f * (float)s->L);
+    size_t off = 0;
+    for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
+        float* p = full + off;
+        size_t n = pl->full[t];
+        int weight = t == P_WTE || t == P_WPE || t == P_QKVW || t == P_ATTPROJW || t == P_FCW || t == P_FCPROJW;
+        int gain = t == P_LN1W || t == P_LN2W || t == P_LNFW;
+        float std = (t == P_ATTPROJW || t == P_FCPROJW) ? std_resid : 0.02f;
+        #pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < n; i++) {
+            p[i] = weight ? std * normal_at(seed, t, i) : (gain ? 1.0f : 0.0f);
+        }
+        if (t == P_WTE) memset(p + (size_t)s->V * s->C, 0, (size_t)(s->Vp - s->V) * s->C * sizeof(float));
+        off += n;
+    }
+    return full;
+}
+
+#define MODEL_MAGIC 20240326
+#define MODEL_VERSION_FP32 3
+
+float* params_load_full(const char* path, const ParamLayout* pl) {
+    FILE* f = fopenCheck(path, "rb");
+    int hdr[256];
+    freadCheck(hdr, sizeof(int), 256, f, path);
+    if (hdr[0] != MODEL_MAGIC) FATAL("%s is not an llm.c model file (magic %d, expected %d)", path, hdr[0], MODEL_MAGIC);
+    if (hdr[1] != MODEL_VERSION_FP32) {
+        FATAL("%s has model-file version %d; only version 3 (fp32) is supported. Re-export it in fp32", path, hdr[1]);
+    }
+    const GPTShape* s = &pl->s;
+    const char* names[5] = {"model.max_seq_len", "model.vocab_size", "model.n_layer", "model.n_head", "model.d_model"};
+    int want[5] = {s->maxT, s->V, s->L, s->NH, s->C};
+    for (int k = 0; k < 5; k++) {
+        if (hdr[2 + k] != want[k]) FATAL("%s does not match the config: %s is %d in the file but %d in the config",
+                                         path, names[k], hdr[2 + k], want[k]);
+    }
+    int fileVp = hdr[7];
+    if (fileVp < s->V) FATAL("%s: padded vocab %d is smaller than vocab %d: corrupt header", path, fileVp, s->V);
+    size_t total = 0;
+    for (int t = 0; t < NUM_PARAM_TENSORS; t++) total += pl->full[t];
+    float* full = callocCheck(total, sizeof(float));
+    /* wte: the real V rows, then skip the file's padding; ours stays zero */
+    freadCheck(full, sizeof(float), (size_t)s->V * s->C, f, path);
+    if (fseek(f, (long)((size_t)(fileVp - s->V) * s->C * sizeof(float)), SEEK_CUR) != 0) FATAL("seek failed in %s", path);
+    freadCheck(full + pl->full[P_WTE], sizeof(float), total - pl->full[P_WTE], f, path);
+    char extra;
+    if (fread(&extra, 1, 1, f) != 0) FATAL("%s is longer than a model of this shape: wrong file or corrupt", path);
+    fcloseCheck(f, path);
+    return full;
+}
+
+void params_save_full(const char* path, const ParamLayout* pl, const float* full) {
+    const GPTShape* s = &pl->s;
+    int hdr[256] = {0};
+    hdr[0] = MODEL_MAGIC;
+    hdr[1] = MODEL_VERSION_FP32;
+    hdr[2] = s->maxT; hdr[3] = s->V; hdr[4] = s->L; hdr[5] = s->NH; hdr[6] = s->C; hdr[7] = s->Vp;
+    size_t total = 0;
+    for (int t = 0; t < NUM_PARAM_TENSORS; t++) total += pl->full[t];
+    char tmp[1100];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    FILE* f = fopenCheck(tmp, "wb");
+    fwriteCheck(hdr, sizeof(int), 256, f, tmp);
+    fwriteCheck(full, sizeof(float), total, f, tmp);
+    fcloseCheck(f, tmp);
+    if (rename(tmp, path) != 0) FATAL("cannot rename %s to %s", tmp, path);
+}

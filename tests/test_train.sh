@@ -1,0 +1,112 @@
+# tests/test_train.sh - end-to-end tests of build/train, sourced by
+# tests/run_tests.sh (which provides `run`, $MPIRUN and $LOGDIR).
+#
+# Each test is a function that returns non-zero on failure; every mpirun is
+# bounded by `timeout` so a hang is a failure, never a stuck CI.
+
+T=build/test-runs
+rm -rf "$T"; mkdir -p "$T"
+TRAIN="timeout 300 $MPIRUN"
+# a small model so that 20 steps at TP=4 on two cores take seconds
+SMALL=(--set model.n_layer=2 --set model.d_model=64 --set model.n_head=4 --set model.max_seq_len=32
+       --set train.batch_size=4 --set train.seq_len=32 --set train.eval_every=0 --set train.sample_every=0)
+
+# same config at TP=1, 2, 4 and DP=2 x TP=2: the same losses for 20 steps
+t_tp_equivalence() {
+    local base=(configs/default.json "${SMALL[@]}" --set train.steps=20 --set compress.method=none)
+    $TRAIN -np 1 build/train "${base[@]}" --set parallel.tp=1 --set log.dir=$T/tp1 || return 1
+    $TRAIN -np 2 build/train "${base[@]}" --set parallel.tp=2 --set log.dir=$T/tp2 || return 1
+    $TRAIN -np 4 build/train "${base[@]}" --set parallel.tp=4 --set log.dir=$T/tp4 || return 1
+    # DP=2 splits each global batch of 2 x 4 rows over two ranks: compare with TP=2 DP=1 at batch 8
+    $TRAIN -np 2 build/train "${base[@]}" --set parallel.tp=2 --set train.batch_size=8 --set log.dir=$T/tp2b8 || return 1
+    $TRAIN -np 4 build/train "${base[@]}" --set parallel.tp=2 --set parallel.dp=2 --set log.dir=$T/tp2dp2 || return 1
+    python3 tests/compare_logs.py $T/tp2/log.jsonl $T/tp1/log.jsonl --rtol 1e-5 || return 1
+    python3 tests/compare_logs.py $T/tp4/log.jsonl $T/tp1/log.jsonl --rtol 1e-5 || return 1
+    python3 tests/compare_logs.py $T/tp2dp2/log.jsonl $T/tp2b8/log.jsonl --rtol 1e-5 || return 1
+    python3 tests/compare_logs.py $T/tp2/log.jsonl $T/tp1/log.jsonl --key grad_norm --rtol 1e-4
+}
+
+# save at step 10, resume, and the losses of steps 11..20 are bit-identical;
+# a model file written by the trainer loads with the same loss
+t_checkpoint_resume() {
+    local base=(configs/default.json "${SMALL[@]}" --set train.steps=20 --set parallel.tp=2 --set compress.method=taco
+                --set compress.group_size=auto --set compress.calib_steps=4 --set compress.scale=delayed)
+    $TRAIN -np 2 build/train "${base[@]}" --set log.dir=$T/full || return 1
+    $TRAIN -np 2 build/train "${base[@]}" --set log.dir=$T/part --set train.steps=20 --set checkpoint.every=10 \
+        --set train.eval_every=0 > /dev/null || return 1
+    ls $T/part/ckpt/done_00000010 $T/part/ckpt/model_00000010.bin || return 1
+    # simulate a crash after step 10: drop the step-20 checkpoint, then resume
+    rm -f $T/part/ckpt/*00000020*
+    $TRAIN -np 2 build/train "${base[@]}" --set log.dir=$T/part --set checkpoint.resume=true | tee $T/resume.out || return 1
+    grep -q "resumed from .* at step 10" $T/resume.out || return 1
+    python3 tests/compare_logs.py $T/part/log.jsonl $T/full/log.jsonl --exact --from-step 11 || return 1
+    # init_from: the step-10 model evaluates to the same val loss as in the run that wrote it
+    local ev=(configs/default.json "${SMALL[@]}" --set parallel.tp=2 --set train.eval_every=1 --set train.eval_batches=2)
+    $TRAIN -np 2 build/train "${ev[@]}" --set train.steps=10 --set train.eval_every=10 --set log.dir=$T/ev_a \
+        --set checkpoint.every=10 || return 1
+    $TRAIN -np 2 build/train "${ev[@]}" --set train.steps=0 --set log.dir=$T/ev_b \
+        --set model.init_from=$T/ev_a/ckpt/model_00000010.bin || return 1
+    python3 - "$T/ev_a/log.jsonl" "$T/ev_b/log.jsonl" <<'PY' || return 1
+import json, sys
+a = [json.loads(l) for l in open(sys.argv[1])]
+b = [json.loads(l) for l in open(sys.argv[2])]
+va = [r["val_loss"] for r in a if r["step"] == 10][0]
+vb = [r["val_loss"] for r in b if r["step"] == 0][0]
+print("val loss of the saved model:", va, "after loading it:", vb)
+sys.exit(0 if va == vb else 1)
+PY
+}
+
+# each class of bad input: one error line naming the key or file, non-zero exit on every rank, no hang
+t_config_errors() {
+    expect_error() {  # expect_error PATTERN ARGS...
+        local pat=$1; shift
+        local out rc
+        out=$(timeout 60 $MPIRUN -np 2 build/train "$@" 2>&1); rc=$?
+        if [ $rc -eq 0 ] || [ $rc -eq 124 ]; then echo "expected failure (rc=$rc): $*"; return 1; fi
+        echo "$out" | grep -q -- "$pat" || { echo "expected '$pat' in: $out"; return 1; }
+        echo "ok: $pat"
+    }
+    local c=configs/default.json
+    expect_error "train.lrr" $c --set train.lrr=1 || return 1
+    expect_error "train.lr" $c --set train.lr=abc || return 1
+    expect_error "train.lr" $c --set train.lr=-1 || return 1
+    expect_error "model.n_head" $c --set model.n_head=3 --set model.d_model=96 || return 1
+    expect_error "tp" $c --set parallel.tp=4 || return 1
+    expect_error "nonexistent.bin" $c --set data.train=datasets/nonexistent.bin || return 1
+    printf '{"train": {"lr": 1e-3,,}}' > $T/bad.json
+    expect_error "bad.json" $T/bad.json || return 1
+    printf 'not a shard at all, just text' > $T/bad_shard.bin
+    expect_error "bad_shard.bin" $c --set data.train=$T/bad_shard.bin || return 1
+    expect_error "compress.method" $c --set compress.method=zip || return 1
+    expect_error "no config" || return 1
+    # a model file of another shape: the error names the field
+    expect_error "model.n_layer" $c --set model.n_layer=3 --set model.init_from=$T/ev_a/ckpt/model_00000010.bin || return 1
+}
+
+# a short run on the default data learns: loss well below ln(256) = 5.55
+t_learns() {
+    $TRAIN -np 2 build/train configs/default.json --set train.steps=150 --set log.dir=$T/learn || return 1
+    python3 - $T/learn/log.jsonl <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+last = [r for r in rows if "val_loss" in r][-1]
+print("final train loss %.4f val loss %.4f" % (rows[-1]["loss"], last["val_loss"]))
+sys.exit(0 if last["val_loss"] < 3.0 and rows[-1]["loss"] < 3.0 else 1)
+PY
+}
+
+# TP=2 with taco for 300 steps stays within 2% of the exact run, moving ~3.9x fewer bytes
+t_taco_vs_none() {
+    local base=(configs/default.json --set train.steps=300 --set train.eval_every=100 --set train.sample_every=0)
+    $TRAIN -np 2 build/train "${base[@]}" --set compress.method=none --set log.dir=$T/none || return 1
+    $TRAIN -np 2 build/train "${base[@]}" --set compress.method=taco --set log.dir=$T/taco || return 1
+    python3 tests/compare_logs.py $T/taco/log.jsonl $T/none/log.jsonl --key val_loss --rtol 0.02 || return 1
+    python3 tests/compare_logs.py $T/none/log.jsonl $T/taco/log.jsonl --ratio comm_bytes 3.7 4.0
+}
+
+run tp_equivalence t_tp_equivalence
+run checkpoint_resume t_checkpoint_resume
+run config_errors t_config_errors
+run learns_default_data t_learns
+run taco_vs_none_300_steps t_taco_vs_none

@@ -1,0 +1,107 @@
+/*
+ * train/config.h - the run configuration: one JSON file plus --set overrides.
+ *
+ * Every setting of a run lives in Config, addressed by its dotted path
+ * ("train.lr", "compress.group_size"). A JSON file sets any subset of them
+ * (the rest keep their defaults), e.g.
+ *     { "model": { "n_layer": 6 }, "train": { "lr": 3e-4 }, "parallel": { "tp": 2 } }
+ * and "--set key=value" overrides any key after the file, so a parameter
+ * sweep needs no copies of a config. Loading is strict: unknown keys or
+ * sections, wrong types, out-of-range values and inconsistent combinations
+ * are errors with one line that names the key (or the file), so a typo never
+ * silently trains the wrong model.
+ *
+ * Types: integers, numbers (float), booleans (JSON true/false; in --set also
+ * 1/0), strings and enums (in --set without quotes), and
+ * compress.group_size, which is "auto" (stored as 0) or a power of two in
+ * 16..256.
+ *
+ * Derived defaults, filled in by config_load when the key was not set:
+ *   train.sample_every = train.eval_every
+ *   checkpoint.dir     = log.dir + "/ckpt" (also when set to "")
+ * data.val may be "" only when train.eval_every is 0 (no validation).
+ */
+#ifndef CONFIG_H
+#define CONFIG_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CFG_PATH 512
+
+typedef struct {
+    struct {
+        int n_layer, n_head, d_model, max_seq_len, vocab_size;
+        char init_from[CFG_PATH]; /* llm.c model file to start from; "" = random init from train.seed */
+    } model;
+    struct {
+        char train[CFG_PATH], val[CFG_PATH]; /* shard path or glob */
+        char tokenizer[CFG_PATH];            /* llm.c tokenizer file for samples; "" = bytes or "<id>" */
+    } data;
+    struct {
+        int batch_size, seq_len, steps;
+        float lr;
+        int warmup_steps;
+        float lr_min_frac, weight_decay, beta1, beta2, eps, grad_clip; /* grad_clip 0 = off */
+        int seed, eval_every, eval_batches, sample_every, sample_len;  /* *_every 0 = never */
+    } train;
+    struct {
+        int tp, dp;
+    } parallel;
+    struct {
+        char method[32]; /* none | fp8_tensor | fp8_group | int8_group | taco */
+        char format_fwd[8], format_bwd[8]; /* e4m3 | e5m2 */
+        int group_size; /* 0 = "auto" (calibrated per site) */
+        int calib_steps;
+        int hadamard, adaptive_scale, dual_scale; /* booleans */
+        char scale[16];    /* "current" | "delayed" */
+        char rounding[16]; /* "nearest" | "stochastic" */
+        int fwd, bwd, embed, lm_head, skip_first_layer, skip_last_layer; /* booleans */
+        int stats_every;
+        int dump_step; /* -1 = never */
+        char dump_sites[256];
+        char dump_dir[CFG_PATH];
+    } compress;
+    struct {
+        char backend[16]; /* "mpi" | "nccl" */
+    } comm;
+    struct {
+        char dir[CFG_PATH];
+        int every;
+    } log;
+    struct {
+        char dir[CFG_PATH];
+        int every; /* 0 = never */
+        int resume; /* boolean */
+    } checkpoint;
+} Config;
+
+/* Fill every field with its default (a small byte-level model on the bible
+ * shards). */
+void config_defaults(Config* c);
+
+/* Defaults, then the JSON file at path (NULL = none), then the nsets
+ * overrides "key=value" in order, then validation. Returns 0, or -1 with ONE
+ * line in err that names the key (dotted path) or the file. Needs no MPI:
+ * every rank can call it and they all reach the same verdict. */
+int config_load(Config* c, const char* path, int nsets, char** sets, char* err, size_t errlen);
+
+/* Checks that need the world or the file system: parallel.tp * parallel.dp ==
+ * world_size, model.n_head % parallel.tp == 0, data.train (and data.val when
+ * used) match at least one file, data.tokenizer and model.init_from readable
+ * when set. Returns 0, or -1 with one line in err. */
+int config_check_world(const Config* c, int world_size, char* err, size_t errlen);
+
+/* The effective config as pretty JSON (loadable again with config_load).
+ * config_to_json returns a malloc'd string; free() it. */
+void config_print(const Config* c, FILE* out);
+char* config_to_json(const Config* c);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CONFIG_H */

@@ -1,0 +1,284 @@
+/*
+ * train/main.c - the trainer: mpirun -np N build/train CONFIG [--set key=value ...]
+ *
+ * One step: every DP rank reads its part of the global batch (the TP ranks
+ * of a group read the same one) -> forward and backward through the sharded
+ * model, with every TP exchange going through comm/ (and compress/ when
+ * enabled) -> DP gradient averaging -> global grad-norm clip -> AdamW -> log.
+ * Validation loss and a generated sample every eval_every steps; atomic
+ * checkpoints every checkpoint.every steps.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "checkpoint.h"
+#include "comm.h"
+#include "config.h"
+#include "gpt.h"
+#include "log.h"
+#include "ops.h"
+#include "schedule.h"
+#include "shard.h"
+#include "tokenizer.h"
+
+/* End the run on every rank after a failure that may be local to some ranks
+ * (a file one rank cannot read, say): the lowest failing rank prints its
+ * message, and every rank exits non-zero. No rank is left waiting. */
+static void agree_or_exit(int failed, const char* msg) {
+    int world, rank, first;
+    MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world));
+    MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+    int mine = failed ? rank : world;
+    MPI_CHECK(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+    if (first == world) return;
+    if (rank == first) {
+        fprintf(stderr, "%s\n", msg);
+        fflush(stderr);
+    }
+    MPI_Finalize();
+    exit(1);
+}
+
+static int local_rank(void) {
+    MPI_Comm node;
+    int r;
+    MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+    MPI_CHECK(MPI_Comm_rank(node, &r));
+    MPI_CHECK(MPI_Comm_free(&node));
+    return r;
+}
+
+static void usage(FILE* out) {
+    fprintf(out,
+            "usage: mpirun -np N build/train CONFIG.json [--set key=value ...]\n"
+            "  CONFIG.json   the run's configuration (see configs/ and the README)\n"
+            "  --set k=v     override any config key, e.g. --set train.lr=3e-4 --set compress.method=taco\n"
+            "  N must equal parallel.tp * parallel.dp\n");
+}
+
+/* mean loss over eval_batches batches of the validation set */
+static float evaluate(GPT* m, Comm* c, DataLoader* val, int batches, int* inputs, int* targets) {
+    c->train_mode = 0;
+    dataloader_reset(val);
+    double sum = 0.0;
+    for (int i = 0; i < batches; i++) {
+        dataloader_next(val, inputs, targets);
+        sum += gpt_forward(m, c, inputs, targets);
+    }
+    c->train_mode = 1;
+    return (float)(comm_sum_double(c->dp_comm, sum / batches) / c->dp_size);
+}
+
+/* sample a token from logits[V] at temperature 1 with a counter-based draw */
+static int sample_token(const float* logits, int V, unsigned long long key) {
+    float mx = logits[0];
+    for (int i = 1; i < V; i++) if (logits[i] > mx) mx = logits[i];
+    double z = 0.0;
+    for (int i = 0; i < V; i++) z += exp((double)logits[i] - mx);
+    key ^= key >> 33; key *= 0xff51afd7ed558ccdULL; key ^= key >> 33; key *= 0xc4ceb9fe1a85ec53ULL; key ^= key >> 33;
+    double u = (double)(key >> 11) / 9007199254740992.0 * z, acc = 0.0;
+    for (int i = 0; i < V; i++) {
+        acc += exp((double)logits[i] - mx);
+        if (u < acc) return i;
+    }
+    return V - 1;
+}
+
+/* Generate cfg sample_len tokens after a prompt from the validation set and
+ * print them on rank 0. Every TP rank draws the same token (same key). */
+static void generate(GPT* m, Comm* c, const Config* cfg, const Tokenizer* tok, const int* prompt_src, int step) {
+    int T = m->T, N = m->B * m->T, V = m->pl.s.V;
+    int P = T < 16 ? T / 2 : 8;                         /* prompt length */
+    int len = cfg->train.sample_len < T - P ? cfg->train.sample_len : T - P;
+    int* ctx = callocCheck((size_t)N, sizeof(int));
+    float* logits = mallocCheck((size_t)V * sizeof(float));
+    memcpy(ctx, prompt_src, (size_t)P * sizeof(int));
+    c->train_mode = 0;
+    for (int i = 0; i < len; i++) {
+        gpt_forward(m, c, ctx, NULL);
+        gpt_logits_row(m, c, P + i - 1, logits);
+        ctx[P + i] = sample_token(logits, V, ((unsigned long long)cfg->train.seed << 32) ^ ((unsigned long long)step << 12) ^ (unsigned)i);
+    }
+    c->train_mode = 1;
+    if (c->world_rank == 0) {
+        printf("---- sample at step %d: [", step);
+        tokenizer_print(tok, ctx, P, stdout);
+        printf("]");
+        tokenizer_print(tok, ctx + P, len, stdout);
+        printf("\n----\n");
+        fflush(stdout);
+    }
+    free(ctx);
+    free(logits);
+}
+
+int main(int argc, char** argv) {
+    MPI_CHECK(MPI_Init(&argc, &argv));
+    int world_rank;
+    MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank));
+    char err[1024] = "";
+
+    /* ---- arguments and config: validated before any work ---- */
+    const char* cfg_path = NULL;
+    char** sets = callocCheck((size_t)argc, sizeof(char*));
+    int nsets = 0, bad = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            if (world_rank == 0) usage(stdout);
+            MPI_Finalize();
+            return 0;
+        } else if (strcmp(argv[i], "--set") == 0 && i + 1 < argc) {
+            sets[nsets++] = argv[++i];
+        } else if (strncmp(argv[i], "--set=", 6) == 0) {
+            sets[nsets++] = argv[i] + 6;
+        } else if (argv[i][0] != '-' && !cfg_path) {
+            cfg_path = argv[i];
+        } else {
+            snprintf(err, sizeof(err), "error: unexpected argument '%s' (try --help)", argv[i]);
+            bad = 1;
+        }
+    }
+    if (!bad && !cfg_path) { snprintf(err, sizeof(err), "error: no config file given (try --help)"); bad = 1; }
+    agree_or_exit(bad, err);
+    Config cfg;
+    int world_size;
+    MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world_size));
+    bad = config_load(&cfg, cfg_path, nsets, sets, err, sizeof(err)) != 0 ||
+          config_check_world(&cfg, world_size, err, sizeof(err)) != 0;
+    agree_or_exit(bad, err);
+    free(sets);
+
+    Comm comm;
+    comm_init(&comm, cfg.parallel.tp, cfg.parallel.dp);
+    comm_setup_sites(&comm, cfg.model.n_layer, &cfg);
+    ops_init(local_rank());
+    int B = cfg.train.batch_size, T = cfg.train.seq_len;
+
+    /* ---- data ---- */
+    DataLoader train_dl, val_dl;
+    bad = dataloader_init(&train_dl, cfg.data.train, B, T, comm.dp_rank, comm.dp_size, cfg.model.vocab_size, err, sizeof(err)) != 0;
+    agree_or_exit(bad, err);
+    int have_val = cfg.data.val[0] != '\0';
+    if (have_val) {
+        bad = dataloader_init(&val_dl, cfg.data.val, B, T, comm.dp_rank, comm.dp_size, cfg.model.vocab_size, err, sizeof(err)) != 0;
+        agree_or_exit(bad, err);
+    }
+    Tokenizer tok;
+    bad = tokenizer_init(&tok, cfg.model.vocab_size, cfg.data.tokenizer[0] ? cfg.data.tokenizer : NULL, err, sizeof(err)) != 0;
+    agree_or_exit(bad, err);
+
+    /* ---- model: one full model from the seed (or a file), then this rank's slice ---- */
+    GPTShape shape = {cfg.model.max_seq_len, cfg.model.vocab_size, params_padded_vocab(cfg.model.vocab_size, comm.tp_size),
+                      cfg.model.n_layer, cfg.model.n_head, cfg.model.d_model};
+    GPT model;
+    gpt_init(&model, shape, comm.tp_size, comm.tp_rank, B, T);
+    float* full = cfg.model.init_from[0] ? params_load_full(cfg.model.init_from, &model.pl)
+                                         : params_init_full(&model.pl, (unsigned long long)cfg.train.seed);
+    gpt_set_params(&model, full);
+    free(full);
+
+    /* ---- resume ---- */
+    char ckpt_dir[1100];
+    snprintf(ckpt_dir, sizeof(ckpt_dir), "%s", cfg.checkpoint.dir[0] ? cfg.checkpoint.dir : cfg.log.dir);
+    if (!cfg.checkpoint.dir[0]) snprintf(ckpt_dir, sizeof(ckpt_dir), "%s/ckpt", cfg.log.dir);
+    int start = 0;
+    if (cfg.checkpoint.resume) {
+        int latest = checkpoint_latest(ckpt_dir);
+        int agreed;
+        MPI_CHECK(MPI_Allreduce(&latest, &agreed, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+        if (agreed >= 0) start = checkpoint_load(ckpt_dir, agreed, &model, &comm, &train_dl);
+        if (world_rank == 0) {
+            if (agreed >= 0) printf("resumed from %s at step %d\n", ckpt_dir, start);
+            else printf("checkpoint.resume: no complete checkpoint in %s, starting from scratch\n", ckpt_dir);
+        }
+    }
+
+    char* cfg_json = config_to_json(&cfg);
+    Logger lg;
+    log_open(&lg, cfg.log.dir, world_rank == 0, start > 0, cfg_json, start);
+    free(cfg_json);
+    if (world_rank == 0) {
+        printf("model: L=%d NH=%d C=%d T=%d V=%d (padded %d), %.2fM params | backend %s | tp=%d dp=%d | compress %s\n",
+               shape.L, shape.NH, shape.C, shape.maxT, shape.V, shape.Vp,
+               (double)(model.pl.total) * comm.tp_size / 1e6, ops_backend_name(), comm.tp_size, comm.dp_size,
+               cfg.compress.method);
+        printf("data: %lld train tokens (%s), batch %d x %d x dp %d | log %s/log.jsonl\n",
+               (long long)dataloader_num_tokens(&train_dl), cfg.data.train, B, T, comm.dp_size, cfg.log.dir);
+        fflush(stdout);
+    }
+
+    size_t N = (size_t)B * T;
+    int* inputs = mallocCheck(N * sizeof(int));
+    int* targets = mallocCheck(N * sizeof(int));
+    if (start == 0 && have_val && cfg.train.eval_every > 0) {
+        /* the loss before any training: ln(V) for a fresh model, or the
+         * quality of an init_from model */
+        float v0 = evaluate(&model, &comm, &val_dl, cfg.train.eval_batches, inputs, targets);
+        log_eval(&lg, 0, cfg.train.steps, v0);
+    }
+    for (int step = start; step < cfg.train.steps; step++) {
+        int done = step + 1;                          /* optimizer steps completed after this one */
+        comm_step_begin(&comm, step);
+        ops_sync();
+        double t0 = MPI_Wtime();
+
+        dataloader_next(&train_dl, inputs, targets);
+        float loss = gpt_forward(&model, &comm, inputs, targets);
+        gpt_zero_grad(&model);
+        gpt_backward(&model, &comm);
+        dp_allreduce_mean(&comm, model.grads, model.pl.total);
+
+        /* global grad norm: shards summed over TP, replicated tensors counted once */
+        double ss = comm_sum_double(comm.tp_comm, gpt_grad_sumsq(&model, comm.tp_rank == 0));
+        float norm = (float)sqrt(ss);
+        float mean_loss = (float)(comm_sum_double(comm.dp_comm, loss) / comm.dp_size);
+        if (!isfinite(mean_loss) || !isfinite(norm)) {
+            if (world_rank == 0) {
+                fprintf(stderr, "error: non-finite %s at step %d (loss %g, grad norm %g). Stopping before the update; "
+                        "no checkpoint was written for this step. Try a lower train.lr or a larger warmup.\n",
+                        isfinite(mean_loss) ? "gradient norm" : "loss", done, mean_loss, norm);
+                for (int i = 0; i < comm.nsites; i++) {
+                    if (comm.sites[i].nonfinite) fprintf(stderr, "  site %s saw %llu non-finite values\n",
+                                                         comm.sites[i].name, (unsigned long long)comm.sites[i].nonfinite);
+                }
+            }
+            MPI_Finalize();
+            return 1;
+        }
+        float scale = (cfg.train.grad_clip > 0 && norm > cfg.train.grad_clip) ? cfg.train.grad_clip / norm : 1.0f;
+        float lr = schedule_lr(step, cfg.train.steps, cfg.train.lr, cfg.train.warmup_steps, cfg.train.lr_min_frac);
+        gpt_update(&model, lr, cfg.train.beta1, cfg.train.beta2, cfg.train.eps, cfg.train.weight_decay, scale, done);
+        ops_sync();
+        double ms = (MPI_Wtime() - t0) * 1e3;
+
+        StepRecord rec = {done, cfg.train.steps, mean_loss, lr, norm, ms, (double)N * comm.dp_size / (ms / 1e3),
+                          comm.step_bytes, comm.step_ms, -1.0f, 0};
+        rec.with_sites = comm.stats_every > 0 && step % comm.stats_every == 0;
+        int last = done == cfg.train.steps;
+        int eval = have_val && cfg.train.eval_every > 0 && (done % cfg.train.eval_every == 0 || last);
+        if (eval) rec.val_loss = evaluate(&model, &comm, &val_dl, cfg.train.eval_batches, inputs, targets);
+        if (done % cfg.log.every == 0 || last || eval) log_step(&lg, &rec, &comm);
+        if (have_val && cfg.train.sample_every > 0 && cfg.train.sample_len > 0 && (done % cfg.train.sample_every == 0 || last)) {
+            dataloader_reset(&val_dl);
+            dataloader_next(&val_dl, inputs, targets);
+            generate(&model, &comm, &cfg, &tok, inputs, done);
+        }
+        if (cfg.checkpoint.every > 0 && (done % cfg.checkpoint.every == 0 || last)) {
+            checkpoint_save(ckpt_dir, done, &model, &comm, &train_dl);
+        }
+    }
+
+    log_close(&lg);
+    free(inputs);
+    free(targets);
+    tokenizer_free(&tok);
+    dataloader_free(&train_dl);
+    if (have_val) dataloader_free(&val_dl);
+    gpt_free(&model);
+    comm_free(&comm);
+    MPI_CHECK(MPI_Finalize());
+    return 0;
+}
