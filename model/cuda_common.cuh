@@ -1,5 +1,5 @@
 /*
- * model/cuda_common.cuh - shared pieces of the CUDA backend (model/*_cuda.cu).
+ * model/cuda_common.cuh - shared pieces of the CUDA backend (the model/..._cuda.cu files).
  *
  * What lives here: the checked-call macros for CUDA (every runtime call and
  * every kernel launch goes through them and ends in check_fatal with what

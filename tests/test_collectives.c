@@ -5,8 +5,11 @@
  * For sizes that divide by nothing convenient, and for each method:
  *   - all-reduce: the exact path ("none") equals the fp64 sum to fp32 rounding
  *     (P-1 additions: rel 1e-6); compressed methods are within their stated
- *     bound of the exact result (the error of two compressions: the partial
- *     sums, then the sum, so 2x the single-compression bound);
+ *     bound b of the exact result. Each rank's contribution x_r is compressed
+ *     with error <= b ||x_r||, so the reduce-scatter's error relative to the
+ *     sum is <= b * sum_r ||x_r|| / ||sum_r x_r|| (the ratio grows when the
+ *     contributions cancel), and the all-gather adds one more compression of
+ *     the sum: <= b * (ratio + 1), plus 5% for the product of the two errors;
  *   - every rank holds bit-identical output (checked by comparing a hash of
  *     the output bytes across ranks);
  *   - reduce-scatter and all-gather separately, against the exact halves;
@@ -66,23 +69,32 @@ static void test_method(CompressMethod m, size_t n) {
     float* x = malloc(n * sizeof(float) + 4);
     double* ref = calloc(n + 1, sizeof(double));
     float* tmp = malloc(n * sizeof(float) + 4);
+    size_t align = coll_align(&p), want = 0, b, cnt, mb, mcnt;
+    coll_chunk(n, P, rank, align, &mb, &mcnt);
+    double sum_norms = 0.0, sum_norms_mine = 0.0;   /* sum_r ||x_r||, whole tensor and my chunk */
     for (int r = 0; r < P; r++) {
         fill(tmp, n, r, (int)n);
-        for (size_t i = 0; i < n; i++) ref[i] += tmp[i];
+        double a = 0.0, am = 0.0;
+        for (size_t i = 0; i < n; i++) { ref[i] += tmp[i]; a += (double)tmp[i] * tmp[i]; }
+        for (size_t i = mb; i < mb + mcnt; i++) am += (double)tmp[i] * tmp[i];
+        sum_norms += sqrt(a);
+        sum_norms_mine += sqrt(am);
     }
+    double nref = 0.0, nref_mine = 0.0;
+    for (size_t i = 0; i < n; i++) nref += ref[i] * ref[i];
+    for (size_t i = mb; i < mb + mcnt; i++) nref_mine += ref[i] * ref[i];
+    double ratio = sum_norms / sqrt(nref), ratio_mine = nref_mine > 0 ? sum_norms_mine / sqrt(nref_mine) : 1.0;
     fill(x, n, rank, (int)n);
 
     /* all-reduce */
     CollStats st = {0};
     coll_allreduce(MPI_COMM_WORLD, &p, &p, x, n, 99, &s, &st);
     double e = rel_err(x, ref, n);
-    double bound = m == CM_NONE ? 1e-6 : 2.0 * compress_error_bound(&p);
+    double bound = m == CM_NONE ? 1e-6 : 1.05 * compress_error_bound(&p) * (ratio + 1.0);
     CHECK(e <= bound, "allreduce %s n=%zu P=%d: rel err %.3g > bound %.3g", compress_method_name(m), n, P, e, bound);
     CHECK(same_on_all_ranks(x, n), "allreduce %s n=%zu P=%d: ranks disagree", compress_method_name(m), n, P);
     /* wire bytes: everything but my own chunk in the all-to-all, plus my
      * compressed sum to P-1 ranks */
-    size_t align = coll_align(&p), want = 0, b, cnt, mb, mcnt;
-    coll_chunk(n, P, rank, align, &mb, &mcnt);
     for (int j = 0; j < P; j++) {
         coll_chunk(n, P, j, align, &b, &cnt);
         if (j != rank) want += compress_bound(&p, cnt);
@@ -98,7 +110,7 @@ static void test_method(CompressMethod m, size_t n) {
     coll_reduce_scatter(MPI_COMM_WORLD, &p, x, n, mine, 7, &s, NULL);
     double er = rel_err(mine, ref + mb, mcnt);
     double b1 = m == CM_NONE ? 1e-6 : compress_error_bound(&p);
-    CHECK(er <= b1, "reduce_scatter %s n=%zu P=%d: rel err %.3g > %.3g", compress_method_name(m), n, P, er, b1);
+    CHECK(er <= (m == CM_NONE ? b1 : b1 * ratio_mine), "reduce_scatter %s n=%zu P=%d: rel err %.3g > %.3g", compress_method_name(m), n, P, er, b1);
 
     /* all-gather alone: every rank contributes its chunk of a known tensor */
     float* full = malloc(n * sizeof(float) + 4);

@@ -363,7 +363,6 @@ static int cfg_apply(Config* c, const CfgKey* k, const cJSON* v, CfgSrc src, cha
 static cJSON* cfg_set_value(const CfgKey* k, const char* s) {
     if (k->type == CFG_INT || k->type == CFG_FLOAT || k->type == CFG_GROUP) {
         char* end = NULL;
-        errno = 0;
         double d = strtod(s, &end);
         if (end != s && *end == '\0' && s[0] != ' ' && s[0] != '\t') return cJSON_CreateNumber(d);
     } else if (k->type == CFG_BOOL) {
