@@ -141,23 +141,52 @@ float* params_init_full(const ParamLayout* pl, unsigned long long seed) {
 #define MODEL_MAGIC 20240326
 #define MODEL_VERSION_FP32 3
 
-float* params_load_full(const char* path, const ParamLayout* pl) {
-    FILE* f = fopenCheck(path, "rb");
+int params_file_check(const char* path, const ParamLayout* pl, char* err, size_t errlen) {
+    FILE* f = fopen(path, "rb");
+    if (!f) { snprintf(err, errlen, "error: model.init_from: cannot open %s", path); return -1; }
     int hdr[256];
-    freadCheck(hdr, sizeof(int), 256, f, path);
-    if (hdr[0] != MODEL_MAGIC) FATAL("%s is not an llm.c model file (magic %d, expected %d)", path, hdr[0], MODEL_MAGIC);
+    size_t got = fread(hdr, sizeof(int), 256, f);
+    long size = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    fclose(f);
+    if (got != 256) { snprintf(err, errlen, "error: %s is too short to be a model file", path); return -1; }
+    if (hdr[0] != MODEL_MAGIC) {
+        snprintf(err, errlen, "error: %s is not an llm.c model file (magic %d, expected %d)", path, hdr[0], MODEL_MAGIC);
+        return -1;
+    }
     if (hdr[1] != MODEL_VERSION_FP32) {
-        FATAL("%s has model-file version %d; only version 3 (fp32) is supported. Re-export it in fp32", path, hdr[1]);
+        snprintf(err, errlen, "error: %s has model-file version %d; only version 3 (fp32) loads. Re-export it in fp32",
+                 path, hdr[1]);
+        return -1;
     }
     const GPTShape* s = &pl->s;
     const char* names[5] = {"model.max_seq_len", "model.vocab_size", "model.n_layer", "model.n_head", "model.d_model"};
     int want[5] = {s->maxT, s->V, s->L, s->NH, s->C};
     for (int k = 0; k < 5; k++) {
-        if (hdr[2 + k] != want[k]) FATAL("%s does not match the config: %s is %d in the file but %d in the config",
-                                         path, names[k], hdr[2 + k], want[k]);
+        if (hdr[2 + k] != want[k]) {
+            snprintf(err, errlen, "error: %s does not match the config: %s is %d in the file but %d in the config",
+                     path, names[k], hdr[2 + k], want[k]);
+            return -1;
+        }
     }
+    size_t total = 0;
+    for (int t = 0; t < NUM_PARAM_TENSORS; t++) total += pl->full[t];
+    size_t expect = 256 * sizeof(int) + (total + (size_t)(hdr[7] - s->Vp) * s->C) * sizeof(float);
+    if (hdr[7] < s->V || size < 0 || (size_t)size != expect) {
+        snprintf(err, errlen, "error: %s is %ld bytes but a model of this shape (padded vocab %d) has %zu: truncated or corrupt",
+                 path, size, hdr[7], expect);
+        return -1;
+    }
+    return 0;
+}
+
+float* params_load_full(const char* path, const ParamLayout* pl) {
+    char err[1024];
+    if (params_file_check(path, pl, err, sizeof(err)) != 0) FATAL("%s", err + 7);   /* skip "error: " */
+    const GPTShape* s = &pl->s;
+    FILE* f = fopenCheck(path, "rb");
+    int hdr[256];
+    freadCheck(hdr, sizeof(int), 256, f, path);
     int fileVp = hdr[7];
-    if (fileVp < s->V) FATAL("%s: padded vocab %d is smaller than vocab %d: corrupt header", path, fileVp, s->V);
     size_t total = 0;
     for (int t = 0; t < NUM_PARAM_TENSORS; t++) total += pl->full[t];
     float* full = callocCheck(total, sizeof(float));
@@ -165,8 +194,6 @@ float* params_load_full(const char* path, const ParamLayout* pl) {
     freadCheck(full, sizeof(float), (size_t)s->V * s->C, f, path);
     if (fseek(f, (long)((size_t)(fileVp - s->V) * s->C * sizeof(float)), SEEK_CUR) != 0) FATAL("seek failed in %s", path);
     freadCheck(full + pl->full[P_WTE], sizeof(float), total - pl->full[P_WTE], f, path);
-    char extra;
-    if (fread(&extra, 1, 1, f) != 0) FATAL("%s is longer than a model of this shape: wrong file or corrupt", path);
     fcloseCheck(f, path);
     return full;
 }

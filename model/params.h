@@ -60,6 +60,9 @@ float* params_init_full(const ParamLayout* pl, unsigned long long seed);
  * against s and names the first field that differs; the file's padded vocab
  * may differ from ours (rows are re-padded). Returns malloc'd full model. */
 float* params_load_full(const char* path, const ParamLayout* pl);
+/* Validates a model file against the shape without loading it: 0 ok, or -1
+ * with one line in err naming the file and the first field that differs. */
+int params_file_check(const char* path, const ParamLayout* pl, char* err, size_t errlen);
 /* Writes the full model atomically (path.tmp, then rename). */
 void params_save_full(const char* path, const ParamLayout* pl, const float* full);
 

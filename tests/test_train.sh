@@ -81,7 +81,7 @@ t_config_errors() {
     expect_error "compress.method" $c --set compress.method=zip || return 1
     expect_error "no config" || return 1
     # a model file of another shape: the error names the field
-    expect_error "model.n_layer" $c --set model.n_layer=3 --set model.init_from=$T/ev_a/ckpt/model_00000010.bin || return 1
+    expect_error "model.n_layer is 2 in the file but 3" $c "${SMALL[@]}" --set model.n_layer=3 --set model.init_from=$T/ev_a/ckpt/model_00000010.bin || return 1
 }
 
 # a short run on the default data learns: loss well below ln(256) = 5.55

@@ -175,6 +175,10 @@ int main(int argc, char** argv) {
                       cfg.model.n_layer, cfg.model.n_head, cfg.model.d_model};
     GPT model;
     gpt_init(&model, shape, comm.tp_size, comm.tp_rank, B, T);
+    if (cfg.model.init_from[0]) {
+        bad = params_file_check(cfg.model.init_from, &model.pl, err, sizeof(err)) != 0;
+        agree_or_exit(bad, err);
+    }
     float* full = cfg.model.init_from[0] ? params_load_full(cfg.model.init_from, &model.pl)
                                          : params_init_full(&model.pl, (unsigned long long)cfg.train.seed);
     gpt_set_params(&model, full);
