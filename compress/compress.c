@@ -237,7 +237,7 @@ size_t compress(const CompressParams* p, const float* x, size_t n, uint64_t stre
     CompressStats s = {0, 0, 0.0f};
     switch (p->method) {
     case CM_NONE:
-        memcpy(out, x, 4 * n);
+        if (n) memcpy(out, x, 4 * n);
         s.amax = amax_finite(x, n, &s.nonfinite);
         break;
     case CM_CAST:

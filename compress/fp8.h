@@ -24,9 +24,11 @@
  *                    bits as a 32-bit fixed-point fraction) and rnd a uniform
  *                    32-bit value, round away from zero iff F + rnd >= 2^32.
  *                    So P(round up) = F / 2^32 = R exactly whenever at most 32
- *                    bits are dropped (always, for values inside the fp8
- *                    range); rnd = 0 always truncates toward zero, and
- *                    rnd = 0xFFFFFFFF rounds up every value with F > 0.
+ *                    bits are dropped, i.e. for |x| >= 2^-18 (E4M3) or 2^-25
+ *                    (E5M2); smaller values are below 2^-9 of the smallest
+ *                    subnormal and F is R truncated to 32 bits. rnd = 0
+ *                    always truncates toward zero, rnd = 0xFFFFFFFF rounds up
+ *                    every value with F > 0; exact values never move.
  * A GPU kernel reproduces both bit for bit with the same integer operations.
  */
 #ifndef FP8_H

@@ -313,7 +313,6 @@ static void test_stochastic(void) {
         }
         float* mf = malloc(n * sizeof(float));
         for (size_t i = 0; i < n; i++) mf[i] = (float)mean[i];
-        fill(y, n, D_GAUSS, 3);
         compress(&p, x, n, 1000, w1, NULL);
         float* one = malloc(n * sizeof(float));
         decompress(&p, w1, n, one);

@@ -1,0 +1,694 @@
+/*
+ * model/attention_kernels.cuh - the device code of the fused causal attention
+ * (see model/attention_cuda.cu for the design and the host launchers).
+ *
+ * Kept apart from the launchers so that tests/attention_emu.cpp can compile
+ * these same kernels on the CPU, with ldmatrix, mma.sync, cp.async and the
+ * warp shuffles emulated lane by lane (define ATT_EMULATE and provide them):
+ * the kernels' indexing, masking and online softmax are then checked against
+ * the fp32 reference without a GPU. Everything below the PTX wrappers is
+ * plain CUDA C++ on those few primitives.
+ *
+ * Needs before inclusion: bf16 (= __nv_bfloat16) and load8() (cuda_common.cuh,
+ * or the emulator's own).
+ */
+#ifndef ATTENTION_KERNELS_CUH
+#define ATTENTION_KERNELS_CUH
+
+#include <stdint.h>
+
+
+#define ATT_THREADS 128 /* 4 warps */
+/* Blocks per SM that __launch_bounds__ asks the register allocator for, at
+ * hs <= 64 (tuning knobs: -DATT_FWD_MINB=4 caps registers at 128, 3 at 168).
+ * The defaults are the highest values that compile without spills. */
+#ifndef ATT_FWD_MINB
+#define ATT_FWD_MINB 3
+#endif
+#ifndef ATT_BWD_MINB
+#define ATT_BWD_MINB 2
+#endif
+#define LOG2E 1.4426950408889634f
+#define LN2 0.6931471805599453f
+
+#ifndef ATT_EMULATE
+/* ---- PTX wrappers ------------------------------------------------------------ */
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+/* 16-byte async copy global -> shared; src_bytes = 0 writes 16 zero bytes
+ * (rows past T), without reading global memory. */
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
+    const int n = valid ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(smem)), "l"(gmem), "r"(n)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+/* Four 8x8 b16 matrices; lanes 8i..8i+7 give the row addresses of matrix i,
+ * register i receives matrix i (lane gets row lane/4, elements 2*(lane%4), +1;
+ * with .trans, the transposed matrix). */
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const bf16* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_u32(p)));
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const bf16* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_u32(p)));
+}
+
+/* d += a @ b, m16n8k16, bf16 inputs, fp32 accumulators */
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* 2^x on the SFU (ex2.approx, ~2 ulp; 2^-inf = 0) */
+__device__ __forceinline__ float fast_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+#endif /* ATT_EMULATE */
+
+/* ---- bf16 packing (plain C++) ---------------------------------------------------- */
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi); /* .x = lo = the lower 16 bits */
+    return *reinterpret_cast<uint32_t*>(&v);
+}
+
+/* element e (0..3, C-fragment order) of n-tile i, from P packed as A fragments */
+__device__ __forceinline__ float packed_get(const uint32_t (&pk)[4], int i, int e) {
+    uint32_t u = pk[(i & 1) * 2 + (e >> 1)];
+    __nv_bfloat162 v = *reinterpret_cast<__nv_bfloat162*>(&u);
+    return (e & 1) ? __high2float(v) : __low2float(v);
+}
+
+/* ---- fragment addressing ---------------------------------------------------------
+ * Shared tiles are row-major [rows][HS + 8] bf16: the 16-byte pad shifts each
+ * row by 4 banks, so the 8 row addresses of one ldmatrix phase hit distinct
+ * banks (no conflicts). */
+
+/* A fragment of the 16x16 block at (r0, c0) of a row-major tile (rows = M, cols = K) */
+template <int STR>
+__device__ __forceinline__ void load_a(uint32_t (&a)[4], const bf16* tile, int r0, int c0, int lane) {
+    ldsm_x4(a, tile + (r0 + (lane & 7) + ((lane >> 3) & 1) * 8) * STR + c0 + (lane >> 4) * 8);
+}
+/* B fragments for two n-tiles (n0..n0+7, n0+8..n0+15) and k = c0..c0+15 from a
+ * tile stored n-major (row = n, col = k; e.g. K[key][d] for S = Q K^T):
+ * b[0],b[1] -> n-tile 0, b[2],b[3] -> n-tile 1. */
+template <int STR>
+__device__ __forceinline__ void load_b_nmajor(uint32_t (&b)[4], const bf16* tile, int n0, int c0, int lane) {
+    ldsm_x4(b, tile + (n0 + (lane & 7) + (lane >> 4) * 8) * STR + c0 + ((lane >> 3) & 1) * 8);
+}
+/* B fragments for two n-tiles (cols n0..n0+15) and k = rows k0..k0+15 from a
+ * tile stored k-major (row = k, col = n; e.g. V[key][d] for O = P V), through
+ * ldmatrix.trans: b[0],b[1] -> n-tile 0, b[2],b[3] -> n-tile 1. */
+template <int STR>
+__device__ __forceinline__ void load_b_kmajor(uint32_t (&b)[4], const bf16* tile, int k0, int n0, int lane) {
+    ldsm_x4_t(b, tile + (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * STR + n0 + (lane >> 4) * 8);
+}
+
+/* Async load of rows [r0, r0+ROWS) x HS columns of a [T, stride] bf16 matrix
+ * into a [ROWS][HS+8] shared tile; rows >= T become zeros. */
+template <int ROWS, int HS>
+__device__ __forceinline__ void load_tile(bf16* dst, const bf16* src, size_t stride, int r0, int T) {
+    constexpr int CPR = HS / 8; /* 16-byte chunks per row */
+    constexpr int STR = HS + 8;
+    constexpr int ITERS = (ROWS * CPR + ATT_THREADS - 1) / ATT_THREADS;
+#pragma unroll
+    for (int it = 0; it < ITERS; it++) {
+        const int i = it * ATT_THREADS + threadIdx.x;
+        if (ROWS * CPR % ATT_THREADS != 0 && i >= ROWS * CPR) break;
+        const int r = i / CPR, c = (i % CPR) * 8;
+        const int t = r0 + r;
+        const bool ok = t < T;
+        cp_async16(dst + r * STR + c, src + (size_t)(ok ? t : 0) * stride + c, ok);
+    }
+}
+
+/* ------------------------------------------------------------------------------ */
+/* forward */
+
+template <int HS>
+struct FwdCfg {
+    static constexpr int BM = 64, BN = 64, STR = HS + 8;
+    static constexpr size_t SMEM = (size_t)(BM + 4 * BN) * STR * sizeof(bf16); /* Q + 2 stages of K, V */
+    static constexpr int MINB = HS <= 64 ? ATT_FWD_MINB : 2; /* blocks per SM the register cap aims at */
+};
+
+template <int HS>
+__global__ void __launch_bounds__(ATT_THREADS, FwdCfg<HS>::MINB)
+attn_fwd_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH, float scale_log2) {
+    using Cfg = FwdCfg<HS>;
+    constexpr int BM = Cfg::BM, BN = Cfg::BN, STR = Cfg::STR;
+    constexpr int KS = HS / 16; /* k-steps over the head dim */
+    constexpr int NT = BN / 8;  /* 8-key n-tiles of S */
+    constexpr int OT = HS / 8;  /* 8-column n-tiles of O */
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    bf16* sQ = reinterpret_cast<bf16*>(smem_raw);
+    bf16* sK = sQ + BM * STR; /* [2][BN][STR] */
+    bf16* sV = sK + 2 * BN * STR;
+
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int h = blockIdx.x, b = blockIdx.y;
+    const int qt = gridDim.z - 1 - blockIdx.z; /* longest rows first */
+    const int q0 = qt * BM;
+    const size_t rs = (size_t)3 * NH * HS; /* qkv row stride */
+    const bf16* qg = qkv + (size_t)b * T * rs + (size_t)h * HS;
+    const bf16* kg = qg + (size_t)NH * HS;
+    const bf16* vg = qg + (size_t)2 * NH * HS;
+    /* key tiles with any key <= the tile's last query */
+    const int nkt = min((T + BN - 1) / BN, (q0 + BM - 1) / BN + 1);
+
+    load_tile<BM, HS>(sQ, qg, rs, q0, T);
+    load_tile<BN, HS>(sK, kg, rs, 0, T);
+    load_tile<BN, HS>(sV, vg, rs, 0, T);
+    cp_async_commit();
+
+    const int g = lane >> 2, t4 = lane & 3;
+    const int qrow0 = q0 + warp * 16 + g; /* this thread's rows: qrow0, qrow0 + 8 */
+    uint32_t qf[KS][4];
+    float o[OT][4];
+#pragma unroll
+    for (int i = 0; i < OT; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    float m_run[2] = {-INFINITY, -INFINITY}; /* running max of s * scale * log2(e) */
+    float l_run[2] = {0.0f, 0.0f};            /* this thread's part of the running sum */
+
+    for (int j = 0; j < nkt; j++) {
+        const int st = j & 1;
+        if (j + 1 < nkt) { /* prefetch the next K, V tile into the other stage */
+            load_tile<BN, HS>(sK + (st ^ 1) * BN * STR, kg, rs, (j + 1) * BN, T);
+            load_tile<BN, HS>(sV + (st ^ 1) * BN * STR, vg, rs, (j + 1) * BN, T);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        if (j == 0) {
+#pragma unroll
+            for (int ks = 0; ks < KS; ks++) load_a<STR>(qf[ks], sQ, warp * 16, ks * 16, lane);
+        }
+        const bf16* cK = sK + st * BN * STR;
+        const bf16* cV = sV + st * BN * STR;
+
+        /* S = Q K^T (16 x BN per warp) */
+        float s[NT][4];
+#pragma unroll
+        for (int i = 0; i < NT; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++) {
+#pragma unroll
+            for (int np = 0; np < NT / 2; np++) {
+                uint32_t kb[4];
+                load_b_nmajor<STR>(kb, cK, np * 16, ks * 16, lane);
+                mma16816(s[2 * np], qf[ks], kb[0], kb[1]);
+                mma16816(s[2 * np + 1], qf[ks], kb[2], kb[3]);
+            }
+        }
+        /* causal + length mask, only on tiles that can need it */
+        const int k0 = j * BN;
+        if (k0 + BN > q0 || k0 + BN > T) {
+#pragma unroll
+            for (int i = 0; i < NT; i++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int key = k0 + i * 8 + 2 * t4 + (e & 1);
+                    const int q = qrow0 + (e >> 1) * 8;
+                    if (key > q || key >= T) s[i][e] = -INFINITY;
+                }
+        }
+        /* online softmax; each row's 4 owners (lanes 4g..4g+3) agree on the max */
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            float mx = -INFINITY;
+#pragma unroll
+            for (int i = 0; i < NT; i++) mx = fmaxf(mx, fmaxf(s[i][2 * r], s[i][2 * r + 1]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float m_new = fmaxf(m_run[r], mx * scale_log2);
+            /* Every processed tile has key k0 <= every query of the block, so
+             * m_new is finite; the guard keeps -inf - -inf (NaN) out regardless. */
+            const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+            const float alpha = fast_exp2(m_run[r] - m_use);
+            m_run[r] = m_new;
+            l_run[r] *= alpha;
+#pragma unroll
+            for (int i = 0; i < OT; i++) {
+                o[i][2 * r] *= alpha;
+                o[i][2 * r + 1] *= alpha;
+            }
+            float rsum = 0.0f;
+#pragma unroll
+            for (int i = 0; i < NT; i++) {
+                const float p0 = fast_exp2(fmaf(s[i][2 * r], scale_log2, -m_use));
+                const float p1 = fast_exp2(fmaf(s[i][2 * r + 1], scale_log2, -m_use));
+                s[i][2 * r] = p0;
+                s[i][2 * r + 1] = p1;
+                rsum += p0 + p1;
+            }
+            l_run[r] += rsum;
+        }
+        /* O += P V: P's C fragments re-packed as A fragments, 16 keys at a time */
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++) {
+            uint32_t pa[4];
+            pa[0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
+            pa[1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
+            pa[2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+            pa[3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+            for (int dp = 0; dp < HS / 16; dp++) {
+                uint32_t vb[4];
+                load_b_kmajor<STR>(vb, cV, kk * 16, dp * 16, lane);
+                mma16816(o[2 * dp], pa, vb[0], vb[1]);
+                mma16816(o[2 * dp + 1], pa, vb[2], vb[3]);
+            }
+        }
+        __syncthreads(); /* this stage is overwritten by the prefetch two tiles on */
+    }
+
+    /* finish: full row sums across the 4 owners, normalise, write */
+    const size_t os = (size_t)NH * HS;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float l = l_run[r];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        const int q = qrow0 + r * 8;
+        if (q < T) {
+            const float inv = 1.0f / l;
+            bf16* orow = out + ((size_t)b * T + q) * os + (size_t)h * HS;
+#pragma unroll
+            for (int i = 0; i < OT; i++) {
+                __nv_bfloat162 v = __floats2bfloat162_rn(o[i][2 * r] * inv, o[i][2 * r + 1] * inv);
+                *reinterpret_cast<__nv_bfloat162*>(orow + i * 8 + 2 * t4) = v;
+            }
+            if (t4 == 0) lse[((size_t)b * NH + h) * T + q] = (m_run[r] + __log2f(l)) * LN2;
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------ */
+/* backward, step 1: D[b,h,t] = sum_d dout[b,t,h,d] * out[b,t,h,d]. G lanes
+ * (HS/8 rounded up to a power of two) share one (b,t,h) row, 8 elements each. */
+template <int HS>
+__global__ void attn_bwd_d_kernel(float* Dbuf, const bf16* dout, const bf16* out, int B, int T, int NH) {
+    constexpr int CPR = HS / 8;
+    constexpr int G = CPR <= 2 ? 2 : CPR <= 4 ? 4 : CPR <= 8 ? 8 : 16;
+    const size_t gid = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / G;
+    const int sub = threadIdx.x % G;
+    const size_t nrows = (size_t)B * T * NH;
+    const bool active = gid < nrows;
+    float acc = 0.0f;
+    size_t b = 0, t = 0, h = 0;
+    if (active) {
+        h = gid % NH; /* gid = (b*T + t)*NH + h: consecutive groups read consecutive memory */
+        const size_t bt = gid / NH;
+        t = bt % T;
+        b = bt / T;
+        if (sub < CPR) {
+            const size_t off = bt * NH * HS + h * HS + sub * 8;
+            float x[8], y[8];
+            load8(x, dout + off);
+            load8(y, out + off);
+#pragma unroll
+            for (int k = 0; k < 8; k++) acc += x[k] * y[k];
+        }
+    }
+#pragma unroll
+    for (int o = G / 2; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    if (active && sub == 0) Dbuf[(b * NH + h) * T + t] = acc;
+}
+
+/* ------------------------------------------------------------------------------ */
+/* backward, step 2: dK, dV. Block = 64 keys (16 per warp), loops over query
+ * tiles of BQ from the diagonal to the end. */
+template <int HS>
+struct DkvCfg {
+    static constexpr int BN = 64, BQ = HS <= 64 ? 64 : 32, STR = HS + 8;
+    static constexpr size_t SMEM = (size_t)(2 * BN + 4 * BQ) * STR * sizeof(bf16) + 4 * BQ * sizeof(float);
+    static constexpr int MINB = HS <= 64 ? ATT_BWD_MINB : 2;
+};
+
+template <int HS>
+__global__ void __launch_bounds__(ATT_THREADS, DkvCfg<HS>::MINB)
+attn_bwd_dkdv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* Dbuf,
+                     int T, int NH, float scale_log2, float scale) {
+    using Cfg = DkvCfg<HS>;
+    constexpr int BN = Cfg::BN, BQ = Cfg::BQ, STR = Cfg::STR;
+    constexpr int KS = HS / 16;
+    constexpr int QT = BQ / 8; /* 8-query n-tiles of S^T */
+    constexpr int OT = HS / 8;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    bf16* sK = reinterpret_cast<bf16*>(smem_raw); /* [BN][STR] */
+    bf16* sV = sK + BN * STR;                     /* [BN][STR] */
+    bf16* sQ = sV + BN * STR;                     /* [2][BQ][STR] */
+    bf16* sO = sQ + 2 * BQ * STR;                 /* dO, [2][BQ][STR] */
+    float* sL = reinterpret_cast<float*>(sO + 2 * BQ * STR); /* lse * log2(e), [2][BQ] */
+    float* sD = sL + 2 * BQ;                                 /* D, [2][BQ] */
+
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int h = blockIdx.x, b = blockIdx.y;
+    const int kt = blockIdx.z; /* key tile 0 has the most queries: first */
+    const int k0 = kt * BN;
+    const size_t rs = (size_t)3 * NH * HS;
+    const size_t os = (size_t)NH * HS;
+    const bf16* qg = qkv + (size_t)b * T * rs + (size_t)h * HS;
+    const bf16* kg = qg + os;
+    const bf16* vg = qg + 2 * os;
+    const bf16* og = dout + (size_t)b * T * os + (size_t)h * HS;
+    const float* lg = lse + ((size_t)b * NH + h) * T;
+    const float* dg = Dbuf + ((size_t)b * NH + h) * T;
+
+    const int qt0 = k0 / BQ; /* first query tile with a query >= k0 */
+    const int nqt = (T + BQ - 1) / BQ;
+
+    /* per-row scalars of a query tile, plain loads into the tile's stage */
+    auto load_rows = [&](int stage, int qt) {
+        for (int i = threadIdx.x; i < BQ; i += ATT_THREADS) {
+            const int q = qt * BQ + i;
+            sL[stage * BQ + i] = q < T ? lg[q] * LOG2E : 0.0f;
+            sD[stage * BQ + i] = q < T ? dg[q] : 0.0f;
+        }
+    };
+
+    load_tile<BN, HS>(sK, kg, rs, k0, T);
+    load_tile<BN, HS>(sV, vg, rs, k0, T);
+    load_tile<BQ, HS>(sQ, qg, rs, qt0 * BQ, T);
+    load_tile<BQ, HS>(sO, og, os, qt0 * BQ, T);
+    cp_async_commit();
+    load_rows(0, qt0);
+
+    const int g = lane >> 2, t4 = lane & 3;
+    const int kr = warp * 16;        /* this warp's key rows in the tile */
+    const int key0 = k0 + kr + g;    /* this thread's keys: key0, key0 + 8 */
+    float dk[OT][4], dv[OT][4];
+#pragma unroll
+    for (int i = 0; i < OT; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dk[i][e] = dv[i][e] = 0.0f;
+
+    for (int qt = qt0; qt < nqt; qt++) {
+        const int st = (qt - qt0) & 1;
+        if (qt + 1 < nqt) {
+            load_tile<BQ, HS>(sQ + (st ^ 1) * BQ * STR, qg, rs, (qt + 1) * BQ, T);
+            load_tile<BQ, HS>(sO + (st ^ 1) * BQ * STR, og, os, (qt + 1) * BQ, T);
+            cp_async_commit();
+            load_rows(st ^ 1, qt + 1);
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        const bf16* cQ = sQ + st * BQ * STR;
+        const bf16* cO = sO + st * BQ * STR;
+        const float* cL = sL + st * BQ;
+        const float* cD = sD + st * BQ;
+        const int q0 = qt * BQ;
+
+        /* S^T = K Q^T (16 keys x BQ queries per warp) */
+        float s[QT][4];
+#pragma unroll
+        for (int i = 0; i < QT; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++) {
+            uint32_t ka[4];
+            load_a<STR>(ka, sK, kr, ks * 16, lane);
+#pragma unroll
+            for (int np = 0; np < QT / 2; np++) {
+                uint32_t qb[4];
+                load_b_nmajor<STR>(qb, cQ, np * 16, ks * 16, lane);
+                mma16816(s[2 * np], ka, qb[0], qb[1]);
+                mma16816(s[2 * np + 1], ka, qb[2], qb[3]);
+            }
+        }
+        /* P^T = exp(s*scale - lse), 0 where the query precedes the key or is past T */
+        const bool need_mask = (q0 < k0 + BN) || (q0 + BQ > T);
+#pragma unroll
+        for (int i = 0; i < QT; i++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int ql = i * 8 + 2 * t4 + (e & 1);
+                float p = fast_exp2(fmaf(s[i][e], scale_log2, -cL[ql]));
+                if (need_mask) {
+                    const int q = q0 + ql, key = key0 + (e >> 1) * 8;
+                    if (q < key || q >= T) p = 0.0f;
+                }
+                s[i][e] = p;
+            }
+        /* P^T as bf16 A fragments (half the registers of fp32): used by dV and dS */
+        uint32_t pp[BQ / 16][4];
+#pragma unroll
+        for (int kk = 0; kk < BQ / 16; kk++) {
+            pp[kk][0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
+            pp[kk][1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
+            pp[kk][2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+            pp[kk][3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+        }
+        /* dV += P^T dO */
+#pragma unroll
+        for (int kk = 0; kk < BQ / 16; kk++) {
+#pragma unroll
+            for (int dp = 0; dp < HS / 16; dp++) {
+                uint32_t ob[4];
+                load_b_kmajor<STR>(ob, cO, kk * 16, dp * 16, lane);
+                mma16816(dv[2 * dp], pp[kk], ob[0], ob[1]);
+                mma16816(dv[2 * dp + 1], pp[kk], ob[2], ob[3]);
+            }
+        }
+        /* dP^T = V dO^T */
+        float dpt[QT][4];
+#pragma unroll
+        for (int i = 0; i < QT; i++) dpt[i][0] = dpt[i][1] = dpt[i][2] = dpt[i][3] = 0.0f;
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++) {
+            uint32_t va[4];
+            load_a<STR>(va, sV, kr, ks * 16, lane);
+#pragma unroll
+            for (int np = 0; np < QT / 2; np++) {
+                uint32_t ob[4];
+                load_b_nmajor<STR>(ob, cO, np * 16, ks * 16, lane);
+                mma16816(dpt[2 * np], va, ob[0], ob[1]);
+                mma16816(dpt[2 * np + 1], va, ob[2], ob[3]);
+            }
+        }
+        /* dS^T = P^T (dP^T - D) (the softmax scale is applied to dK at the end) */
+#pragma unroll
+        for (int i = 0; i < QT; i++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int ql = i * 8 + 2 * t4 + (e & 1);
+                dpt[i][e] = packed_get(pp[i / 2], i, e) * (dpt[i][e] - cD[ql]);
+            }
+        /* dK += dS^T Q */
+#pragma unroll
+        for (int kk = 0; kk < BQ / 16; kk++) {
+            uint32_t da[4];
+            da[0] = pack_bf16(dpt[2 * kk][0], dpt[2 * kk][1]);
+            da[1] = pack_bf16(dpt[2 * kk][2], dpt[2 * kk][3]);
+            da[2] = pack_bf16(dpt[2 * kk + 1][0], dpt[2 * kk + 1][1]);
+            da[3] = pack_bf16(dpt[2 * kk + 1][2], dpt[2 * kk + 1][3]);
+#pragma unroll
+            for (int dp = 0; dp < HS / 16; dp++) {
+                uint32_t qb[4];
+                load_b_kmajor<STR>(qb, cQ, kk * 16, dp * 16, lane);
+                mma16816(dk[2 * dp], da, qb[0], qb[1]);
+                mma16816(dk[2 * dp + 1], da, qb[2], qb[3]);
+            }
+        }
+        __syncthreads();
+    }
+
+    /* write dK * scale and dV for this thread's two keys */
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int key = key0 + r * 8;
+        if (key >= T) continue;
+        bf16* row = dqkv + ((size_t)b * T + key) * rs + (size_t)h * HS;
+#pragma unroll
+        for (int i = 0; i < OT; i++) {
+            const int c = i * 8 + 2 * t4;
+            *reinterpret_cast<__nv_bfloat162*>(row + os + c) =
+                __floats2bfloat162_rn(dk[i][2 * r] * scale, dk[i][2 * r + 1] * scale);
+            *reinterpret_cast<__nv_bfloat162*>(row + 2 * os + c) = __floats2bfloat162_rn(dv[i][2 * r], dv[i][2 * r + 1]);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------ */
+/* backward, step 3: dQ. Block = 64 queries (16 per warp), loops over key
+ * tiles of BN from 0 to the diagonal. */
+template <int HS>
+struct DqCfg {
+    static constexpr int BM = 64, BN = HS <= 64 ? 64 : 32, STR = HS + 8;
+    static constexpr size_t SMEM = (size_t)(2 * BM + 4 * BN) * STR * sizeof(bf16);
+    static constexpr int MINB = HS <= 64 ? ATT_BWD_MINB : 2;
+};
+
+template <int HS>
+__global__ void __launch_bounds__(ATT_THREADS, DqCfg<HS>::MINB)
+attn_bwd_dq_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* Dbuf,
+                   int T, int NH, float scale_log2, float scale) {
+    using Cfg = DqCfg<HS>;
+    constexpr int BM = Cfg::BM, BN = Cfg::BN, STR = Cfg::STR;
+    constexpr int KS = HS / 16;
+    constexpr int NT = BN / 8;
+    constexpr int OT = HS / 8;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    bf16* sQ = reinterpret_cast<bf16*>(smem_raw); /* [BM][STR] */
+    bf16* sO = sQ + BM * STR;                     /* dO [BM][STR] */
+    bf16* sK = sO + BM * STR;                     /* [2][BN][STR] */
+    bf16* sV = sK + 2 * BN * STR;                 /* [2][BN][STR] */
+
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int h = blockIdx.x, b = blockIdx.y;
+    const int qt = gridDim.z - 1 - blockIdx.z;
+    const int q0 = qt * BM;
+    const size_t rs = (size_t)3 * NH * HS;
+    const size_t os = (size_t)NH * HS;
+    const bf16* qg = qkv + (size_t)b * T * rs + (size_t)h * HS;
+    const bf16* kg = qg + os;
+    const bf16* vg = qg + 2 * os;
+    const bf16* og = dout + (size_t)b * T * os + (size_t)h * HS;
+    const int nkt = min((T + BN - 1) / BN, (q0 + BM - 1) / BN + 1);
+
+    load_tile<BM, HS>(sQ, qg, rs, q0, T);
+    load_tile<BM, HS>(sO, og, os, q0, T);
+    load_tile<BN, HS>(sK, kg, rs, 0, T);
+    load_tile<BN, HS>(sV, vg, rs, 0, T);
+    cp_async_commit();
+
+    const int g = lane >> 2, t4 = lane & 3;
+    const int qrow0 = q0 + warp * 16 + g;
+    float lse2[2], Dr[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int q = qrow0 + r * 8;
+        lse2[r] = q < T ? lse[((size_t)b * NH + h) * T + q] * LOG2E : 0.0f;
+        Dr[r] = q < T ? Dbuf[((size_t)b * NH + h) * T + q] : 0.0f;
+    }
+    uint32_t qf[KS][4], of[KS][4];
+    float dq[OT][4];
+#pragma unroll
+    for (int i = 0; i < OT; i++) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.0f;
+
+    for (int j = 0; j < nkt; j++) {
+        const int st = j & 1;
+        if (j + 1 < nkt) {
+            load_tile<BN, HS>(sK + (st ^ 1) * BN * STR, kg, rs, (j + 1) * BN, T);
+            load_tile<BN, HS>(sV + (st ^ 1) * BN * STR, vg, rs, (j + 1) * BN, T);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        if (j == 0) {
+#pragma unroll
+            for (int ks = 0; ks < KS; ks++) {
+                load_a<STR>(qf[ks], sQ, warp * 16, ks * 16, lane);
+                load_a<STR>(of[ks], sO, warp * 16, ks * 16, lane);
+            }
+        }
+        const bf16* cK = sK + st * BN * STR;
+        const bf16* cV = sV + st * BN * STR;
+        const int k0 = j * BN;
+
+        /* S = Q K^T (16 queries x BN keys per warp) */
+        float s[NT][4];
+#pragma unroll
+        for (int i = 0; i < NT; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++) {
+#pragma unroll
+            for (int np = 0; np < NT / 2; np++) {
+                uint32_t kb[4];
+                load_b_nmajor<STR>(kb, cK, np * 16, ks * 16, lane);
+                mma16816(s[2 * np], qf[ks], kb[0], kb[1]);
+                mma16816(s[2 * np + 1], qf[ks], kb[2], kb[3]);
+            }
+        }
+        /* P = exp(s*scale - lse), masked, kept as packed bf16 (fewer registers) */
+        const bool need_mask = (k0 + BN > q0) || (k0 + BN > T);
+#pragma unroll
+        for (int i = 0; i < NT; i++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int r = e >> 1;
+                float p = fast_exp2(fmaf(s[i][e], scale_log2, -lse2[r]));
+                if (need_mask) {
+                    const int key = k0 + i * 8 + 2 * t4 + (e & 1), q = qrow0 + r * 8;
+                    if (key > q || key >= T) p = 0.0f;
+                }
+                s[i][e] = p;
+            }
+        uint32_t pp[NT / 2][4];
+#pragma unroll
+        for (int kk = 0; kk < NT / 2; kk++) {
+            pp[kk][0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
+            pp[kk][1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
+            pp[kk][2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+            pp[kk][3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+        }
+        /* dP = dO V^T, then dS = P (dP - D) in place */
+        float dp[NT][4];
+#pragma unroll
+        for (int i = 0; i < NT; i++) dp[i][0] = dp[i][1] = dp[i][2] = dp[i][3] = 0.0f;
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++) {
+#pragma unroll
+            for (int np = 0; np < NT / 2; np++) {
+                uint32_t vb[4];
+                load_b_nmajor<STR>(vb, cV, np * 16, ks * 16, lane);
+                mma16816(dp[2 * np], of[ks], vb[0], vb[1]);
+                mma16816(dp[2 * np + 1], of[ks], vb[2], vb[3]);
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < NT; i++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) dp[i][e] = packed_get(pp[i / 2], i, e) * (dp[i][e] - Dr[e >> 1]);
+        /* dQ += dS K */
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++) {
+            uint32_t da[4];
+            da[0] = pack_bf16(dp[2 * kk][0], dp[2 * kk][1]);
+            da[1] = pack_bf16(dp[2 * kk][2], dp[2 * kk][3]);
+            da[2] = pack_bf16(dp[2 * kk + 1][0], dp[2 * kk + 1][1]);
+            da[3] = pack_bf16(dp[2 * kk + 1][2], dp[2 * kk + 1][3]);
+#pragma unroll
+            for (int d = 0; d < HS / 16; d++) {
+                uint32_t kb[4];
+                load_b_kmajor<STR>(kb, cK, kk * 16, d * 16, lane);
+                mma16816(dq[2 * d], da, kb[0], kb[1]);
+                mma16816(dq[2 * d + 1], da, kb[2], kb[3]);
+            }
+        }
+        __syncthreads();
+    }
+
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int q = qrow0 + r * 8;
+        if (q >= T) continue;
+        bf16* row = dqkv + ((size_t)b * T + q) * rs + (size_t)h * HS;
+#pragma unroll
+        for (int i = 0; i < OT; i++)
+            *reinterpret_cast<__nv_bfloat162*>(row + i * 8 + 2 * t4) =
+                __floats2bfloat162_rn(dq[i][2 * r] * scale, dq[i][2 * r + 1] * scale);
+    }
+}
+
+#endif /* ATTENTION_KERNELS_CUH */

@@ -1,0 +1,747 @@
+/*
+ * tests/test_ops_gpu.cu - every op of the CUDA backend against the fp32 CPU
+ * reference (model/ops_cpu.c linked in as cpu_F, see tests/ops_ref.h), on
+ * the same random inputs.
+ *
+ * Method (the library's device/METHOD.md):
+ *   - inputs are random fp32 rounded to bf16 first, so both backends see
+ *     exactly the same values; the CPU then computes in fp32 throughout;
+ *   - error = ||gpu - cpu|| / ||cpu|| over the whole output, against a
+ *     tolerance justified by bf16 below; NaN never passes;
+ *   - outputs that an op overwrites are poisoned with NaN before the GPU run,
+ *     so an element the kernel failed to write shows up as NaN (reported as
+ *     "unwritten");
+ *   - outputs that an op accumulates into start from random values and the
+ *     op runs twice; the error is measured on the increment (after - before),
+ *     which is what the op computed;
+ *   - determinism: ops with cross-row reductions run twice from identical
+ *     state and must give bit-identical results;
+ *   - shapes: GPT-2-like (C = 768) and awkward ones (N not a multiple of any
+ *     tile, C not a multiple of 8 -> scalar paths, vocab slices with padding).
+ *
+ * Tolerances. bf16 keeps 8 significant bits: rounding a value costs a
+ * relative error of at most 2^-9 = 1.95e-3, about 1.1e-3 rms over many
+ * values. So:
+ *   TOL_EW   4e-3  element-wise ops with a bf16 output (one rounding of an
+ *                  fp32 result that both sides compute alike);
+ *   TOL_RED  1e-2  bf16 outputs of long fp32 reductions (matmul, layernorm,
+ *                  attention output): the rounding plus summation-order
+ *                  differences, with margin;
+ *   TOL_ATTB 2e-2  attention input gradients: P and dS are rounded to bf16
+ *                  before their tensor-core products (as in FlashAttention),
+ *                  a few such roundings compound;
+ *   TOL_F32  1e-4  fp32 outputs computed from identical bf16 inputs in fp32
+ *                  (gradients of weights, statistics): only summation order
+ *                  differs (~1e-6 relative), generous margin;
+ *   TOL_EXACT 0    pure data movement or sums in the reference's exact order.
+ *
+ * Prints one table row per check; exits 1 if any check fails.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <vector>
+
+#include "check.h"
+#include "ops.h"
+#include "ops_ref.h"
+
+#define TOL_EXACT 0.0
+#define TOL_EW 4e-3
+#define TOL_RED 1e-2
+#define TOL_ATTB 2e-2
+#define TOL_F32 1e-4
+
+typedef std::vector<float> vecf;
+
+/* ---- results table -------------------------------------------------------------- */
+static int g_fail = 0, g_checks = 0;
+
+static void report(const char* op, const char* what, double err, double tol, const char* note) {
+    bool ok = !(err != err) && err <= tol; /* NaN fails */
+    g_checks++;
+    if (!ok) g_fail++;
+    printf("%-22s %-40s %11.3e %9.1e  %-4s %s\n", op, what, err, tol, ok ? "PASS" : "FAIL", note ? note : "");
+    fflush(stdout);
+}
+
+/* ---- random numbers, bf16 on the host ------------------------------------------ */
+static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
+static uint64_t rng_u64() {
+    uint64_t z = (g_rng += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static float rng_unif() { return (float)((rng_u64() >> 40) * (1.0 / 16777216.0)); } /* [0,1) */
+static float rng_normal() {
+    float u1 = rng_unif(), u2 = rng_unif();
+    if (u1 < 1e-7f) u1 = 1e-7f;
+    return sqrtf(-2.0f * logf(u1)) * cosf(6.2831853f * u2);
+}
+static int rng_int(int n) { return (int)(rng_u64() % (uint64_t)n); }
+
+static uint16_t f2bf(float f) { /* round to nearest even, NaN kept quiet */
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+static float bf2f(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static float round_bf(float f) { return bf2f(f2bf(f)); }
+
+/* random values of scale s, already bf16-representable */
+static vecf randn_bf(size_t n, float s = 1.0f) {
+    vecf v(n);
+    for (size_t i = 0; i < n; i++) v[i] = round_bf(s * rng_normal());
+    return v;
+}
+static vecf randn_f32(size_t n, float s = 1.0f) {
+    vecf v(n);
+    for (size_t i = 0; i < n; i++) v[i] = s * rng_normal();
+    return v;
+}
+
+/* ---- device buffers ---------------------------------------------------------------- */
+static floatX* dev_bf(const vecf& h) {
+    std::vector<uint16_t> b(h.size());
+    for (size_t i = 0; i < h.size(); i++) b[i] = f2bf(h[i]);
+    floatX* d = (floatX*)ops_malloc(b.size() * 2);
+    ops_from_host(d, b.data(), b.size() * 2);
+    return d;
+}
+static float* dev_f32(const vecf& h) {
+    float* d = (float*)ops_malloc(h.size() * 4);
+    ops_from_host(d, h.data(), h.size() * 4);
+    return d;
+}
+static int* dev_int(const std::vector<int>& h) {
+    int* d = (int*)ops_malloc(h.size() * 4);
+    ops_from_host(d, h.data(), h.size() * 4);
+    return d;
+}
+static vecf get_bf(const floatX* d, size_t n) {
+    std::vector<uint16_t> b(n);
+    ops_to_host(b.data(), d, n * 2);
+    vecf h(n);
+    for (size_t i = 0; i < n; i++) h[i] = bf2f(b[i]);
+    return h;
+}
+static vecf get_f32(const float* d, size_t n) {
+    vecf h(n);
+    ops_to_host(h.data(), d, n * 4);
+    return h;
+}
+static std::vector<uint8_t> get_bytes(const void* d, size_t bytes) {
+    std::vector<uint8_t> h(bytes);
+    ops_to_host(h.data(), d, bytes);
+    return h;
+}
+static void poison_bf(floatX* d, size_t n) {
+    std::vector<uint16_t> b(n, 0x7FC0); /* bf16 quiet NaN */
+    ops_from_host(d, b.data(), n * 2);
+}
+static void poison_f32(float* d, size_t n) {
+    vecf b(n, nanf(""));
+    ops_from_host(d, b.data(), n * 4);
+}
+
+/* ---- comparisons -------------------------------------------------------------------- */
+static size_t count_nan(const vecf& g) {
+    size_t k = 0;
+    for (float x : g) k += (x != x);
+    return k;
+}
+
+/* ||g - c|| / ||c|| (or the plain norm of g - c if c is zero) */
+static double rel_err(const vecf& g, const vecf& c) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < c.size(); i++) {
+        double d = (double)g[i] - c[i];
+        num += d * d;
+        den += (double)c[i] * c[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+static void check(const char* op, const char* what, const vecf& gpu, const vecf& cpu, double tol) {
+    size_t nn = count_nan(gpu);
+    if (nn) {
+        char note[96];
+        snprintf(note, sizeof note, "%zu of %zu elements unwritten/NaN", nn, gpu.size());
+        report(op, what, NAN, tol, note);
+        return;
+    }
+    report(op, what, rel_err(gpu, cpu), tol, nullptr);
+}
+
+/* increment check for accumulating outputs: (gpu - init) vs (cpu - init) */
+static void check_inc(const char* op, const char* what, const vecf& gpu, const vecf& cpu, const vecf& init, double tol) {
+    vecf dg(gpu.size()), dc(cpu.size());
+    for (size_t i = 0; i < gpu.size(); i++) {
+        dg[i] = gpu[i] - init[i];
+        dc[i] = cpu[i] - init[i];
+    }
+    check(op, what, dg, dc, tol);
+}
+
+static void check_bits(const char* op, const char* what, const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
+    size_t diff = 0;
+    for (size_t i = 0; i < a.size(); i++) diff += a[i] != b[i];
+    char note[64];
+    snprintf(note, sizeof note, "%zu of %zu bytes differ", diff, a.size());
+    report(op, what, diff ? 1.0 : 0.0, TOL_EXACT, diff ? note : "bit-identical");
+}
+
+/* ======================================================================================= */
+
+static void test_memory() {
+    const size_t n = (1 << 20) + 3;
+    float* d = (float*)ops_malloc(n * 4);
+    vecf h = get_f32(d, n);
+    size_t nz = 0;
+    for (float x : h) nz += (x != 0.0f);
+    report("ops_malloc", "zero-filled (1M+3 floats)", (double)nz, TOL_EXACT, nz ? "non-zero bytes" : nullptr);
+
+    vecf src = randn_f32(n);
+    float* a = dev_f32(src);
+    ops_copy(d, a, n * 4);
+    check("ops_copy", "device to device, 1M+3 floats", get_f32(d, n), src, TOL_EXACT);
+    ops_zero(d, n * 4);
+    h = get_f32(d, n);
+    nz = 0;
+    for (float x : h) nz += (x != 0.0f);
+    report("ops_zero", "1M+3 floats", (double)nz, TOL_EXACT, nullptr);
+
+    /* f32 -> bf16: round to nearest even, bit-exact with the host rounding,
+     * including ties, subnormals, infinities; aligned and unaligned */
+    vecf v = randn_f32(10007, 3.0f);
+    v[0] = 1.0f + 1.0f / 256.0f;             /* a tie: rounds to even (1.0) */
+    v[1] = 1.0f + 3.0f / 256.0f;             /* a tie: rounds up */
+    v[2] = 1e-40f;                           /* subnormal */
+    v[3] = INFINITY;
+    v[4] = -INFINITY;
+    v[5] = 3.3895314e38f;                    /* near max: rounds to inf */
+    float* dv = dev_f32(v);
+    for (int off = 0; off < 2; off++) {
+        size_t m = v.size() - off;
+        floatX* x = (floatX*)ops_malloc(v.size() * 2);
+        poison_bf(x, v.size());
+        ops_f32_to_X(x + off, dv + off, m);
+        std::vector<uint8_t> got = get_bytes(x + off, m * 2);
+        std::vector<uint16_t> want(m);
+        for (size_t i = 0; i < m; i++) want[i] = f2bf(v[i + off]);
+        std::vector<uint8_t> wb(m * 2);
+        memcpy(wb.data(), want.data(), m * 2);
+        check_bits("ops_f32_to_X", off ? "RNE, unaligned (scalar path)" : "RNE vs host, ties/subnormal/inf", got, wb);
+        /* and back: bf16 -> f32 is exact */
+        float* back = (float*)ops_malloc(v.size() * 4);
+        poison_f32(back, v.size());
+        ops_X_to_f32(back + off, x + off, m);
+        vecf b = get_f32(back + off, m);
+        vecf w(m);
+        for (size_t i = 0; i < m; i++) w[i] = bf2f(want[i]);
+        size_t bad = 0;
+        for (size_t i = 0; i < m; i++) bad += memcmp(&b[i], &w[i], 4) != 0;
+        report("ops_X_to_f32", off ? "exact, unaligned" : "exact", (double)bad, TOL_EXACT, bad ? "mismatching values" : nullptr);
+        ops_free(x);
+        ops_free(back);
+    }
+    ops_free(dv);
+    ops_free(a);
+    ops_free(d);
+}
+
+static void test_encoder(int N, int C, int Vr, int v0, int idrange) {
+    char what[96];
+    std::vector<int> tok(N);
+    for (int n = 0; n < N; n++) tok[n] = rng_int(idrange); /* some outside [v0, v0+Vr) */
+    vecf wte = randn_bf((size_t)Vr * C);
+    int* dtok = dev_int(tok);
+    floatX* dwte = dev_bf(wte);
+    /* forward: a copy, so exact */
+    vecf cout((size_t)N * C);
+    cpu_encoder_forward(cout.data(), tok.data(), wte.data(), N, C, v0, Vr);
+    floatX* dout = (floatX*)ops_malloc((size_t)N * C * 2);
+    poison_bf(dout, (size_t)N * C);
+    encoder_forward(dout, dtok, dwte, N, C, v0, Vr);
+    snprintf(what, sizeof what, "N=%d C=%d Vr=%d v0=%d", N, C, Vr, v0);
+    check("encoder_forward", what, get_bf(dout, (size_t)N * C), cout, TOL_EXACT);
+
+    /* backward: accumulate twice; the GPU adds in the reference's order, so
+     * even the fp32 sums are exact */
+    vecf g = randn_bf((size_t)N * C);
+    floatX* dg = dev_bf(g);
+    vecf init = randn_f32((size_t)Vr * C);
+    vecf cdw = init;
+    cpu_encoder_backward(cdw.data(), g.data(), tok.data(), N, C, v0, Vr);
+    cpu_encoder_backward(cdw.data(), g.data(), tok.data(), N, C, v0, Vr);
+    float* ddw = dev_f32(init);
+    encoder_backward(ddw, dg, dtok, N, C, v0, Vr);
+    encoder_backward(ddw, dg, dtok, N, C, v0, Vr);
+    check_inc("encoder_backward", what, get_f32(ddw, (size_t)Vr * C), cdw, init, TOL_EXACT);
+    /* determinism from the same state */
+    float* ddw2 = dev_f32(init);
+    encoder_backward(ddw2, dg, dtok, N, C, v0, Vr);
+    encoder_backward(ddw2, dg, dtok, N, C, v0, Vr);
+    check_bits("encoder_backward", "determinism: two runs", get_bytes(ddw, (size_t)Vr * C * 4),
+               get_bytes(ddw2, (size_t)Vr * C * 4));
+    ops_free(ddw2);
+    ops_free(ddw);
+    ops_free(dg);
+    ops_free(dout);
+    ops_free(dwte);
+    ops_free(dtok);
+}
+
+static void test_position(int B, int T, int C) {
+    char what[96];
+    snprintf(what, sizeof what, "B=%d T=%d C=%d", B, T, C);
+    size_t n = (size_t)B * T * C;
+    vecf x = randn_bf(n), wpe = randn_bf((size_t)T * C);
+    vecf cx = x;
+    cpu_position_forward(cx.data(), wpe.data(), B, T, C);
+    floatX* dx = dev_bf(x);
+    floatX* dw = dev_bf(wpe);
+    position_forward(dx, dw, B, T, C);
+    check("position_forward", what, get_bf(dx, n), cx, TOL_EW);
+
+    vecf g = randn_bf(n);
+    floatX* dg = dev_bf(g);
+    vecf init = randn_f32((size_t)T * C);
+    vecf cdw = init;
+    cpu_position_backward(cdw.data(), g.data(), B, T, C);
+    cpu_position_backward(cdw.data(), g.data(), B, T, C);
+    float* ddw = dev_f32(init);
+    position_backward(ddw, dg, B, T, C);
+    position_backward(ddw, dg, B, T, C);
+    check_inc("position_backward", what, get_f32(ddw, (size_t)T * C), cdw, init, TOL_EXACT);
+    ops_free(ddw);
+    ops_free(dg);
+    ops_free(dw);
+    ops_free(dx);
+}
+
+static void test_layernorm(int N, int C) {
+    char what[96];
+    snprintf(what, sizeof what, "N=%d C=%d", N, C);
+    size_t n = (size_t)N * C;
+    /* rows with an offset and a spread, as residual streams have */
+    vecf x(n);
+    for (int r = 0; r < N; r++) {
+        float mu = 2.0f * rng_normal(), sd = 0.5f + rng_unif() * 3.0f;
+        for (int c = 0; c < C; c++) x[(size_t)r * C + c] = round_bf(mu + sd * rng_normal());
+    }
+    vecf w = randn_bf(C), b = randn_bf(C, 0.5f);
+    for (int c = 0; c < C; c++) w[c] = round_bf(1.0f + 0.2f * w[c]);
+    vecf cout(n), cmean(N), crstd(N);
+    cpu_layernorm_forward(cout.data(), cmean.data(), crstd.data(), x.data(), w.data(), b.data(), N, C);
+    floatX *dx = dev_bf(x), *dw = dev_bf(w), *db = dev_bf(b);
+    floatX* dout = (floatX*)ops_malloc(n * 2);
+    float* dmean = (float*)ops_malloc(N * 4);
+    float* drstd = (float*)ops_malloc(N * 4);
+    poison_bf(dout, n);
+    poison_f32(dmean, N);
+    poison_f32(drstd, N);
+    layernorm_forward(dout, dmean, drstd, dx, dw, db, N, C);
+    check("layernorm_forward", what, get_bf(dout, n), cout, TOL_EW);
+    check("layernorm_forward", "  mean", get_f32(dmean, N), cmean, TOL_F32);
+    check("layernorm_forward", "  rstd", get_f32(drstd, N), crstd, TOL_F32);
+
+    /* backward: both sides from the reference's mean/rstd; dinp accumulates */
+    vecf g = randn_bf(n);
+    vecf dinit = randn_bf(n);
+    vecf dwinit = randn_f32(C), dbinit = randn_f32(C);
+    vecf cdinp = dinit, cdw = dwinit, cdb = dbinit;
+    cpu_layernorm_backward(cdinp.data(), cdw.data(), cdb.data(), g.data(), x.data(), w.data(), cmean.data(),
+                           crstd.data(), N, C);
+    cpu_layernorm_backward(cdinp.data(), cdw.data(), cdb.data(), g.data(), x.data(), w.data(), cmean.data(),
+                           crstd.data(), N, C);
+    floatX* dg = dev_bf(g);
+    ops_from_host(dmean, cmean.data(), N * 4);
+    ops_from_host(drstd, crstd.data(), N * 4);
+    floatX* ddinp = dev_bf(dinit);
+    float *ddw = dev_f32(dwinit), *ddb = dev_f32(dbinit);
+    layernorm_backward(ddinp, ddw, ddb, dg, dx, dw, dmean, drstd, N, C);
+    layernorm_backward(ddinp, ddw, ddb, dg, dx, dw, dmean, drstd, N, C);
+    /* dinp: two bf16 roundings of a running sum, measured on the increment */
+    check_inc("layernorm_backward", "  dinp (accumulated x2)", get_bf(ddinp, n), cdinp, dinit, TOL_RED);
+    check_inc("layernorm_backward", "  dw (accumulated x2)", get_f32(ddw, C), cdw, dwinit, TOL_F32);
+    check_inc("layernorm_backward", "  db (accumulated x2)", get_f32(ddb, C), cdb, dbinit, TOL_F32);
+    /* determinism */
+    floatX* ddinp2 = dev_bf(dinit);
+    float *ddw2 = dev_f32(dwinit), *ddb2 = dev_f32(dbinit);
+    layernorm_backward(ddinp2, ddw2, ddb2, dg, dx, dw, dmean, drstd, N, C);
+    layernorm_backward(ddinp2, ddw2, ddb2, dg, dx, dw, dmean, drstd, N, C);
+    check_bits("layernorm_backward", "determinism: dw", get_bytes(ddw, C * 4), get_bytes(ddw2, C * 4));
+    check_bits("layernorm_backward", "determinism: dinp", get_bytes(ddinp, n * 2), get_bytes(ddinp2, n * 2));
+    ops_free(ddinp2);
+    ops_free(ddw2);
+    ops_free(ddb2);
+    ops_free(ddinp);
+    ops_free(ddw);
+    ops_free(ddb);
+    ops_free(dg);
+    ops_free(dmean);
+    ops_free(drstd);
+    ops_free(dout);
+    ops_free(dx);
+    ops_free(dw);
+    ops_free(db);
+}
+
+static void test_matmul(int N, int IC, int OC, bool with_bias) {
+    char what[96];
+    snprintf(what, sizeof what, "N=%d IC=%d OC=%d%s", N, IC, OC, with_bias ? " +bias" : "");
+    /* weights ~ 1/sqrt(IC) so outputs are O(1), like a trained layer */
+    vecf inp = randn_bf((size_t)N * IC), w = randn_bf((size_t)OC * IC, 1.0f / sqrtf((float)IC));
+    vecf bias = randn_bf(OC);
+    vecf cout((size_t)N * OC);
+    cpu_matmul_forward(cout.data(), inp.data(), w.data(), with_bias ? bias.data() : nullptr, N, IC, OC);
+    floatX *di = dev_bf(inp), *dw = dev_bf(w), *db = dev_bf(bias);
+    floatX* dout = (floatX*)ops_malloc((size_t)N * OC * 2);
+    poison_bf(dout, (size_t)N * OC);
+    matmul_forward(dout, di, dw, with_bias ? db : nullptr, N, IC, OC);
+    check("matmul_forward", what, get_bf(dout, (size_t)N * OC), cout, TOL_RED);
+
+    /* backward: dinp overwritten; dw, dbias accumulate (run twice) */
+    vecf g = randn_bf((size_t)N * OC);
+    vecf dwinit = randn_f32((size_t)OC * IC, 0.1f), dbinit = randn_f32(OC, 0.1f);
+    vecf cdinp((size_t)N * IC), cdw = dwinit, cdb = dbinit;
+    cpu_matmul_backward(cdinp.data(), cdw.data(), cdb.data(), g.data(), inp.data(), w.data(), N, IC, OC);
+    cpu_matmul_backward(cdinp.data(), cdw.data(), cdb.data(), g.data(), inp.data(), w.data(), N, IC, OC);
+    floatX* dg = dev_bf(g);
+    floatX* ddinp = (floatX*)ops_malloc((size_t)N * IC * 2);
+    float *ddw = dev_f32(dwinit), *ddb = dev_f32(dbinit);
+    matmul_backward(ddinp, ddw, ddb, dg, di, dw, N, IC, OC);
+    poison_bf(ddinp, (size_t)N * IC); /* the second call must overwrite all of it */
+    matmul_backward(ddinp, ddw, ddb, dg, di, dw, N, IC, OC);
+    check("matmul_backward", "  dinp (overwritten)", get_bf(ddinp, (size_t)N * IC), cdinp, TOL_RED);
+    check_inc("matmul_backward", "  dw (fp32, accumulated x2)", get_f32(ddw, (size_t)OC * IC), cdw, dwinit, TOL_F32);
+    check_inc("matmul_backward", "  dbias (accumulated x2)", get_f32(ddb, OC), cdb, dbinit, TOL_F32);
+    /* NULL dinp and dbias are skipped; dw still accumulates */
+    float* ddw2 = dev_f32(dwinit);
+    matmul_backward(nullptr, ddw2, nullptr, dg, di, dw, N, IC, OC);
+    matmul_backward(nullptr, ddw2, nullptr, dg, di, dw, N, IC, OC);
+    check_bits("matmul_backward", "determinism: dw, and NULL dinp/dbias", get_bytes(ddw, (size_t)OC * IC * 4),
+               get_bytes(ddw2, (size_t)OC * IC * 4));
+    ops_free(ddw2);
+    ops_free(ddinp);
+    ops_free(ddw);
+    ops_free(ddb);
+    ops_free(dg);
+    ops_free(dout);
+    ops_free(di);
+    ops_free(dw);
+    ops_free(db);
+}
+
+static void test_bias_residual_gelu(int N, int C, size_t n) {
+    char what[96];
+    snprintf(what, sizeof what, "N=%d C=%d", N, C);
+    vecf x = randn_bf((size_t)N * C), bias = randn_bf(C);
+    vecf cx = x;
+    cpu_bias_forward(cx.data(), bias.data(), N, C);
+    floatX *dx = dev_bf(x), *db = dev_bf(bias);
+    bias_forward(dx, db, N, C);
+    check("bias_forward", what, get_bf(dx, (size_t)N * C), cx, TOL_EW);
+
+    vecf init = randn_f32(C);
+    vecf cdb = init;
+    cpu_bias_backward(cdb.data(), x.data(), N, C);
+    cpu_bias_backward(cdb.data(), x.data(), N, C);
+    floatX* dxx = dev_bf(x);
+    float* ddb = dev_f32(init);
+    bias_backward(ddb, dxx, N, C);
+    bias_backward(ddb, dxx, N, C);
+    check_inc("bias_backward", what, get_f32(ddb, C), cdb, init, TOL_F32);
+    ops_free(ddb);
+    ops_free(dxx);
+    ops_free(dx);
+    ops_free(db);
+
+    /* flat element-wise ops, n odd (a tail), aligned and unaligned (scalar path) */
+    snprintf(what, sizeof what, "n=%zu", n);
+    vecf a = randn_bf(n + 1), b = randn_bf(n + 1, 2.0f), g = randn_bf(n + 1);
+    floatX *da = dev_bf(a), *dbb = dev_bf(b), *dg = dev_bf(g);
+    floatX* dout = (floatX*)ops_malloc((n + 1) * 2);
+    for (int off = 0; off < 2; off++) {
+        const char* tag = off ? " (unaligned)" : "";
+        char w2[128];
+        vecf ca(a.begin() + off, a.begin() + off + n), cb(b.begin() + off, b.begin() + off + n),
+            cg(g.begin() + off, g.begin() + off + n), cr(n);
+        cpu_residual_forward(cr.data(), ca.data(), cb.data(), n);
+        poison_bf(dout, n + 1);
+        residual_forward(dout + off, da + off, dbb + off, n);
+        snprintf(w2, sizeof w2, "%s%s", what, tag);
+        check("residual_forward", w2, get_bf(dout + off, n), cr, TOL_EW);
+        cpu_gelu_forward(cr.data(), cb.data(), n);
+        poison_bf(dout, n + 1);
+        gelu_forward(dout + off, dbb + off, n);
+        check("gelu_forward", w2, get_bf(dout + off, n), cr, TOL_EW);
+        cpu_gelu_backward(cr.data(), cb.data(), cg.data(), n);
+        poison_bf(dout, n + 1);
+        gelu_backward(dout + off, dbb + off, dg + off, n);
+        check("gelu_backward", w2, get_bf(dout + off, n), cr, TOL_EW);
+    }
+    /* in place: out aliases a */
+    {
+        vecf cr(n);
+        vecf ca(a.begin(), a.begin() + n), cb(b.begin(), b.begin() + n);
+        cpu_residual_forward(cr.data(), ca.data(), cb.data(), n);
+        residual_forward(da, da, dbb, n);
+        check("residual_forward", "in place (out == a)", get_bf(da, n), cr, TOL_EW);
+    }
+    ops_free(dout);
+    ops_free(da);
+    ops_free(dbb);
+    ops_free(dg);
+}
+
+static void test_attention(int B, int T, int NH, int hs) {
+    char what[96];
+    snprintf(what, sizeof what, "B=%d T=%d NH=%d hs=%d", B, T, NH, hs);
+    const size_t nqkv = (size_t)B * T * 3 * NH * hs, nout = (size_t)B * T * NH * hs, nlse = (size_t)B * NH * T;
+    vecf qkv = randn_bf(nqkv);
+    vecf cout(nout), clse(nlse);
+    cpu_attention_forward(cout.data(), clse.data(), qkv.data(), B, T, NH, hs);
+    floatX* dqkv_in = dev_bf(qkv);
+    floatX* dout = (floatX*)ops_malloc(nout * 2);
+    float* dlse = (float*)ops_malloc(nlse * 4);
+    poison_bf(dout, nout);
+    poison_f32(dlse, nlse);
+    attention_forward(dout, dlse, dqkv_in, B, T, NH, hs);
+    vecf gout = get_bf(dout, nout), glse = get_f32(dlse, nlse);
+    check("attention_forward", what, gout, cout, TOL_RED);
+    check("attention_forward", "  lse", glse, clse, TOL_F32 * 10); /* ex2.approx: ~2 ulp per term */
+
+    /* backward: each side from its own forward (out, lse) */
+    vecf g = randn_bf(nout);
+    vecf cdqkv(nqkv);
+    cpu_attention_backward(cdqkv.data(), g.data(), qkv.data(), cout.data(), clse.data(), B, T, NH, hs);
+    floatX* dg = dev_bf(g);
+    floatX* ddqkv = (floatX*)ops_malloc(nqkv * 2);
+    poison_bf(ddqkv, nqkv);
+    attention_backward(ddqkv, dg, dqkv_in, dout, dlse, B, T, NH, hs);
+    vecf gd = get_bf(ddqkv, nqkv);
+    check("attention_backward", "  dqkv", gd, cdqkv, TOL_ATTB);
+    /* the three parts separately: a wrong dq hides less in a sum */
+    for (int part = 0; part < 3; part++) {
+        vecf gp, cp;
+        for (size_t r = 0; r < (size_t)B * T; r++)
+            for (int i = 0; i < NH * hs; i++) {
+                size_t k = r * 3 * NH * hs + (size_t)part * NH * hs + i;
+                gp.push_back(gd[k]);
+                cp.push_back(cdqkv[k]);
+            }
+        static const char* names[3] = {"  dq", "  dk", "  dv"};
+        check("attention_backward", names[part], gp, cp, TOL_ATTB);
+    }
+    /* determinism: forward and backward again from the same inputs */
+    floatX* dout2 = (floatX*)ops_malloc(nout * 2);
+    float* dlse2 = (float*)ops_malloc(nlse * 4);
+    floatX* ddqkv2 = (floatX*)ops_malloc(nqkv * 2);
+    attention_forward(dout2, dlse2, dqkv_in, B, T, NH, hs);
+    attention_backward(ddqkv2, dg, dqkv_in, dout2, dlse2, B, T, NH, hs);
+    check_bits("attention_forward", "determinism: out", get_bytes(dout, nout * 2), get_bytes(dout2, nout * 2));
+    check_bits("attention_backward", "determinism: dqkv", get_bytes(ddqkv, nqkv * 2), get_bytes(ddqkv2, nqkv * 2));
+    ops_free(dout2);
+    ops_free(dlse2);
+    ops_free(ddqkv2);
+    ops_free(ddqkv);
+    ops_free(dg);
+    ops_free(dout);
+    ops_free(dlse);
+    ops_free(dqkv_in);
+}
+
+/* The vocab-parallel protocol on one GPU: the P slices of the padded vocab
+ * run the three calls, and the host does the all-reduces (MAX, then SUM) in
+ * between. The reference runs the whole vocab as one slice. */
+static void test_crossentropy(int N, int V, int Vp, int P) {
+    char what[96];
+    snprintf(what, sizeof what, "N=%d V=%d Vp=%d slices=%d", N, V, Vp, P);
+    const int Vr = Vp / P;
+    vecf logits = randn_bf((size_t)N * Vp, 2.0f);
+    std::vector<int> tgt(N);
+    for (int n = 0; n < N; n++) tgt[n] = rng_int(V);
+    tgt[0] = V - 1; /* the last real id, next to the padding */
+    const float dloss = 1.0f / N;
+    vecf cmx(N), cstats(2 * N), closs(N), cdl = logits;
+    cpu_crossentropy_max(cmx.data(), cdl.data(), N, Vp, 0, V);
+    cpu_crossentropy_stats(cstats.data(), cdl.data(), cmx.data(), tgt.data(), N, Vp, 0, V);
+    cpu_crossentropy_backward(cdl.data(), closs.data(), cmx.data(), cstats.data(), tgt.data(), N, Vp, 0, V, dloss);
+
+    int* dtgt = dev_int(tgt);
+    std::vector<floatX*> dl(P);
+    std::vector<float*> dmx(P), dst(P);
+    vecf mx(N, -INFINITY), stats(2 * N, 0.0f);
+    for (int p = 0; p < P; p++) {
+        vecf slice((size_t)N * Vr);
+        for (int n = 0; n < N; n++)
+            memcpy(&slice[(size_t)n * Vr], &logits[(size_t)n * Vp + (size_t)p * Vr], Vr * 4);
+        dl[p] = dev_bf(slice);
+        dmx[p] = (float*)ops_malloc(N * 4);
+        dst[p] = (float*)ops_malloc(2 * N * 4);
+        poison_f32(dmx[p], N);
+        crossentropy_max(dmx[p], dl[p], N, Vr, p * Vr, V);
+        vecf m = get_f32(dmx[p], N);
+        for (int n = 0; n < N; n++) mx[n] = fmaxf(mx[n], m[n]); /* the MAX all-reduce */
+    }
+    check("crossentropy_max", what, mx, cmx, TOL_EXACT);
+    for (int p = 0; p < P; p++) {
+        ops_from_host(dmx[p], mx.data(), N * 4);
+        poison_f32(dst[p], 2 * N);
+        crossentropy_stats(dst[p], dl[p], dmx[p], dtgt, N, Vr, p * Vr, V);
+        vecf s = get_f32(dst[p], 2 * N);
+        for (int i = 0; i < 2 * N; i++) stats[i] += s[i]; /* the SUM all-reduce */
+    }
+    vecf sums(N), csums(N), tl(N), ctl(N);
+    for (int n = 0; n < N; n++) {
+        sums[n] = stats[2 * n];
+        csums[n] = cstats[2 * n];
+        tl[n] = stats[2 * n + 1];
+        ctl[n] = cstats[2 * n + 1];
+    }
+    check("crossentropy_stats", "  sum of exp", sums, csums, TOL_F32);
+    check("crossentropy_stats", "  target logit", tl, ctl, TOL_EXACT);
+    vecf gdl((size_t)N * Vp), gloss;
+    for (int p = 0; p < P; p++) {
+        ops_from_host(dst[p], stats.data(), 2 * N * 4);
+        float* dloss_d = (float*)ops_malloc(N * 4);
+        poison_f32(dloss_d, N);
+        crossentropy_backward(dl[p], dloss_d, dmx[p], dst[p], dtgt, N, Vr, p * Vr, V, dloss);
+        vecf s = get_bf(dl[p], (size_t)N * Vr);
+        for (int n = 0; n < N; n++)
+            memcpy(&gdl[(size_t)n * Vp + (size_t)p * Vr], &s[(size_t)n * Vr], Vr * 4);
+        vecf l = get_f32(dloss_d, N);
+        if (p == 0) gloss = l;
+        else check("crossentropy_backward", "  losses agree across slices", l, gloss, TOL_EXACT);
+        ops_free(dloss_d);
+    }
+    check("crossentropy_backward", "  losses", gloss, closs, TOL_F32);
+    check("crossentropy_backward", "  dlogits (padding must be 0)", gdl, cdl, TOL_EW);
+    size_t padbad = 0;
+    for (int n = 0; n < N; n++)
+        for (int j = V; j < Vp; j++) padbad += gdl[(size_t)n * Vp + j] != 0.0f;
+    report("crossentropy_backward", "  padding columns exactly 0", (double)padbad, TOL_EXACT, nullptr);
+    for (int p = 0; p < P; p++) {
+        ops_free(dl[p]);
+        ops_free(dmx[p]);
+        ops_free(dst[p]);
+    }
+    ops_free(dtgt);
+}
+
+static void test_adamw(size_t n) {
+    char what[96];
+    snprintf(what, sizeof what, "n=%zu, 3 steps", n);
+    vecf master = randn_f32(n, 0.05f), grad = randn_f32(n, 0.01f);
+    vecf m(n, 0.0f), v(n, 0.0f);
+    vecf cmaster = master, cparam(n), cm = m, cv = v;
+    float* dmaster = dev_f32(master);
+    floatX* dparam = (floatX*)ops_malloc(n * 2);
+    float *dgrad = dev_f32(grad), *dm = dev_f32(m), *dv = dev_f32(v);
+    for (int t = 1; t <= 3; t++) {
+        cpu_adamw_update(cmaster.data(), cparam.data(), grad.data(), cm.data(), cv.data(), n, 6e-4f, 0.9f, 0.95f,
+                         1e-8f, 0.1f, 0.5f, t);
+        poison_bf(dparam, n);
+        adamw_update(dmaster, dparam, dgrad, dm, dv, n, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, t);
+    }
+    vecf gmaster = get_f32(dmaster, n);
+    /* compare the parameter change, which is what the update computed */
+    check_inc("adamw_update", what, gmaster, cmaster, master, TOL_F32);
+    check("adamw_update", "  m", get_f32(dm, n), cm, TOL_F32);
+    check("adamw_update", "  v", get_f32(dv, n), cv, TOL_F32);
+    /* param = bf16(master), round to nearest even, bit-exact */
+    vecf gp = get_bf(dparam, n);
+    size_t bad = count_nan(gp);
+    for (size_t i = 0; i < n; i++) bad += gp[i] == gp[i] && gp[i] != round_bf(gmaster[i]);
+    report("adamw_update", "  param == RNE(master), all written", (double)bad, TOL_EXACT, nullptr);
+    ops_free(dmaster);
+    ops_free(dparam);
+    ops_free(dgrad);
+    ops_free(dm);
+    ops_free(dv);
+}
+
+static void test_norms(size_t n) {
+    vecf x = randn_f32(n);
+    float* dx = dev_f32(x);
+    double g = ops_sumsq(dx, n), c = cpu_ops_sumsq(x.data(), n);
+    report("ops_sumsq", "n=1M+7 (double accumulation)", fabs(g - c) / c, 1e-9, nullptr);
+    g = ops_sum(dx, n);
+    c = cpu_ops_sum(x.data(), n);
+    double scale = sqrt(cpu_ops_sumsq(x.data(), n)); /* the sum can be near 0: scale by the norm */
+    report("ops_sum", "n=1M+7 (relative to ||x||)", fabs(g - c) / scale, 1e-9, nullptr);
+    double g2 = ops_sumsq(dx, n);
+    report("ops_sumsq", "determinism: two runs", g2 == ops_sumsq(dx, n) ? 0.0 : 1.0, TOL_EXACT, nullptr);
+    int f1 = ops_all_finite(dx, n);
+    float bad = INFINITY;
+    ops_from_host(dx + n / 2, &bad, 4);
+    int f2 = ops_all_finite(dx, n);
+    bad = nanf("");
+    ops_from_host(dx + n / 2, &bad, 4);
+    int f3 = ops_all_finite(dx, n);
+    report("ops_all_finite", "finite / one inf / one NaN", (f1 == 1 && f2 == 0 && f3 == 0) ? 0.0 : 1.0, TOL_EXACT,
+           nullptr);
+    ops_free(dx);
+}
+
+int main(int argc, char** argv) {
+    (void)argc;
+    (void)argv;
+    ops_init(0);
+    printf("test_ops_gpu: %s vs %s\n\n", ops_backend_name(), cpu_ops_backend_name());
+    printf("%-22s %-40s %11s %9s  %s\n", "op", "case", "rel err", "tol", "result");
+    printf("%.*s\n", 96, "-----------------------------------------------------------------------------------------------------");
+
+    test_memory();
+
+    test_encoder(37, 768, 100, 50, 200);   /* GPT-2 width, ids in and out of the slice */
+    test_encoder(256, 40, 16, 0, 20);      /* many repeats, C % 8 == 0 small */
+    test_encoder(33, 36, 50, 10, 70);      /* C % 8 != 0: scalar path */
+
+    test_position(3, 17, 768);
+    test_position(2, 5, 36);
+
+    test_layernorm(37, 768);
+    test_layernorm(64, 1600);              /* GPT-2 XL width, 7 chunks per lane */
+    test_layernorm(19, 36);                /* scalar path */
+
+    test_matmul(37, 768, 2304, true);      /* qkv-like, N not a multiple of any tile */
+    test_matmul(256, 768, 768, false);
+    test_matmul(64, 3072, 768, true);      /* fc-proj-like */
+    test_matmul(40, 200, 72, true);        /* small, awkward multiples of 8 */
+
+    test_bias_residual_gelu(37, 2304, 37 * 768 + 5);
+    test_bias_residual_gelu(5, 36, 101);
+
+    test_attention(2, 1, 3, 64);
+    test_attention(2, 17, 3, 64);
+    test_attention(2, 64, 3, 64);
+    test_attention(2, 256, 3, 64);
+    test_attention(1, 100, 2, 32);
+    test_attention(1, 100, 2, 128);
+    test_attention(1, 77, 2, 48);
+    test_attention(1, 130, 1, 16);
+
+    test_crossentropy(37, 1000, 1024, 1);  /* padding in the one slice */
+    test_crossentropy(37, 1000, 1024, 2);  /* two slices, padding in the second */
+    test_crossentropy(19, 997, 1002, 2);   /* Vr = 501: scalar path */
+
+    test_adamw(10001);
+    test_norms((1u << 20) + 7);
+
+    printf("\n%d checks, %d failed\n", g_checks, g_fail);
+    return g_fail ? 1 : 0;
+}
