@@ -16,8 +16,9 @@ CC      = mpicc
 NVCC   ?= /usr/local/cuda/bin/nvcc
 CUDA_HOME ?= /usr/local/cuda
 BUILD   = build
+ARCH   ?= -march=native
 INCS    = -Icommon -Imodel -Icomm -Icompress -Idata -Itrain
-CFLAGS  = -std=c11 -O2 -fopenmp -Wall -Wextra -ffp-contract=off -D_GNU_SOURCE -MMD -MP $(INCS)
+CFLAGS  = -std=c11 -O3 $(ARCH) -fopenmp -Wall -Wextra -ffp-contract=off -D_GNU_SOURCE -MMD -MP $(INCS)
 LDLIBS  = -lcjson -lm
 ifneq ($(CJSON_PREFIX),)
 CFLAGS  += -I$(CJSON_PREFIX)/include
@@ -33,6 +34,7 @@ CORE_SRC = common/check.c $(COMPRESS_SRC) comm/comm.c comm/collectives.c comm/si
 CPU_OBJ  = $(patsubst %.c,$(BUILD)/cpu/%.o,$(CORE_SRC) model/ops_cpu.c)
 TOOL_OBJ = $(patsubst %.c,$(BUILD)/cpu/%.o,common/check.c $(COMPRESS_SRC))
 
+.SECONDARY:
 .PHONY: all gpu data test test-gpu bench-gpu deps clean check-cuda
 all: $(BUILD)/train $(BUILD)/prepro $(BUILD)/compress
 
@@ -52,7 +54,7 @@ $(BUILD)/compress: $(BUILD)/cpu/tools/compress_cli.o $(TOOL_OBJ)
 # ---- default dataset: the King James Bible, byte-level ----
 DATA = datasets/bible
 data: $(DATA)/bible_train.bin
-$(DATA)/bible_train.bin: $(BUILD)/prepro
+$(DATA)/bible_train.bin: | $(BUILD)/prepro
 	@command -v bible >/dev/null || { echo "installing bible-kjv (apt-get)"; apt-get install -y -qq bible-kjv >/dev/null; }
 	@mkdir -p $(DATA)
 	bible -f Gen1:1-Rev22:21 > $(DATA)/bible.txt

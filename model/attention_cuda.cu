@@ -39,7 +39,11 @@
  * hs: any multiple of 16 from 16 to 128 (template instantiations). For
  * hs > 64 the backward narrows its inner tile to 32 to stay inside 255
  * registers without spills.
- */#include <math.h>
+ *
+ * The kernels are in model/attention_kernels.cuh (shared with the CPU
+ * emulation test tests/attention_emu.cpp); this file holds the launchers.
+ */
+#include <math.h>
 
 #include "cuda_common.cuh"
 #include "attention_kernels.cuh"

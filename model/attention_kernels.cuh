@@ -16,6 +16,7 @@
 #define ATTENTION_KERNELS_CUH
 
 #include <stdint.h>
+#include <string.h>
 
 
 #define ATT_THREADS 128 /* 4 warps */
@@ -84,14 +85,18 @@ __device__ __forceinline__ float fast_exp2(float x) {
 
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi); /* .x = lo = the lower 16 bits */
-    return *reinterpret_cast<uint32_t*>(&v);
+    uint32_t u;
+    memcpy(&u, &v, 4); /* a bit cast; compiles to nothing */
+    return u;
 }
 
 /* element e (0..3, C-fragment order) of n-tile i, from P packed as A fragments */
 __device__ __forceinline__ float packed_get(const uint32_t (&pk)[4], int i, int e) {
-    uint32_t u = pk[(i & 1) * 2 + (e >> 1)];
-    __nv_bfloat162 v = *reinterpret_cast<__nv_bfloat162*>(&u);
-    return (e & 1) ? __high2float(v) : __low2float(v);
+    const uint32_t u = pk[(i & 1) * 2 + (e >> 1)];
+    const uint32_t bits = (e & 1) ? (u & 0xffff0000u) : (u << 16); /* bf16 -> fp32 is a shift */
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
 }
 
 /* ---- fragment addressing ---------------------------------------------------------

@@ -58,6 +58,12 @@ void log_step(Logger* lg, const StepRecord* r, const Comm* c) {
     fputs(line, lg->f);
     fflush(lg->f);
     free(line);
+    if (lg->nloss == lg->cap) {
+        lg->cap = lg->cap ? 2 * lg->cap : 256;
+        lg->loss = realloc(lg->loss, (size_t)lg->cap * sizeof(float));
+        if (!lg->loss) FATAL("out of memory keeping the loss curve");
+    }
+    lg->loss[lg->nloss++] = r->loss;
 
     double elapsed = MPI_Wtime() - lg->t_start;
     int done = r->step - lg->first_step;
@@ -78,7 +84,40 @@ void log_eval(Logger* lg, int step, int steps, float val_loss) {
     fflush(stdout);
 }
 
+void log_print_curve(const Logger* lg) {
+    enum { W = 60, H = 10 };
+    if (!lg->f || lg->nloss < 2) return;
+    /* each column is the mean loss of its share of the steps */
+    float col[W], lo = 1e30f, hi = -1e30f;
+    int ncol = lg->nloss < W ? lg->nloss : W;
+    for (int c = 0; c < ncol; c++) {
+        int a = c * lg->nloss / ncol, b = (c + 1) * lg->nloss / ncol;
+        double sum = 0.0;
+        for (int i = a; i < b; i++) sum += lg->loss[i];
+        col[c] = (float)(sum / (b - a));
+        if (col[c] < lo) lo = col[c];
+        if (col[c] > hi) hi = col[c];
+    }
+    if (hi - lo < 1e-6f) hi = lo + 1e-6f;
+    printf("train loss, steps %d..%d:\n", lg->first_step + 1, lg->first_step + lg->nloss);
+    for (int row = 0; row < H; row++) {
+        float level = hi - (hi - lo) * (float)row / (H - 1);
+        printf("%8.3f |", level);
+        for (int c = 0; c < ncol; c++) {
+            int r = (int)((hi - col[c]) / (hi - lo) * (H - 1) + 0.5f);
+            putchar(r == row ? '*' : ' ');
+        }
+        putchar('\n');
+    }
+    printf("         +");
+    for (int c = 0; c < ncol; c++) putchar('-');
+    printf("\n");
+    fflush(stdout);
+}
+
 void log_close(Logger* lg) {
     if (lg->f) fcloseCheck(lg->f, "log.jsonl");
     lg->f = NULL;
+    free(lg->loss);
+    lg->loss = NULL;
 }

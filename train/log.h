@@ -23,6 +23,8 @@ typedef struct {
     FILE* f;               /* NULL on ranks other than 0 */
     double t_start;
     int first_step;
+    float* loss;           /* train loss per logged step, for the final curve */
+    int nloss, cap;
 } Logger;
 
 /* Creates log.dir, truncates log.jsonl unless appending (resume), writes
@@ -31,6 +33,8 @@ void log_open(Logger* lg, const char* dir, int is_rank0, int append, const char*
 void log_step(Logger* lg, const StepRecord* r, const Comm* c);
 /* a line with only a validation loss (the evaluation before step 1) */
 void log_eval(Logger* lg, int step, int steps, float val_loss);
+/* prints the train-loss curve of this run as a text chart (rank 0) */
+void log_print_curve(const Logger* lg);
 void log_close(Logger* lg);
 
 #endif /* LOG_H */

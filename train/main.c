@@ -275,6 +275,7 @@ int main(int argc, char** argv) {
         }
     }
 
+    log_print_curve(&lg);
     log_close(&lg);
     free(inputs);
     free(targets);
