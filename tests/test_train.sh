@@ -84,6 +84,20 @@ t_config_errors() {
     expect_error "model.n_layer is 2 in the file but 3" $c "${SMALL[@]}" --set model.n_layer=3 --set model.init_from=$T/ev_a/ckpt/model_00000010.bin || return 1
 }
 
+# a diverging run stops on every rank, names the step, and leaves no checkpoint of that step
+t_nonfinite() {
+    local out rc
+    out=$(timeout 120 $MPIRUN -np 2 build/train configs/default.json "${SMALL[@]}" --set train.lr=1e30 \
+          --set train.warmup_steps=0 --set train.steps=10 --set log.dir=$T/nan --set checkpoint.every=1 2>&1); rc=$?
+    echo "$out" | grep -v "^step"
+    [ $rc -ne 0 ] && [ $rc -ne 124 ] || { echo "expected a non-zero exit, got $rc"; return 1; }
+    local step
+    step=$(echo "$out" | sed -n 's/.*non-finite [a-z ]* at step \([0-9]*\).*/\1/p' | head -1)
+    [ -n "$step" ] || { echo "no 'non-finite ... at step N' message"; return 1; }
+    [ ! -e "$T/nan/ckpt/done_$(printf %08d "$step")" ] || { echo "a checkpoint of the failed step $step exists"; return 1; }
+    echo "stopped at step $step, no checkpoint for it"
+}
+
 # a short run on the default data learns: loss well below ln(256) = 5.55
 t_learns() {
     $TRAIN -np 2 build/train configs/default.json --set train.steps=150 --set log.dir=$T/learn || return 1
@@ -108,5 +122,6 @@ t_taco_vs_none() {
 run tp_equivalence t_tp_equivalence
 run checkpoint_resume t_checkpoint_resume
 run config_errors t_config_errors
+run nonfinite_stops t_nonfinite
 run learns_default_data t_learns
 run taco_vs_none_300_steps t_taco_vs_none

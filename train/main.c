@@ -244,10 +244,14 @@ int main(int argc, char** argv) {
                 fprintf(stderr, "error: non-finite %s at step %d (loss %g, grad norm %g). Stopping before the update; "
                         "no checkpoint was written for this step. Try a lower train.lr or a larger warmup.\n",
                         isfinite(mean_loss) ? "gradient norm" : "loss", done, mean_loss, norm);
+                int shown = 0, more = 0;   /* the first sites to see NaN/inf point at where it started */
                 for (int i = 0; i < comm.nsites; i++) {
-                    if (comm.sites[i].nonfinite) fprintf(stderr, "  site %s saw %llu non-finite values\n",
-                                                         comm.sites[i].name, (unsigned long long)comm.sites[i].nonfinite);
+                    if (!comm.sites[i].nonfinite) continue;
+                    if (shown++ < 4) fprintf(stderr, "  exchange site %s saw %llu non-finite values\n",
+                                             comm.sites[i].name, (unsigned long long)comm.sites[i].nonfinite);
+                    else more++;
                 }
+                if (more) fprintf(stderr, "  ... and %d more sites\n", more);
             }
             MPI_Finalize();
             return 1;
