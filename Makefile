@@ -51,6 +51,26 @@ $(BUILD)/prepro: $(BUILD)/cpu/data/prepro.o $(BUILD)/cpu/data/shard.o $(BUILD)/c
 $(BUILD)/compress: $(BUILD)/cpu/tools/compress_cli.o $(TOOL_OBJ)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDFLAGS) $(LDLIBS)
 
+# ---- GPU build: the same C sources with -DOPS_BF16, plus the CUDA objects ----
+include model/cuda.mk
+GPU_C_OBJ = $(patsubst %.c,$(BUILD)/gpuc/%.o,$(CORE_SRC) train/main.c)
+GPU_LIBS  = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 $(CUDA_LIBS) -lstdc++
+
+$(BUILD)/gpuc/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DOPS_BF16 -I$(CUDA_HOME)/include -c $< -o $@
+
+$(BUILD)/train_gpu: $(GPU_C_OBJ) $(CUDA_OBJS)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDFLAGS) $(GPU_LIBS) $(LDLIBS)
+
+gpu: $(BUILD)/train_gpu $(BUILD)/gpu/test_ops_gpu $(BUILD)/gpu/bench_ops_gpu
+
+test-gpu: all gpu data
+	tests/run_tests_gpu.sh
+
+bench-gpu: all gpu data
+	tools/bench_gpu.sh
+
 # ---- default dataset: the King James Bible, byte-level ----
 DATA = datasets/bible
 data: $(DATA)/bible_train.bin

@@ -35,6 +35,9 @@
 #ifndef ATT_EMULATE
 /* ---- PTX wrappers ------------------------------------------------------------ */
 
+/* the block's dynamic shared memory, 16-byte aligned */
+#define ATT_DYNAMIC_SMEM(name) extern __shared__ __align__(16) unsigned char name[]
+
 __device__ __forceinline__ uint32_t smem_u32(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
 /* 16-byte async copy global -> shared; src_bytes = 0 writes 16 zero bytes
@@ -160,7 +163,7 @@ attn_fwd_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH, float sca
     constexpr int KS = HS / 16; /* k-steps over the head dim */
     constexpr int NT = BN / 8;  /* 8-key n-tiles of S */
     constexpr int OT = HS / 8;  /* 8-column n-tiles of O */
-    extern __shared__ __align__(16) unsigned char smem_raw[];
+    ATT_DYNAMIC_SMEM(smem_raw);
     bf16* sQ = reinterpret_cast<bf16*>(smem_raw);
     bf16* sK = sQ + BM * STR; /* [2][BN][STR] */
     bf16* sV = sK + 2 * BN * STR;
@@ -356,7 +359,7 @@ attn_bwd_dkdv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float*
     constexpr int KS = HS / 16;
     constexpr int QT = BQ / 8; /* 8-query n-tiles of S^T */
     constexpr int OT = HS / 8;
-    extern __shared__ __align__(16) unsigned char smem_raw[];
+    ATT_DYNAMIC_SMEM(smem_raw);
     bf16* sK = reinterpret_cast<bf16*>(smem_raw); /* [BN][STR] */
     bf16* sV = sK + BN * STR;                     /* [BN][STR] */
     bf16* sQ = sV + BN * STR;                     /* [2][BQ][STR] */
@@ -551,7 +554,7 @@ attn_bwd_dq_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* l
     constexpr int KS = HS / 16;
     constexpr int NT = BN / 8;
     constexpr int OT = HS / 8;
-    extern __shared__ __align__(16) unsigned char smem_raw[];
+    ATT_DYNAMIC_SMEM(smem_raw);
     bf16* sQ = reinterpret_cast<bf16*>(smem_raw); /* [BM][STR] */
     bf16* sO = sQ + BM * STR;                     /* dO [BM][STR] */
     bf16* sK = sO + BM * STR;                     /* [2][BN][STR] */

@@ -994,12 +994,10 @@ __global__ void adamw_kernel(float* master, bf16* param, const float* grad, floa
         *reinterpret_cast<float4*>(master + i0) = w4;
         *reinterpret_cast<float4*>(m + i0) = m4;
         *reinterpret_cast<float4*>(v + i0) = v4;
-        __nv_bfloat162 p01 = __floats2bfloat162_rn(w4.x, w4.y);
-        __nv_bfloat162 p23 = __floats2bfloat162_rn(w4.z, w4.w);
-        uint2 pk;
-        pk.x = *reinterpret_cast<uint32_t*>(&p01);
-        pk.y = *reinterpret_cast<uint32_t*>(&p23);
-        *reinterpret_cast<uint2*>(param + i0) = pk;
+        __nv_bfloat162 pk[2] = {__floats2bfloat162_rn(w4.x, w4.y), __floats2bfloat162_rn(w4.z, w4.w)};
+        uint2 bits;
+        memcpy(&bits, pk, sizeof(bits));
+        *reinterpret_cast<uint2*>(param + i0) = bits; /* one 8-byte store */
     } else {
         for (size_t i = i0; i < n && i < i0 + 4; i++) {
             float w = master[i], mi = m[i], vi = v[i];

@@ -10,7 +10,8 @@
 #      link into one program;
 #   3. common/check.c with mpicc (check_fatal calls MPI_Abort when MPI is up);
 #   4. the test, linked with cuBLASLt, cuBLAS, cudart, OpenMP and MPI.
-# Usage: sh tests/build_test_gpu.sh [--run]     (from the repository root)
+#   5. tools/bench_ops_gpu: a GPT-2 124M step through ops.h, timed op by op.
+# Usage: sh tests/build_test_gpu.sh [--run | --bench | --all]   (from the repository root)
 set -eu
 B=build/gpu
 mkdir -p "$B"
@@ -39,8 +40,13 @@ mpicc -O2 -Wall -Wextra -Icommon -c common/check.c -o "$B/check.o"
 $NVCC $NVFLAGS -Itests -c tests/test_ops_gpu.cu -o "$B/test_ops_gpu.o"
 $NVCC $ARCH -o "$B/test_ops_gpu" "$B/test_ops_gpu.o" "$B/ops_cuda.o" "$B/matmul_cuda.o" "$B/attention_cuda.o" \
     "$B/ops_cpu_ref.o" "$B/check.o" -lcublasLt -lcublas -lcudart -lgomp $MPI_LIBS
-echo "built $B/test_ops_gpu (register report: $B/ptxas.txt)"
+$NVCC $NVFLAGS -c tools/bench_ops_gpu.cu -o "$B/bench_ops_gpu.o"
+$NVCC $ARCH -o "$B/bench_ops_gpu" "$B/bench_ops_gpu.o" "$B/ops_cuda.o" "$B/matmul_cuda.o" "$B/attention_cuda.o" \
+    "$B/check.o" -lcublasLt -lcublas -lcudart $MPI_LIBS
+echo "built $B/test_ops_gpu and $B/bench_ops_gpu (register report: $B/ptxas.txt)"
 
-if [ "${1:-}" = "--run" ]; then
-    OMP_NUM_THREADS=${OMP_NUM_THREADS:-8} "$B/test_ops_gpu"
-fi
+case "${1:-}" in
+    --run) OMP_NUM_THREADS=${OMP_NUM_THREADS:-8} "$B/test_ops_gpu" ;;
+    --bench) "$B/bench_ops_gpu" ;;
+    --all) rc=0; OMP_NUM_THREADS=${OMP_NUM_THREADS:-8} "$B/test_ops_gpu" || rc=$?; "$B/bench_ops_gpu"; exit $rc ;;
+esac

@@ -36,6 +36,11 @@
  *   TOL_EXACT 0    pure data movement or sums in the reference's exact order.
  *
  * Prints one table row per check; exits 1 if any check fails.
+ *   test_ops_gpu [group]    only the groups whose name contains `group`
+ *                           (memory encoder position layernorm matmul
+ *                           elementwise attention crossentropy adamw norms)
+ * The same source also runs on the CPU against the emulated backend
+ * (tests/emu/build_emu.sh), which is how it was checked before any GPU run.
  */
 #include <math.h>
 #include <stdint.h>
@@ -698,50 +703,64 @@ static void test_norms(size_t n) {
 }
 
 int main(int argc, char** argv) {
-    (void)argc;
-    (void)argv;
+    /* optional argument: run only the groups whose name contains it (e.g. "attention") */
+    const char* only = argc > 1 ? argv[1] : nullptr;
+#define GROUP(name) if (!only || strstr(name, only))
     ops_init(0);
     printf("test_ops_gpu: %s vs %s\n\n", ops_backend_name(), cpu_ops_backend_name());
     printf("%-22s %-40s %11s %9s  %s\n", "op", "case", "rel err", "tol", "result");
     printf("%.*s\n", 96, "-----------------------------------------------------------------------------------------------------");
 
-    test_memory();
+    GROUP("memory") test_memory();
 
-    test_encoder(37, 768, 100, 50, 200);   /* GPT-2 width, ids in and out of the slice */
-    test_encoder(256, 40, 16, 0, 20);      /* many repeats, C % 8 == 0 small */
-    test_encoder(33, 36, 50, 10, 70);      /* C % 8 != 0: scalar path */
-
-    test_position(3, 17, 768);
-    test_position(2, 5, 36);
-
-    test_layernorm(37, 768);
-    test_layernorm(64, 1600);              /* GPT-2 XL width, 7 chunks per lane */
-    test_layernorm(19, 36);                /* scalar path */
-
-    test_matmul(37, 768, 2304, true);      /* qkv-like, N not a multiple of any tile */
-    test_matmul(256, 768, 768, false);
-    test_matmul(64, 3072, 768, true);      /* fc-proj-like */
-    test_matmul(40, 200, 72, true);        /* small, awkward multiples of 8 */
-
-    test_bias_residual_gelu(37, 2304, 37 * 768 + 5);
-    test_bias_residual_gelu(5, 36, 101);
-
-    test_attention(2, 1, 3, 64);
-    test_attention(2, 17, 3, 64);
-    test_attention(2, 64, 3, 64);
-    test_attention(2, 256, 3, 64);
-    test_attention(1, 100, 2, 32);
-    test_attention(1, 100, 2, 128);
-    test_attention(1, 77, 2, 48);
-    test_attention(1, 130, 1, 16);
-
-    test_crossentropy(37, 1000, 1024, 1);  /* padding in the one slice */
-    test_crossentropy(37, 1000, 1024, 2);  /* two slices, padding in the second */
-    test_crossentropy(19, 997, 1002, 2);   /* Vr = 501: scalar path */
-
-    test_adamw(10001);
-    test_norms((1u << 20) + 7);
+    GROUP("encoder") {
+        test_encoder(37, 768, 100, 50, 200); /* GPT-2 width, ids in and out of the slice */
+        test_encoder(256, 40, 16, 0, 20);    /* many repeats, C % 8 == 0 small */
+        test_encoder(33, 36, 50, 10, 70);    /* C % 8 != 0: scalar path */
+    }
+    GROUP("position") {
+        test_position(3, 17, 768);
+        test_position(2, 5, 36);
+    }
+    GROUP("layernorm") {
+        test_layernorm(37, 768);
+        test_layernorm(64, 1600); /* GPT-2 XL width, 7 chunks per lane */
+        test_layernorm(19, 36);   /* scalar path */
+    }
+    GROUP("matmul") {
+        test_matmul(37, 768, 2304, true); /* qkv-like, N not a multiple of any tile */
+        test_matmul(256, 768, 768, false);
+        test_matmul(64, 3072, 768, true); /* fc-proj-like */
+        test_matmul(40, 200, 72, true);   /* small, awkward multiples of 8 */
+    }
+    GROUP("elementwise") {
+        test_bias_residual_gelu(37, 2304, 37 * 768 + 5);
+        test_bias_residual_gelu(5, 36, 101);
+    }
+    GROUP("attention") {
+        test_attention(2, 1, 3, 64);
+        test_attention(2, 17, 3, 64);
+        test_attention(2, 64, 3, 64);
+        test_attention(2, 256, 3, 64);
+        test_attention(1, 100, 2, 32);
+        test_attention(1, 100, 2, 128);
+        test_attention(1, 77, 2, 48);
+        test_attention(1, 130, 1, 16);
+    }
+    GROUP("crossentropy") {
+        test_crossentropy(37, 1000, 1024, 1); /* padding in the one slice */
+        test_crossentropy(37, 1000, 1024, 2); /* two slices, padding in the second */
+        test_crossentropy(19, 997, 1002, 2);  /* Vr = 501: scalar path */
+    }
+    GROUP("adamw") test_adamw(10001);
+    GROUP("norms") test_norms((1u << 20) + 7);
+#undef GROUP
 
     printf("\n%d checks, %d failed\n", g_checks, g_fail);
+    if (g_checks == 0) {
+        printf("no test group matches '%s' (groups: memory encoder position layernorm matmul elementwise "
+               "attention crossentropy adamw norms)\n", only ? only : "");
+        return 1;
+    }
     return g_fail ? 1 : 0;
 }

@@ -1,0 +1,56 @@
+# model/cuda.mk - Makefile fragment for the CUDA backend and its tests.
+# `include model/cuda.mk` from the top Makefile (or paste it). It defines:
+#   CUDA_OBJS                     the three backend objects, for build/train_gpu
+#   build/gpu/test_ops_gpu        CUDA ops vs the fp32 CPU reference (needs a GPU to run)
+#   build/gpu/bench_ops_gpu       a GPT-2 124M step through ops.h, timed op by op (GPU)
+#   build/attention_emu           the attention kernels run on the CPU (no GPU needed: fit for `make test`)
+#   cuda-ptxas                    registers/spills of every kernel -> build/gpu/ptxas.txt
+# Expects CC (gcc) and mpicc on PATH; NVCC and CUDA_HOME may be overridden.
+NVCC ?= nvcc
+CUDA_HOME ?= /usr/local/cuda
+CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+MPI_CFLAGS := $(shell mpicc --showme:compile)
+MPI_LIBS := $(shell mpicc --showme:link)
+NVCCFLAGS ?= -O3 -std=c++17 $(CUDA_ARCH) -DOPS_BF16 -Icommon -Imodel $(MPI_CFLAGS) -Xcompiler -Wall,-Wextra -Werror all-warnings
+CUDA_LIBS := -lcublasLt -lcublas -lcudart
+CUDA_OBJS := build/gpu/ops_cuda.o build/gpu/matmul_cuda.o build/gpu/attention_cuda.o
+CUDA_HDRS := model/ops.h model/cuda_common.cuh model/attention_kernels.cuh model/ops_cuda.h common/check.h
+
+build/gpu/%.o: model/%.cu $(CUDA_HDRS)
+	@mkdir -p build/gpu
+	$(NVCC) $(NVCCFLAGS) -Xptxas -v -c $< -o $@ 2> $(@:.o=.ptxas) || { cat $(@:.o=.ptxas); exit 1; }
+
+cuda-ptxas: $(CUDA_OBJS)
+	cat $(CUDA_OBJS:.o=.ptxas) | sh tools/ptxas_report.sh > build/gpu/ptxas.txt
+	@! grep SPILLS build/gpu/ptxas.txt || echo "warning: register spills (above)"
+
+# The fp32 reference with every ops.h function F renamed cpu_F (tests/ops_ref.syms).
+build/gpu/ops_cpu_ref.o: model/ops_cpu.c model/ops.h tests/ops_ref.syms
+	@mkdir -p build/gpu
+	$(CC) -O2 -fopenmp -Wall -Wextra -Icommon -Imodel -c model/ops_cpu.c -o build/gpu/ops_cpu_plain.o
+	objcopy --redefine-syms=tests/ops_ref.syms build/gpu/ops_cpu_plain.o $@
+	@left=$$(nm -g --defined-only $@ | awk '{print $$3}' | grep -v "^cpu_" || true); \
+	  [ -z "$$left" ] || { echo "not renamed (update tests/ops_ref.syms): $$left"; exit 1; }
+
+build/gpu/check.o: common/check.c common/check.h
+	@mkdir -p build/gpu
+	mpicc -O2 -Wall -Wextra -Icommon -c $< -o $@
+
+build/gpu/test_ops_gpu: tests/test_ops_gpu.cu tests/ops_ref.h $(CUDA_OBJS) build/gpu/ops_cpu_ref.o build/gpu/check.o
+	$(NVCC) $(NVCCFLAGS) -Itests -c tests/test_ops_gpu.cu -o build/gpu/test_ops_gpu.o
+	$(NVCC) $(CUDA_ARCH) -o $@ build/gpu/test_ops_gpu.o $(CUDA_OBJS) build/gpu/ops_cpu_ref.o build/gpu/check.o \
+	  $(CUDA_LIBS) -lgomp $(MPI_LIBS)
+
+# GPT-2 124M step through ops.h, op by op, with the copy/GEMM ceilings (needs a GPU to run)
+build/gpu/bench_ops_gpu: tools/bench_ops_gpu.cu $(CUDA_OBJS) build/gpu/check.o
+	$(NVCC) $(NVCCFLAGS) -c tools/bench_ops_gpu.cu -o build/gpu/bench_ops_gpu.o
+	$(NVCC) $(CUDA_ARCH) -o $@ build/gpu/bench_ops_gpu.o $(CUDA_OBJS) build/gpu/check.o $(CUDA_LIBS) $(MPI_LIBS)
+
+# CPU-only: the attention kernels under a lane-by-lane emulation of ldmatrix/mma/cp.async.
+build/attention_emu: tests/attention_emu.cpp model/attention_kernels.cuh model/ops_cpu.c build/gpu/check.o
+	$(CC) -O2 -fopenmp -Wall -Wextra -Icommon -Imodel -c model/ops_cpu.c -o build/gpu/emu_ops_cpu.o
+	g++ -std=c++17 -O2 -Wall -Wextra -Wno-unknown-pragmas -Icommon -Imodel -I$(CUDA_HOME)/include \
+	  -c tests/attention_emu.cpp -o build/gpu/attention_emu.o
+	mpicc -fopenmp -o $@ build/gpu/attention_emu.o build/gpu/emu_ops_cpu.o build/gpu/check.o -lstdc++ -lm
+
+.PHONY: cuda-ptxas

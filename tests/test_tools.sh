@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# tests/test_tools.sh - end-to-end test of the experiment tools: tools/parity.py (runner,
+# resume, failure report), tools/parity_summary.py (table, errors on bad logs),
+# tools/plot_parity.py, tools/ablation.py (--collect and the table) and tools/plot_hist.py.
+#
+# Runs a tiny model (2 layers, d=64, 20 steps, TP=2) so the whole script takes well under
+# 90 s on two cores; every mpirun is bounded by `timeout` (passed to the tools' --mpirun),
+# so a hang fails instead of blocking CI. Prints one line per check; exits 1 on any failure.
+# Standalone or from tests/run_tests.sh:  run test_tools tests/test_tools.sh
+set -u
+cd "$(dirname "$0")/.."
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+PY=/usr/bin/python3   # Debian's python, which has numpy and matplotlib
+MPIRUN="timeout 120 mpirun --oversubscribe"
+T=$(mktemp -d /tmp/test_tools.XXXXXX)
+fails=0
+
+ok()   { echo "  ok    $1"; }
+bad()  { echo "  FAIL  $1"; fails=$((fails + 1)); }
+check() {  # check WHAT COMMAND...: passes when COMMAND succeeds
+    local what=$1; shift
+    if "$@" > "$T/check.out" 2>&1; then ok "$what"; else bad "$what"; sed 's/^/        /' "$T/check.out" | tail -n 10; fi
+}
+expect_error() {  # expect_error WHAT PATTERN COMMAND...: COMMAND must exit non-zero and print PATTERN
+    local what=$1 pattern=$2; shift 2
+    if "$@" > "$T/err.out" 2>&1; then
+        bad "$what (exit 0)"
+    elif grep -Eq -- "$pattern" "$T/err.out"; then
+        ok "$what: $(grep -E -m1 -- "$pattern" "$T/err.out" | cut -c1-110)"
+    else
+        bad "$what (no '$pattern' in the output)"; tail -n 5 "$T/err.out" | sed 's/^/        /'
+    fi
+}
+
+TINY=(--set model.n_layer=2 --set model.d_model=64 --set model.n_head=4 --set model.max_seq_len=32
+      --set train.batch_size=4 --set train.seq_len=32 --set train.steps=20 --set train.eval_every=10
+      --set train.sample_every=0 --set compress.stats_every=5 --set parallel.tp=2)
+RUNNER=($PY tools/parity.py configs/default.json --root "$T/runs" --name tiny --variants none,taco
+        --mpirun "$MPIRUN" "${TINY[@]}")
+E=$T/runs/tiny
+
+echo "parity runner (none + taco, 20 steps, TP=2)"
+check "the runner succeeds" "${RUNNER[@]}"
+check "parity.png is a non-empty PNG" bash -c "[ -s '$E/parity.png' ] && head -c 8 '$E/parity.png' | grep -q PNG"
+check "summary.md and summary.csv exist" test -s "$E/summary.md" -a -s "$E/summary.csv"
+check "summary.csv has exactly the rows none, taco" \
+    bash -c "[ \"\$(cut -d, -f1 '$E/summary.csv' | tr '\n' ' ')\" = 'variant none taco ' ]"
+check "summary.md's main table has exactly the rows none, taco" \
+    bash -c "[ \"\$(sed -n '/^| variant | final step/,/^\$/p' '$E/summary.md' | grep -E '^\| [a-z]' | cut -d'|' -f2 | tr -d ' ' | tr '\n' ' ')\" = 'variant none taco ' ]"
+check "both variants are DONE" test -f "$E/none/DONE" -a -f "$E/taco/DONE"
+check "no variant diverged" bash -c "[ \"\$(cut -d, -f14 '$E/summary.csv' | tail -n +2 | sort -u)\" = no ]"
+
+echo "resume"
+before=$(stat -c '%Y %s' "$E/none/log.jsonl" "$E/taco/log.jsonl"; md5sum "$E"/*/log.jsonl)
+check "a rerun succeeds" bash -c "$(printf '%q ' "${RUNNER[@]}") > '$T/rerun.out' 2>&1"
+check "the rerun skips both finished variants" bash -c "[ \$(grep -c 'skipped' '$T/rerun.out') -eq 2 ]"
+after=$(stat -c '%Y %s' "$E/none/log.jsonl" "$E/taco/log.jsonl"; md5sum "$E"/*/log.jsonl)
+check "the skipped logs are untouched" test "$before" = "$after"
+rm "$E/taco/DONE"
+check "an unfinished variant is run again from scratch" bash -c "$(printf '%q ' "${RUNNER[@]}") > '$T/rerun2.out' 2>&1 &&
+    grep -q 'none: skipped' '$T/rerun2.out' && grep -q 'taco: unfinished earlier run' '$T/rerun2.out' && test -f '$E/taco/DONE'"
+
+echo "errors"
+expect_error "missing config" "config 'nope.json' does not exist" $PY tools/parity.py nope.json
+expect_error "unknown variant" "unknown variant 'tacoo'" $PY tools/parity.py configs/default.json --variants none,tacoo
+expect_error "a failing trainer is reported with its log" "variant taco FAILED; last 10 lines" \
+    $PY tools/parity.py configs/default.json --root "$T/runs" --name broken --variants taco --mpirun "$MPIRUN" \
+    "${TINY[@]}" --set model.n_head=3
+cp -r "$E" "$T/missing"; rm "$T/missing/taco/log.jsonl"
+expect_error "summary of a missing log" "missing log: .*missing/taco/log.jsonl" $PY tools/parity_summary.py "$T/missing"
+cp -r "$E" "$T/corrupt"; head -c -25 "$E/taco/log.jsonl" > "$T/corrupt/taco/log.jsonl"
+expect_error "summary of a truncated log line" "corrupt log: .*corrupt/taco/log.jsonl line [0-9]+" \
+    $PY tools/parity_summary.py "$T/corrupt"
+cp -r "$E" "$T/noval"; grep -v val_loss "$E/taco/log.jsonl" > "$T/noval/taco/log.jsonl"
+expect_error "summary of a log without val_loss" "noval/taco/log.jsonl has no val_loss" \
+    $PY tools/parity_summary.py "$T/noval"
+check "plot_parity.py writes --out" bash -c "$PY tools/plot_parity.py '$E' --out '$T/p.png' && test -s '$T/p.png'"
+
+echo "ablation and histograms (dumps of a 5-step run)"
+check "ablation.py --collect succeeds" $PY tools/ablation.py --collect configs/default.json --steps 5 \
+    --dump-dir "$T/abl/dumps" --mpirun "$MPIRUN" --out "$T/abl/ablation.md" "${TINY[@]}"
+check "every site was dumped on both ranks (2 layers: 10 sites x 2)" \
+    test "$(ls "$T"/abl/dumps/*.step4.rank*.npy | wc -l)" -eq 20
+for row in "none (fp32)" fp8_tensor fp8_group int8_group taco "taco --no-hadamard" "taco --no-adaptive-scale" \
+           "taco --no-dual-scale" "taco, E4M3 everywhere" "taco, E5M2 everywhere"; do
+    check "ablation table has the row '$row'" grep -qF "| $row |" "$T/abl/ablation.md"
+done
+check "plot_hist.py writes a PNG" bash -c "$PY tools/plot_hist.py '$T/abl/dumps/L1.mlp.bwd.step4.rank0.npy' \
+    --out '$T/hist.png' && head -c 8 '$T/hist.png' | grep -q PNG"
+expect_error "plot_hist.py on a missing dump" "dump '.*nope.npy' does not exist" $PY tools/plot_hist.py "$T/nope.npy"
+
+if [ $fails -eq 0 ]; then
+    echo "all tool checks passed"; rm -rf "$T"
+else
+    echo "$fails tool checks failed (files kept in $T)"; exit 1
+fi
