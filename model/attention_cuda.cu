@@ -40,8 +40,8 @@
  * hs > 64 the backward narrows its inner tile to 32 to stay inside 255
  * registers without spills.
  *
- * The kernels are in model/attention_kernels.cuh (shared with the CPU
- * emulation test tests/attention_emu.cpp); this file holds the launchers.
+ * The kernels are in model/attention_kernels.cuh (which the CPU emulation
+ * of tests/emu also compiles); this file holds the launchers.
  */
 #include <math.h>
 

@@ -2,22 +2,18 @@
  * model/attention_kernels.cuh - the device code of the fused causal attention
  * (see model/attention_cuda.cu for the design and the host launchers).
  *
- * Kept apart from the launchers so that tests/attention_emu.cpp can compile
- * these same kernels on the CPU, with ldmatrix, mma.sync, cp.async and the
- * warp shuffles emulated lane by lane (define ATT_EMULATE and provide them):
- * the kernels' indexing, masking and online softmax are then checked against
- * the fp32 reference without a GPU. Everything below the PTX wrappers is
- * plain CUDA C++ on those few primitives.
+ * Everything below the PTX wrappers is plain CUDA C++ on those few
+ * primitives, so the CPU emulation of tests/emu can supply them instead
+ * (ATT_EMULATE, ATT_DYNAMIC_SMEM) and run these same kernels lane by lane.
  *
- * Needs before inclusion: bf16 (= __nv_bfloat16) and load8() (cuda_common.cuh,
- * or the emulator's own).
+ * Needs before inclusion: bf16 (= __nv_bfloat16) and load8(), from
+ * cuda_common.cuh.
  */
 #ifndef ATTENTION_KERNELS_CUH
 #define ATTENTION_KERNELS_CUH
 
 #include <stdint.h>
 #include <string.h>
-
 
 #define ATT_THREADS 128 /* 4 warps */
 /* Blocks per SM that __launch_bounds__ asks the register allocator for, at

@@ -3,7 +3,8 @@
 #   CUDA_OBJS                     the three backend objects, for build/train_gpu
 #   build/gpu/test_ops_gpu        CUDA ops vs the fp32 CPU reference (needs a GPU to run)
 #   build/gpu/bench_ops_gpu       a GPT-2 124M step through ops.h, timed op by op (GPU)
-#   build/attention_emu           the attention kernels run on the CPU (no GPU needed: fit for `make test`)
+#   build/emu/test_ops_gpu_emu    the same op test against the backend run on the CPU under
+#                                 tests/emu (no GPU needed: fit for `make test`, ~2 min on 2 cores)
 #   cuda-ptxas                    registers/spills of every kernel -> build/gpu/ptxas.txt
 # Expects CC (gcc) and mpicc on PATH; NVCC and CUDA_HOME may be overridden.
 NVCC ?= nvcc
@@ -46,11 +47,10 @@ build/gpu/bench_ops_gpu: tools/bench_ops_gpu.cu $(CUDA_OBJS) build/gpu/check.o
 	$(NVCC) $(NVCCFLAGS) -c tools/bench_ops_gpu.cu -o build/gpu/bench_ops_gpu.o
 	$(NVCC) $(CUDA_ARCH) -o $@ build/gpu/bench_ops_gpu.o $(CUDA_OBJS) build/gpu/check.o $(CUDA_LIBS) $(MPI_LIBS)
 
-# CPU-only: the attention kernels under a lane-by-lane emulation of ldmatrix/mma/cp.async.
-build/attention_emu: tests/attention_emu.cpp model/attention_kernels.cuh model/ops_cpu.c build/gpu/check.o
-	$(CC) -O2 -fopenmp -Wall -Wextra -Icommon -Imodel -c model/ops_cpu.c -o build/gpu/emu_ops_cpu.o
-	g++ -std=c++17 -O2 -Wall -Wextra -Wno-unknown-pragmas -Icommon -Imodel -I$(CUDA_HOME)/include \
-	  -c tests/attention_emu.cpp -o build/gpu/attention_emu.o
-	mpicc -fopenmp -o $@ build/gpu/attention_emu.o build/gpu/emu_ops_cpu.o build/gpu/check.o -lstdc++ -lm
+# CPU-only: the whole backend under the CPU emulation of tests/emu, with the op test
+EMU_SRC := tests/emu/emu_cuda.h tests/emu/emu_cuda.cpp tests/emu/build_emu.sh tests/test_ops_gpu.cu tests/ops_ref.h \
+           tests/ops_ref.syms model/ops_cpu.c common/check.c $(wildcard model/*_cuda.cu) $(CUDA_HDRS)
+build/emu/test_ops_gpu_emu: $(EMU_SRC)
+	CUDA_HOME=$(CUDA_HOME) sh tests/emu/build_emu.sh
 
 .PHONY: cuda-ptxas
