@@ -74,7 +74,7 @@ enum Family { FAM_FP8 = 0, FAM_INT8 = 1, FAM_NONE = 2 };
 struct Codec {
     int fam;          /* Family */
     int fmt;          /* Fp8Format */
-    int G, tpg;       /* group length (16 for methods without groups) and lanes per group */
+    int G, tpg, ltpg; /* group length (16 for methods without groups), lanes per group, log2(tpg) */
     int cast;         /* the bare codec: no scaling, NaN stays NaN, inf saturates */
     int hadamard, adaptive, dual;
     int delayed;      /* dual scale from delayed_amax (valid: > 0 and finite) */
@@ -87,13 +87,22 @@ struct Codec {
     u64 seed;
 };
 
-/* the element range of one chunk a launch works on, in units of 16 */
+/* The units [u0, u1) of a chunk of n = 16 nfull + tail elements. Unit
+ * indices are 32-bit (the host checks n < 2^35): fewer registers in the
+ * loops. u0 is a multiple of the lanes per group, so the range's first group
+ * is u0 >> ltpg, and group gi is full iff gi < nfull >> ltpg. */
+struct Span {
+    unsigned u0, u1, nfull, tail;
+};
+
+/* one chunk range a compress launch works on */
 struct CJob {
     const void* x;     /* element 0 of the chunk's input */
     uint8_t* scale;    /* chunk scale bytes (written by the range that starts the chunk) */
-    uint8_t* exps;     /* group bytes of group g0 */
+    uint8_t* exps;     /* group bytes of the range's first group */
     uint8_t* codes;    /* element bytes of unit u0 */
-    u64 n, u0, u1, g0, stream;
+    Span sp;
+    u64 stream;
     CompressStatsDev* st;
 };
 struct CLaunch {
@@ -109,7 +118,8 @@ struct DIn {
 struct DJob {
     void* y;                                    /* element 0 of the chunk's output (fp32 / bf16) */
     uint8_t* oscale; uint8_t* oexps; uint8_t* ocodes; /* recompressed output of the range */
-    u64 n, u0, u1, g0_in, g0_out, stream;
+    Span sp;
+    u64 stream;
     CompressStatsDev* st;
     int in_first, nin;                          /* inputs in[in_first .. in_first + nin) in sum order */
 };
@@ -120,13 +130,21 @@ struct DLaunch {
 };
 
 /* Minimum resident blocks per SM asked of the register allocator
- * (__launch_bounds__): 4 x 256 threads caps a kernel at 64 registers, 3 at 80.
- * Memory-bound kernels want many loads in flight; see compress/CUDA.md. */
+ * (__launch_bounds__): 4 x 256 threads caps a kernel at 64 registers, 3 at 80,
+ * 2 at 128. Memory-bound kernels want many loads in flight, so the RNE paths
+ * get the tighter cap (they fit without spilling); the stochastic-rounding
+ * and int8 variants, which need more registers, one block less. The
+ * register report (compress/CUDA.md) flags any spill. */
 #ifndef COMPRESS_MIN_BLOCKS
 #define COMPRESS_MIN_BLOCKS 4
 #endif
 #ifndef DECOMPRESS_MIN_BLOCKS
 #define DECOMPRESS_MIN_BLOCKS 3
+#endif
+/* compressed inputs whose 16-byte loads a decompress thread issues before
+ * decoding the first of them */
+#ifndef PREFETCH
+#define PREFETCH 2
 #endif
 
 enum OutKind { OUT_F32 = 0, OUT_BF16 = 1, OUT_AMAX = 2, OUT_RECOMP = 3 };
@@ -196,11 +214,9 @@ __device__ __forceinline__ void store_u32_any(uint8_t* p, unsigned v) {
     }
 }
 
-/* valid elements of unit u of a range ending at unit u1 of a chunk of n */
-__device__ __forceinline__ int unit_valid(u64 u, u64 u1, u64 n) {
-    if (u >= u1) return 0;
-    const u64 left = n - (u64)UNIT * u;
-    return left >= (u64)UNIT ? UNIT : (int)left;
+/* valid elements of unit u (0 outside the range) */
+__device__ __forceinline__ int unit_valid(unsigned u, const Span& sp) {
+    return u >= sp.u1 ? 0 : (u < sp.nfull ? UNIT : (int)sp.tail);
 }
 
 /* out = bytes [off, off + 16) of the 32 bytes a ++ b, off in 1..15
@@ -263,9 +279,9 @@ __device__ __forceinline__ void load_bytes16(const uint8_t* p, int nv, bool next
  * word holding its first 16 - d bytes and the neighbour's last d bytes (taken
  * by shuffle); the units at warp and range edges write their leftover bytes
  * one by one. Every byte is written by exactly one thread. */
-__device__ __forceinline__ void store_bytes16(uint8_t* base, u64 u, u64 u0, u64 u1, u64 n, int nv,
+__device__ __forceinline__ void store_bytes16(uint8_t* base, unsigned u, const Span& sp, int nv,
                                               const unsigned (&w)[4], int lane) {
-    uint8_t* p = base + (u64)UNIT * (u - u0);
+    uint8_t* p = base + (size_t)UNIT * (u - sp.u0);
     const unsigned d = (unsigned)((uintptr_t)base & 15u); /* the same for every unit */
     if (d == 0) {
         if (nv == UNIT) {
@@ -281,8 +297,8 @@ __device__ __forceinline__ void store_bytes16(uint8_t* base, u64 u, u64 u0, u64 
 #pragma unroll
     for (int k = 0; k < 4; k++) prev[k] = __shfl_up_sync(FULL, w[k], 1);
     const int head = UNIT - (int)d;   /* my bytes [0, head) go to my aligned word, [head, 16) to the next */
-    const bool me_full = lane > 0 && u > u0 && nv == UNIT;
-    const bool next_full = lane < 31 && unit_valid(u + 1, u1, n) == UNIT;
+    const bool me_full = lane > 0 && u > sp.u0 && nv == UNIT;
+    const bool next_full = lane < 31 && unit_valid(u + 1, sp) == UNIT;
     if (me_full) {
         unsigned x[4];
         bytes_window(prev, w, (unsigned)head, x);
@@ -328,9 +344,9 @@ __device__ __forceinline__ void store_words16(uint8_t* p, int nv, const unsigned
 /* unit u of an fp32 or bf16 tensor as fp32 (bf16 -> fp32 is exact: the bits
  * shifted up by 16); elements past nv read as 0 */
 template <bool BF16>
-__device__ __forceinline__ void load_x16(const void* x, u64 u, int nv, float (&v)[UNIT]) {
+__device__ __forceinline__ void load_x16(const void* x, unsigned u, int nv, float (&v)[UNIT]) {
     if (BF16) {
-        const uint16_t* p = static_cast<const uint16_t*>(x) + (u64)UNIT * u;
+        const uint16_t* p = static_cast<const uint16_t*>(x) + (size_t)UNIT * u;
         if (nv == UNIT && ((uintptr_t)p & 15u) == 0) {
             const uint4 a = __ldg(reinterpret_cast<const uint4*>(p)), b = __ldg(reinterpret_cast<const uint4*>(p) + 1);
             const unsigned h[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
@@ -344,7 +360,7 @@ __device__ __forceinline__ void load_x16(const void* x, u64 u, int nv, float (&v
             for (int j = 0; j < UNIT; j++) v[j] = j < nv ? __uint_as_float((unsigned)p[j] << 16) : 0.0f;
         }
     } else {
-        const float* p = static_cast<const float*>(x) + (u64)UNIT * u;
+        const float* p = static_cast<const float*>(x) + (size_t)UNIT * u;
         if (nv == UNIT && ((uintptr_t)p & 15u) == 0) {
 #pragma unroll
             for (int k = 0; k < 4; k++) {
@@ -366,9 +382,9 @@ __device__ __forceinline__ unsigned bf16x2_bits(float lo, float hi) {
 }
 
 template <int OUT>
-__device__ __forceinline__ void store_y16(void* y, u64 u, int nv, const float (&a)[UNIT]) {
+__device__ __forceinline__ void store_y16(void* y, unsigned u, int nv, const float (&a)[UNIT]) {
     if (OUT == OUT_BF16) {
-        uint16_t* p = static_cast<uint16_t*>(y) + (u64)UNIT * u;
+        uint16_t* p = static_cast<uint16_t*>(y) + (size_t)UNIT * u;
         if (nv == UNIT && ((uintptr_t)p & 15u) == 0) {
             unsigned h[8];
 #pragma unroll
@@ -381,7 +397,7 @@ __device__ __forceinline__ void store_y16(void* y, u64 u, int nv, const float (&
                 if (j < nv) p[j] = (uint16_t)(bf16x2_bits(a[j], 0.0f) & 0xFFFFu);
         }
     } else {
-        float* p = static_cast<float*>(y) + (u64)UNIT * u;
+        float* p = static_cast<float*>(y) + (size_t)UNIT * u;
         if (nv == UNIT && ((uintptr_t)p & 15u) == 0) {
 #pragma unroll
             for (int k = 0; k < 4; k++)
@@ -668,7 +684,8 @@ __device__ void flush_scale_amax(float amax, CompressStatsDev* st) {
 struct ORange {
     uint8_t* exps;
     uint8_t* codes;
-    u64 n, u0, u1, g0, stream;
+    Span sp;
+    u64 stream;
 };
 
 /* the finite amax of the unit (as float bits) and which elements are inf/NaN */
@@ -703,7 +720,7 @@ struct Prep {
     int e_u;
     float tr;
 };
-__device__ __forceinline__ Prep fp8_prepare(const Codec& c, float (&v)[UNIT], u64 u, u64 n, int lane) {
+__device__ __forceinline__ Prep fp8_prepare(const Codec& c, float (&v)[UNIT], unsigned u, const Span& sp, int lane) {
     Prep p;
     p.sc = scan_finite(v);
     p.e_u = 0;
@@ -720,8 +737,7 @@ __device__ __forceinline__ Prep fp8_prepare(const Codec& c, float (&v)[UNIT], u6
             if ((p.sc.nfmask >> j) & 1u) v[j] = 0.0f;
     }
     if (c.hadamard) {
-        const u64 gi = ((u64)UNIT * u) / (u64)c.G;
-        const bool full = (gi + 1) * (u64)c.G <= n;
+        const bool full = (u >> c.ltpg) < (sp.nfull >> c.ltpg);
         const bool gnf = group_any(p.sc.nfmask != 0u, c.tpg, lane);
         hadamard_unit(v, c.tpg, lane, full && !gnf, c.norm);
     }
@@ -734,9 +750,9 @@ __device__ __forceinline__ Prep fp8_prepare(const Codec& c, float (&v)[UNIT], u6
 
 /* The FP8 pipeline's encode of one unit (taco.c pass 2, or cast_encode). */
 template <int FMT, bool SR>
-__device__ __forceinline__ void fp8_encode_unit(const Codec& c, float (&v)[UNIT], int nv, u64 u, const ORange& o, int kc,
-                                                int lane, TStats& ts) {
-    const u64 i0 = (u64)UNIT * u;
+__device__ __forceinline__ void fp8_encode_unit(const Codec& c, float (&v)[UNIT], int nv, unsigned u, const ORange& o,
+                                                int kc, int lane, TStats& ts) {
+    const u64 i0 = (u64)UNIT * u; /* the element's index in the chunk: the Philox counter */
     unsigned w[4];
     if (c.cast) {
         /* the bare codec: NaN -> 0x7F, +-inf -> +-max, |finite| > L counted */
@@ -751,7 +767,7 @@ __device__ __forceinline__ void fp8_encode_unit(const Codec& c, float (&v)[UNIT]
         }
         quantize16<FMT, SR>(c, v, sc.nanmask, i0, o.stream, w);
     } else {
-        const Prep p = fp8_prepare(c, v, u, o.n, lane);
+        const Prep p = fp8_prepare(c, v, u, o.sp, lane);
         ts.nf += __popc(p.sc.nfmask);
         ts.amax = fmaxf(ts.amax, c.stats_amax_r ? p.tr : __uint_as_float(p.sc.amax_u));
         int b = 0, km = 0;
@@ -764,8 +780,7 @@ __device__ __forceinline__ void fp8_encode_unit(const Codec& c, float (&v)[UNIT]
             b = min(max(p.e_u - kg, TACO_EXP_MIN), TACO_EXP_MAX);
             km = p.e_u - b;
         }
-        const u64 gi = i0 / (u64)c.G;
-        if (o.exps && nv > 0 && (lane & (c.tpg - 1)) == 0) o.exps[gi - o.g0] = (uint8_t)(b + 127);
+        if (o.exps && nv > 0 && (lane & (c.tpg - 1)) == 0) o.exps[(u >> c.ltpg) - (o.sp.u0 >> c.ltpg)] = (uint8_t)(b + 127);
         const float m = pow2f_dev(km);
 #pragma unroll
         for (int j = 0; j < UNIT; j++) v[j] = __fmul_rn(v[j], m);
@@ -783,19 +798,20 @@ __device__ __forceinline__ void fp8_encode_unit(const Codec& c, float (&v)[UNIT]
         }
         quantize16<FMT, SR>(c, v, p.sc.nfmask, i0, o.stream, w);
     }
-    store_bytes16(o.codes, u, o.u0, o.u1, o.n, nv, w, lane);
+    store_bytes16(o.codes, u, o.sp, nv, w, lane);
 }
 
 /* int8_group (compress.c int8_encode): step d = amax / 127 per group, q =
  * round(x / d), -128 for NaN/inf; RNE by rintf, SR with F = frac * 2^32. */
-__device__ __forceinline__ void int8_encode_unit(const Codec& c, const float (&v)[UNIT], int nv, u64 u, const ORange& o,
-                                                 int lane, TStats& ts) {
+__device__ __forceinline__ void int8_encode_unit(const Codec& c, const float (&v)[UNIT], int nv, unsigned u,
+                                                 const ORange& o, int lane, TStats& ts) {
     const Scan sc = scan_finite(v);
     ts.nf += __popc(sc.nfmask);
     ts.amax = fmaxf(ts.amax, __uint_as_float(sc.amax_u));
     const float d = __fdiv_rn(__uint_as_float(group_max_u32(sc.amax_u, c.tpg)), 127.0f);
-    const u64 i0 = (u64)UNIT * u, gi = i0 / (u64)c.G;
-    if (o.exps && nv > 0 && (lane & (c.tpg - 1)) == 0) store_u32_any(o.exps + 4 * (gi - o.g0), __float_as_uint(d));
+    const u64 i0 = (u64)UNIT * u;
+    if (o.exps && nv > 0 && (lane & (c.tpg - 1)) == 0)
+        store_u32_any(o.exps + 4 * (size_t)((u >> c.ltpg) - (o.sp.u0 >> c.ltpg)), __float_as_uint(d));
     unsigned rw[UNIT];
     if (c.stochastic) {
 #pragma unroll
@@ -829,22 +845,22 @@ __device__ __forceinline__ void int8_encode_unit(const Codec& c, const float (&v
         }
         w[j >> 2] |= ((unsigned)q & 0xFFu) << (8 * (j & 3));
     }
-    store_bytes16(o.codes, u, o.u0, o.u1, o.n, nv, w, lane);
+    store_bytes16(o.codes, u, o.sp, nv, w, lane);
 }
 
 /* none: the fp32 bits as they are */
-__device__ __forceinline__ void none_encode_unit(const float (&v)[UNIT], int nv, u64 u, const ORange& o, TStats& ts) {
+__device__ __forceinline__ void none_encode_unit(const float (&v)[UNIT], int nv, unsigned u, const ORange& o, TStats& ts) {
     const Scan sc = scan_finite(v);
     ts.nf += __popc(sc.nfmask);
     ts.amax = fmaxf(ts.amax, __uint_as_float(sc.amax_u));
     unsigned w[UNIT];
 #pragma unroll
     for (int j = 0; j < UNIT; j++) w[j] = __float_as_uint(v[j]);
-    store_words16(o.codes + (u64)UNIT * 4 * (u - o.u0), nv, w);
+    store_words16(o.codes + (size_t)UNIT * 4 * (u - o.sp.u0), nv, w);
 }
 
 template <int FAM, int FMT, bool SR>
-__device__ __forceinline__ void encode_unit(const Codec& c, float (&v)[UNIT], int nv, u64 u, const ORange& o, int kc,
+__device__ __forceinline__ void encode_unit(const Codec& c, float (&v)[UNIT], int nv, unsigned u, const ORange& o, int kc,
                                             int lane, TStats& ts) {
     if constexpr (FAM == FAM_FP8) fp8_encode_unit<FMT, SR>(c, v, nv, u, o, kc, lane, ts);
     else if constexpr (FAM == FAM_INT8) int8_encode_unit(c, v, nv, u, o, lane, ts);
@@ -863,33 +879,38 @@ __device__ __forceinline__ int chunk_kc(const Codec& c, const CompressStatsDev* 
 
 /* Pass 1 of current dual scaling: max |r| over the job's range -> its slot. */
 template <bool BF16>
-__global__ void __launch_bounds__(THREADS) k_amax(const Codec c, const __grid_constant__ CLaunch L) {
-    const CJob J = L.job[blockIdx.y];
+__global__ void __launch_bounds__(THREADS, COMPRESS_MIN_BLOCKS) k_amax(const Codec c, const __grid_constant__ CLaunch L) {
+    const CJob& J = L.job[blockIdx.y];
     const int lane = threadIdx.x & 31;
-    const u64 nunits = J.u1 - J.u0, stride = (u64)gridDim.x * THREADS;
+    const Span sp = J.sp;
+    const unsigned nunits = sp.u1 - sp.u0, stride = gridDim.x * THREADS;
     float tam = 0.0f;
-    for (u64 t0 = (u64)blockIdx.x * THREADS + (threadIdx.x & ~31u); t0 < nunits; t0 += stride) {
-        const u64 u = J.u0 + t0 + (u64)lane;
-        const int nv = unit_valid(u, J.u1, J.n);
+    /* t0 is the warp's first unit: the loop condition is warp-uniform, so
+     * every lane reaches the shuffles of every iteration */
+    for (unsigned t0 = blockIdx.x * THREADS + (threadIdx.x & ~31u); t0 < nunits; t0 += stride) {
+        const unsigned u = sp.u0 + t0 + lane;
+        const int nv = unit_valid(u, sp);
         float v[UNIT];
         load_x16<BF16>(J.x, u, nv, v);
-        tam = fmaxf(tam, fp8_prepare(c, v, u, J.n, lane).tr);
+        tam = fmaxf(tam, fp8_prepare(c, v, u, sp, lane).tr);
     }
     flush_scale_amax(tam, J.st);
 }
 
 template <int FAM, int FMT, bool SR, bool BF16>
-__global__ void __launch_bounds__(THREADS, COMPRESS_MIN_BLOCKS) k_compress(const Codec c, const __grid_constant__ CLaunch L) {
-    const CJob J = L.job[blockIdx.y];
+__global__ void __launch_bounds__(THREADS, SR ? COMPRESS_MIN_BLOCKS - 2 : FAM == FAM_INT8 ? COMPRESS_MIN_BLOCKS - 1 : COMPRESS_MIN_BLOCKS)
+    k_compress(const Codec c, const __grid_constant__ CLaunch L) {
+    const CJob& J = L.job[blockIdx.y];
     const int lane = threadIdx.x & 31;
+    const Span sp = J.sp;
     const int kc = chunk_kc(c, J.st);
-    if (blockIdx.x == 0 && threadIdx.x == 0 && J.u0 == 0 && J.scale) store_u32_any(J.scale, __float_as_uint(pow2f_dev(kc)));
-    const ORange o = {J.exps, J.codes, J.n, J.u0, J.u1, J.g0, J.stream};
+    if (blockIdx.x == 0 && threadIdx.x == 0 && sp.u0 == 0 && J.scale) store_u32_any(J.scale, __float_as_uint(pow2f_dev(kc)));
+    const ORange o = {J.exps, J.codes, sp, J.stream};
     TStats ts = {0u, 0u, 0.0f};
-    const u64 nunits = J.u1 - J.u0, stride = (u64)gridDim.x * THREADS;
-    for (u64 t0 = (u64)blockIdx.x * THREADS + (threadIdx.x & ~31u); t0 < nunits; t0 += stride) {
-        const u64 u = J.u0 + t0 + (u64)lane;
-        const int nv = unit_valid(u, J.u1, J.n);
+    const unsigned nunits = sp.u1 - sp.u0, stride = gridDim.x * THREADS;
+    for (unsigned t0 = blockIdx.x * THREADS + (threadIdx.x & ~31u); t0 < nunits; t0 += stride) {
+        const unsigned u = sp.u0 + t0 + lane;
+        const int nv = unit_valid(u, sp);
         float v[UNIT];
         load_x16<BF16>(J.x, u, nv, v);
         encode_unit<FAM, FMT, SR>(c, v, nv, u, o, kc, lane, ts);
@@ -925,10 +946,11 @@ __device__ __forceinline__ void accumulate(float (&acc)[UNIT], const float (&d)[
 
 /* Decode (and sum) the job's inputs over its range, then OUT. */
 template <int OUT, int FMT_OUT, bool SR>
-__global__ void __launch_bounds__(THREADS, DECOMPRESS_MIN_BLOCKS) k_decompress(const Codec ci, const Codec co, const int init,
+__global__ void __launch_bounds__(THREADS, SR ? DECOMPRESS_MIN_BLOCKS - 1 : DECOMPRESS_MIN_BLOCKS) k_decompress(const Codec ci, const Codec co, const int init,
                                                         const __grid_constant__ DLaunch L) {
-    const DJob J = L.job[blockIdx.y];
+    const DJob& J = L.job[blockIdx.y];
     const int lane = threadIdx.x & 31;
+    const Span sp = J.sp;
     __shared__ DecConst s_dc[MAX_IN];
     if ((int)threadIdx.x < J.nin) {
         const uint8_t* sp = L.in[J.in_first + (int)threadIdx.x].scale;
@@ -939,20 +961,19 @@ __global__ void __launch_bounds__(THREADS, DECOMPRESS_MIN_BLOCKS) k_decompress(c
     int kc = 0;
     if (OUT == OUT_RECOMP) {
         kc = chunk_kc(co, J.st);
-        if (blockIdx.x == 0 && threadIdx.x == 0 && J.u0 == 0 && J.oscale) store_u32_any(J.oscale, __float_as_uint(pow2f_dev(kc)));
+        if (blockIdx.x == 0 && threadIdx.x == 0 && sp.u0 == 0 && J.oscale) store_u32_any(J.oscale, __float_as_uint(pow2f_dev(kc)));
     }
-    const ORange o = {J.oexps, J.ocodes, J.n, J.u0, J.u1, J.g0_out, J.stream};
+    const ORange o = {J.oexps, J.ocodes, sp, J.stream};
     TStats ts = {0u, 0u, 0.0f};
     float tam = 0.0f;
-    const u64 nunits = J.u1 - J.u0, stride = (u64)gridDim.x * THREADS;
-    for (u64 t0 = (u64)blockIdx.x * THREADS + (threadIdx.x & ~31u); t0 < nunits; t0 += stride) {
-        const u64 u = J.u0 + t0 + (u64)lane;
-        const int nv = unit_valid(u, J.u1, J.n);
-        const bool next_ok = unit_valid(u + 1, J.u1, J.n) == UNIT;
-        const u64 lu = u - J.u0;                       /* unit index inside the range */
-        const u64 gi = ((u64)UNIT * u) / (u64)ci.G;
-        const bool full = (gi + 1) * (u64)ci.G <= J.n;
-        const u64 lg = gi - J.g0_in;                   /* group index inside the range */
+    const unsigned nunits = sp.u1 - sp.u0, stride = gridDim.x * THREADS;
+    for (unsigned t0 = blockIdx.x * THREADS + (threadIdx.x & ~31u); t0 < nunits; t0 += stride) {
+        const unsigned u = sp.u0 + t0 + lane;
+        const int nv = unit_valid(u, sp);
+        const bool next_ok = unit_valid(u + 1, sp) == UNIT;
+        const unsigned lu = u - sp.u0;                                  /* unit inside the range */
+        const bool full = (u >> ci.ltpg) < (sp.nfull >> ci.ltpg);
+        const unsigned lg = (u >> ci.ltpg) - (sp.u0 >> ci.ltpg);        /* group inside the range */
         float acc[UNIT];
         if (init == INIT_LOAD) {
             load_x16<false>(J.y, u, nv, acc);
@@ -963,28 +984,28 @@ __global__ void __launch_bounds__(THREADS, DECOMPRESS_MIN_BLOCKS) k_decompress(c
         if (ci.fam == FAM_NONE) {
             for (int i = 0; i < J.nin; i++) {
                 unsigned w[UNIT];
-                load_words16(L.in[J.in_first + i].codes + (u64)UNIT * 4 * lu, nv, w);
+                load_words16(L.in[J.in_first + i].codes + (size_t)UNIT * 4 * lu, nv, w);
                 float d[UNIT];
 #pragma unroll
                 for (int j = 0; j < UNIT; j++) d[j] = __uint_as_float(w[j]);
                 accumulate(acc, d, i == 0 && init == INIT_FIRST);
             }
         } else {
-            /* up to 4 inputs' loads in flight before the first is decoded */
-            for (int i0 = 0; i0 < J.nin; i0 += 4) {
-                unsigned cw[4][4], eb[4];
+            /* PREFETCH inputs' loads in flight before the first is decoded */
+            for (int i0 = 0; i0 < J.nin; i0 += PREFETCH) {
+                unsigned cw[PREFETCH][4], eb[PREFETCH];
 #pragma unroll
-                for (int q = 0; q < 4; q++) {
+                for (int q = 0; q < PREFETCH; q++) {
                     eb[q] = 0u;
                     if (i0 + q < J.nin) {
                         const DIn in = L.in[J.in_first + i0 + q];
-                        load_bytes16(in.codes + (u64)UNIT * lu, nv, next_ok, cw[q]);
+                        load_bytes16(in.codes + (size_t)UNIT * lu, nv, next_ok, cw[q]);
                         if (ci.gb == 1 && nv > 0) eb[q] = in.exps[lg];
-                        else if (ci.gb == 4 && nv > 0) eb[q] = load_u32_any(in.exps + 4 * lg);
+                        else if (ci.gb == 4 && nv > 0) eb[q] = load_u32_any(in.exps + 4 * (size_t)lg);
                     }
                 }
 #pragma unroll
-                for (int q = 0; q < 4; q++) {
+                for (int q = 0; q < PREFETCH; q++) {
                     if (i0 + q < J.nin) {
                         float d[UNIT];
                         if (ci.fam == FAM_INT8) {
@@ -1007,7 +1028,7 @@ __global__ void __launch_bounds__(THREADS, DECOMPRESS_MIN_BLOCKS) k_decompress(c
         if constexpr (OUT == OUT_F32 || OUT == OUT_BF16) {
             store_y16<OUT>(J.y, u, nv, acc);
         } else if constexpr (OUT == OUT_AMAX) {
-            tam = fmaxf(tam, fp8_prepare(co, acc, u, J.n, lane).tr);
+            tam = fmaxf(tam, fp8_prepare(co, acc, u, sp, lane).tr);
         } else {
             if (co.fam == FAM_NONE) encode_unit<FAM_NONE, FMT_OUT, false>(co, acc, nv, u, o, kc, lane, ts);
             else encode_unit<FAM_FP8, FMT_OUT, SR>(co, acc, nv, u, o, kc, lane, ts);
@@ -1092,6 +1113,8 @@ static Codec codec_of(const CompressParams* p, const char* who) {
         c.delayed_amax = p->delayed_amax;
     }
     c.tpg = c.G / UNIT;
+    c.ltpg = 0;
+    while ((1 << c.ltpg) < c.tpg) c.ltpg++;
     c.norm = hadamard_norm(c.G);
     return c;
 }
@@ -1143,6 +1166,16 @@ static void check_range(const Codec& c, const CompressJobDev* j, const char* who
               who, j->e0, j->e1, j->n, (unsigned long long)gran);
 }
 
+static Span span_of(const CompressJobDev* j, const char* who) {
+    if (j->n >= ((size_t)1 << 35)) FATAL("%s: a chunk of %zu elements is too large (at most 2^35 - 1)", who, j->n);
+    Span s;
+    s.u0 = (unsigned)(j->e0 / UNIT);
+    s.u1 = (unsigned)ceil_div_u64(j->e1, UNIT);
+    s.nfull = (unsigned)(j->n / UNIT);
+    s.tail = (unsigned)(j->n % UNIT);
+    return s;
+}
+
 static CJob cjob_of(const Codec& c, const CompressJobDev* j, const char* who) {
     check_range(c, j, who);
     CJob r;
@@ -1150,14 +1183,11 @@ static CJob cjob_of(const Codec& c, const CompressJobDev* j, const char* who) {
     r.scale = (c.hdr && j->e0 == 0) ? j->out.scale : nullptr;
     r.exps = c.gb ? j->out.exps : nullptr;
     r.codes = j->out.codes;
-    r.n = j->n;
-    r.u0 = j->e0 / UNIT;
-    r.u1 = ceil_div_u64(j->e1, UNIT);
-    r.g0 = j->e0 / (u64)c.G;
+    r.sp = span_of(j, who);
     r.stream = j->stream;
     r.st = j->st;
-    if (!r.codes && r.u1 > r.u0) FATAL("%s: job without an element-byte pointer", who);
-    if (c.gb && !r.exps && r.u1 > r.u0) FATAL("%s: job without a group-byte pointer", who);
+    if (!r.codes && r.sp.u1 > r.sp.u0) FATAL("%s: job without an element-byte pointer", who);
+    if (c.gb && !r.exps && r.sp.u1 > r.sp.u0) FATAL("%s: job without a group-byte pointer", who);
     if (c.hdr && j->e0 == 0 && !r.scale) FATAL("%s: the range at element 0 needs the scale pointer", who);
     return r;
 }
@@ -1196,7 +1226,7 @@ static void launch_compress(const Codec& c, int bf16, const CompressJobDev* jobs
         u64 max_units = 0;
         for (int i = 0; i < L.njobs; i++) {
             L.job[i] = cjob_of(c, &jobs[first + i], who);
-            if (L.job[i].u1 - L.job[i].u0 > max_units) max_units = L.job[i].u1 - L.job[i].u0;
+            if (L.job[i].sp.u1 - L.job[i].sp.u0 > max_units) max_units = L.job[i].sp.u1 - L.job[i].sp.u0;
             if (amax_pass && !L.job[i].st) FATAL("%s: current chunk scaling needs a CompressStatsDev per job (its amax slot)", who);
         }
         if (amax_pass) {
@@ -1279,11 +1309,7 @@ void decompress_jobs_dev(const CompressParams* p_in, const CompressJobDev* jobs,
             if (needs_out) check_range(co, j, who);
             DJob& d = L.job[L.njobs];
             d.y = j->y;
-            d.n = j->n;
-            d.u0 = j->e0 / UNIT;
-            d.u1 = ceil_div_u64(j->e1, UNIT);
-            d.g0_in = j->e0 / (u64)ci.G;
-            d.g0_out = j->e0 / (u64)co.G;
+            d.sp = span_of(j, who);
             d.stream = j->stream;
             d.st = j->st;
             d.in_first = nin_used;
@@ -1293,21 +1319,21 @@ void decompress_jobs_dev(const CompressParams* p_in, const CompressJobDev* jobs,
                 d.oexps = co.gb ? j->out.exps : nullptr;
                 d.ocodes = j->out.codes;
                 if (co.hdr && j->e0 == 0 && !d.oscale) FATAL("%s: the range at element 0 needs out.scale", who);
-                if (d.u1 > d.u0 && (!d.ocodes || (co.gb && !d.oexps))) FATAL("%s: recompress job without output pointers", who);
+                if (d.sp.u1 > d.sp.u0 && (!d.ocodes || (co.gb && !d.oexps))) FATAL("%s: recompress job without output pointers", who);
             }
             if ((out == OUT_AMAX || out == OUT_RECOMP) && !d.st &&
                 (co.fam == FAM_FP8 && !co.cast && co.dual && !co.delayed))
                 FATAL("%s: current chunk scaling needs job.st (the amax slot)", who);
-            if ((out == OUT_F32 || out == OUT_BF16) && !d.y && d.u1 > d.u0) FATAL("%s: job without an output pointer", who);
+            if ((out == OUT_F32 || out == OUT_BF16) && !d.y && d.sp.u1 > d.sp.u0) FATAL("%s: job without an output pointer", who);
             for (int i = 0; i < j->nin; i++) {
                 L.in[nin_used + i].scale = ci.hdr ? j->in[i].scale : nullptr;
                 L.in[nin_used + i].exps = ci.gb ? j->in[i].exps : nullptr;
                 L.in[nin_used + i].codes = j->in[i].codes;
-                if (d.u1 > d.u0 && (!j->in[i].codes || (ci.gb && !j->in[i].exps) || (ci.hdr && !j->in[i].scale)))
+                if (d.sp.u1 > d.sp.u0 && (!j->in[i].codes || (ci.gb && !j->in[i].exps) || (ci.hdr && !j->in[i].scale)))
                     FATAL("%s: input %d of a job lacks a wire pointer", who, i);
             }
             nin_used += j->nin;
-            if (d.u1 - d.u0 > max_units) max_units = d.u1 - d.u0;
+            if (d.sp.u1 - d.sp.u0 > max_units) max_units = d.sp.u1 - d.sp.u0;
             L.njobs++;
             first++;
         }

@@ -15,6 +15,12 @@ const char* PARAM_NAMES[NUM_PARAM_TENSORS] = {
     "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
     "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"};
 
+size_t params_full_count(const ParamLayout* pl) {
+    size_t n = 0;
+    for (int t = 0; t < NUM_PARAM_TENSORS; t++) n += pl->full[t];
+    return n;
+}
+
 int params_padded_vocab(int V, int P) {
     int m = 128;
     while (m % P != 0) m += 128;         /* smallest multiple of 128 divisible by P */

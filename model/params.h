@@ -41,6 +41,8 @@ typedef struct {
     int decayed[NUM_PARAM_TENSORS];      /* 1 for 2-D weights (AdamW weight decay) */
 } ParamLayout;
 
+/* Number of parameters of the full model (padding rows included). */
+size_t params_full_count(const ParamLayout* pl);
 /* Vocab padded to a multiple of 128 and of P. */
 int params_padded_vocab(int V, int P);
 void params_layout(ParamLayout* pl, GPTShape s, int P, int r);

@@ -10,9 +10,10 @@ DUMPDIR holds trainer dumps (*.npy: the local input of each TP exchange, activat
 once per row of ROWS (the methods, TACO with each component off, E4M3 vs E5M2); the
 markdown table gives, split into forward and backward sites, the mean whole-tensor relative
 error, the mean per-row relative error (computed here in numpy: whole-tensor error is
-dominated by the loudest rows and hides rows that collapse toward zero), the share of rows
-with an error above 25%, the SNR, and the wire bytes per fp32 byte. A second table gives the
-per-row error of each site.
+dominated by the loudest rows and hides rows that collapse toward zero), the relative error
+of the smaller half of the elements (which shows how a rotation redistributes FP8's error),
+the SNR, and the wire bytes per fp32 byte. A second table gives the per-row error of each
+site.
 
 --collect trains CONFIG for --steps steps (exact exchanges, compress.method=none, so every
 method is judged on the same uncompressed tensors) with every site dumped at the last step
@@ -45,7 +46,6 @@ ROWS = [
     ("taco, E5M2 everywhere", "taco", "e5m2", []),
 ]
 SITE_TABLE_METHODS = ["fp8_tensor", "fp8_group", "int8_group", "taco"]
-COLLAPSED = 0.25  # a row whose relative error is above this has lost its content
 
 
 def collect(args):
@@ -85,7 +85,7 @@ def collect(args):
 
 def evaluate(dumpdir, binary, group_size):
     """Roundtrip every dump through every row. Returns (files, zero, results) with
-    results[label][file] = dict(rel, snr, rows, collapsed, wire, bytes_in, saturated).
+    results[label][file] = dict(rel, snr, rows, small, wire, bytes_in, saturated).
     All-zero dumps are left out (zero: their names): their relative error is undefined. The
     vocab-parallel embedding gives one, since byte-level text never looks up the upper half
     of the vocabulary, so that rank's partial sum is all zeros."""
@@ -105,7 +105,7 @@ def evaluate(dumpdir, binary, group_size):
                 "rel": info["rel_err"],
                 "snr": info["snr_db"] if info["snr_db"] is not None else float("inf"),
                 "rows": float(rows.mean()) if rows.size else 0.0,
-                "collapsed": float(np.mean(rows > COLLAPSED)) if rows.size else 0.0,
+                "small": pl.small_half_error(x, y),
                 "wire": info["bytes_wire"],
                 "bytes_in": info["bytes_in"],
                 "saturated": info["saturated"],
@@ -131,11 +131,11 @@ def table(files, zero, results, dumpdir, group_size):
         f"each compressed as one chunk by `build/compress roundtrip` at G={group_size}. Formats: E4M3 for forward "
         "and E5M2 for backward sites (the trainer's defaults) unless the row says otherwise; int8_group is int8. "
         "rel_err = ||x_hat-x||/||x|| per tensor, row err = mean over rows of ||row_hat-row||/||row||, "
-        f"rows>{COLLAPSED:g} = share of rows with a row error above {COLLAPSED:g}, SNR = 10 log10(||x||²/||x_hat-x||²) "
-        "per tensor; every column is the mean over tensors." +
+        "small-half err = ||x_hat-x||/||x|| over the elements below the tensor's median |x|, "
+        "SNR = 10 log10(||x||²/||x_hat-x||²) per tensor; every column is the mean over tensors." +
         (f" Left out as all zeros: {', '.join(os.path.basename(f) for f in zero)}." if zero else ""), "",
-        "| method | fwd rel_err | fwd row err | fwd rows>%g | fwd SNR dB | bwd rel_err | bwd row err | bwd rows>%g "
-        "| bwd SNR dB | wire / fp32 | saturated |" % (COLLAPSED, COLLAPSED),
+        "| method | fwd rel_err | fwd row err | fwd small-half err | fwd SNR dB | bwd rel_err | bwd row err "
+        "| bwd small-half err | bwd SNR dB | wire / fp32 | saturated |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for label, _, _, _ in ROWS:
@@ -147,7 +147,7 @@ def table(files, zero, results, dumpdir, group_size):
                 continue
             cells += [f"{np.mean([res[f]['rel'] for f in group]):.4f}",
                       f"{np.mean([res[f]['rows'] for f in group]):.4f}",
-                      f"{100 * np.mean([res[f]['collapsed'] for f in group]):.1f}%",
+                      f"{np.mean([res[f]['small'] for f in group]):.4f}",
                       fmt_snr(np.mean([res[f]['snr'] for f in group]))]
         wire = sum(res[f]["wire"] for f in files) / sum(res[f]["bytes_in"] for f in files)
         cells += [f"{wire:.4f} ({1 / wire:.2f}x)", str(sum(res[f]["saturated"] for f in files))]

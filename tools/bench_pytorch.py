@@ -85,7 +85,7 @@ class GPT(nn.Module):
             x = blk(x)
         logits = F.linear(self.ln_f(x), self.wte.weight)  # tied LM head, [B, T, Vp]
         # autocast runs cross_entropy in fp32
-        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+        return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
 
 
 def make_optimizer(model, lr=6e-4, wd=0.1):

@@ -207,7 +207,7 @@ int main(int argc, char** argv) {
     if (world_rank == 0) {
         printf("model: L=%d NH=%d C=%d T=%d V=%d (padded %d), %.2fM params | backend %s | tp=%d dp=%d | compress %s\n",
                shape.L, shape.NH, shape.C, shape.maxT, shape.V, shape.Vp,
-               (double)(model.pl.total) * comm.tp_size / 1e6, ops_backend_name(), comm.tp_size, comm.dp_size,
+               (double)params_full_count(&model.pl) / 1e6, ops_backend_name(), comm.tp_size, comm.dp_size,
                cfg.compress.method);
         printf("data: %lld train tokens (%s), batch %d x %d x dp %d | log %s/log.jsonl\n",
                (long long)dataloader_num_tokens(&train_dl), cfg.data.train, B, T, comm.dp_size, cfg.log.dir);
