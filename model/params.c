@@ -122,8 +122,7 @@ static float normal_at(uint64_t seed, int t, size_t i) {
 }
 
 float* params_init_full(const ParamLayout* pl, unsigned long long seed) {
-    size_t total = 0;
-    for (int t = 0; t < NUM_PARAM_TENSORS; t++) total += pl->full[t];
+    size_t total = params_full_count(pl);
     float* full = mallocCheck(total * sizeof(float));
     const GPTShape* s = &pl->s;
     float std_resid = 0.02f / sqrtf(2.0f * (float)s->L);
@@ -174,8 +173,7 @@ int params_file_check(const char* path, const ParamLayout* pl, char* err, size_t
             return -1;
         }
     }
-    size_t total = 0;
-    for (int t = 0; t < NUM_PARAM_TENSORS; t++) total += pl->full[t];
+    size_t total = params_full_count(pl);
     size_t expect = 256 * sizeof(int) + (total + (size_t)(hdr[7] - s->Vp) * s->C) * sizeof(float);
     if (hdr[7] < s->V || size < 0 || (size_t)size != expect) {
         snprintf(err, errlen, "error: %s is %ld bytes but a model of this shape (padded vocab %d) has %zu: truncated or corrupt",
@@ -193,8 +191,7 @@ float* params_load_full(const char* path, const ParamLayout* pl) {
     int hdr[256];
     freadCheck(hdr, sizeof(int), 256, f, path);
     int fileVp = hdr[7];
-    size_t total = 0;
-    for (int t = 0; t < NUM_PARAM_TENSORS; t++) total += pl->full[t];
+    size_t total = params_full_count(pl);
     float* full = callocCheck(total, sizeof(float));
     /* wte: the real V rows, then skip the file's padding; ours stays zero */
     freadCheck(full, sizeof(float), (size_t)s->V * s->C, f, path);
@@ -210,8 +207,7 @@ void params_save_full(const char* path, const ParamLayout* pl, const float* full
     hdr[0] = MODEL_MAGIC;
     hdr[1] = MODEL_VERSION_FP32;
     hdr[2] = s->maxT; hdr[3] = s->V; hdr[4] = s->L; hdr[5] = s->NH; hdr[6] = s->C; hdr[7] = s->Vp;
-    size_t total = 0;
-    for (int t = 0; t < NUM_PARAM_TENSORS; t++) total += pl->full[t];
+    size_t total = params_full_count(pl);
     char tmp[1100];
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
     FILE* f = fopenCheck(tmp, "wb");

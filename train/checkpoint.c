@@ -50,8 +50,7 @@ float* checkpoint_gather_model(GPT* m, Comm* c) {
     }
     free(shard);
     if (!root) return NULL;
-    size_t total = 0;
-    for (int t = 0; t < NUM_PARAM_TENSORS; t++) total += m->pl.full[t];
+    size_t total = params_full_count(&m->pl);
     float* full = callocCheck(total, sizeof(float));
     for (int r = 0; r < c->tp_size; r++) {
         ParamLayout pr;
