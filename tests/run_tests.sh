@@ -29,6 +29,13 @@ echo "unit tests"
 for t in test_fp8 test_hadamard test_compress test_ops test_data test_config test_params; do
     run "$t" "build/$t"
 done
+if [ -d "${CUDA_HOME:-/usr/local/cuda}/include" ]; then
+    # the CUDA backend's kernels, run thread by thread under a CPU emulation of
+    # the GPU (tests/emu): catches indexing, barrier and layout bugs without a GPU
+    echo "CUDA kernels under CPU emulation"
+    run build_cuda_emulation sh tests/emu/build_emu.sh
+    OMP_NUM_THREADS=2 run test_ops_gpu_emulated build/emu/test_ops_gpu_emu
+fi
 echo "multi-rank tests"
 for p in 2 3 4; do run "test_collectives_np$p" $MPIRUN -np $p build/test_collectives; done
 for p in 1 2 4; do run "test_gpt_np$p" $MPIRUN -np $p build/test_gpt; done

@@ -75,6 +75,9 @@ expect_error "summary of a truncated log line" "corrupt log: .*corrupt/taco/log.
 cp -r "$E" "$T/noval"; grep -v val_loss "$E/taco/log.jsonl" > "$T/noval/taco/log.jsonl"
 expect_error "summary of a log without val_loss" "noval/taco/log.jsonl has no val_loss" \
     $PY tools/parity_summary.py "$T/noval"
+cp -r "$E" "$T/nan"; sed -i '$ s/"loss":[^,]*/"loss":nan/' "$T/nan/taco/log.jsonl"
+check "a log with C's 'nan' reads as diverged, not corrupt" bash -c "$PY tools/parity_summary.py '$T/nan' > /dev/null &&
+    grep -q '^taco,.*,yes,\"non-finite loss\"' '$T/nan/summary.csv'"
 check "plot_parity.py writes --out" bash -c "$PY tools/plot_parity.py '$E' --out '$T/p.png' && test -s '$T/p.png'"
 
 echo "ablation and histograms (dumps of a 5-step run)"

@@ -12,8 +12,7 @@ markdown table gives, split into forward and backward sites, the mean whole-tens
 error, the mean per-row relative error (computed here in numpy: whole-tensor error is
 dominated by the loudest rows and hides rows that collapse toward zero), the relative error
 of the smaller half of the elements (which shows how a rotation redistributes FP8's error),
-the SNR, and the wire bytes per fp32 byte. A second table gives the per-row error of each
-site.
+the SNR, and the wire bytes per fp32 byte. A second table gives these errors per site.
 
 --collect trains CONFIG for --steps steps (exact exchanges, compress.method=none, so every
 method is judged on the same uncompressed tensors) with every site dumped at the last step
@@ -153,16 +152,16 @@ def table(files, zero, results, dumpdir, group_size):
         cells += [f"{wire:.4f} ({1 / wire:.2f}x)", str(sum(res[f]["saturated"] for f in files))]
         lines.append("| " + " | ".join(cells) + " |")
 
-    # per site: rel_err / row err, averaged over the ranks' dumps of that site
+    # per site: rel_err / row err / small-half err, averaged over the ranks' dumps of that site
     sites = {}
     for f in files:
         sites.setdefault(pl.dump_site(f)[0], []).append(f)
     order = sorted(sites, key=lambda s: (s.endswith(".bwd"), s.split(".")[0] == "lm_head", s))
-    lines += ["", "## Per site: rel_err / row err (mean over the ranks' dumps)", "",
+    lines += ["", "## Per site: rel_err / row err / small-half err (mean over the ranks' dumps)", "",
               "| site | " + " | ".join(SITE_TABLE_METHODS) + " |", "|---|" + "---|" * len(SITE_TABLE_METHODS)]
     for s in order:
-        cells = [f"{np.mean([results[m][f]['rel'] for f in sites[s]]):.4f} / "
-                 f"{np.mean([results[m][f]['rows'] for f in sites[s]]):.4f}" for m in SITE_TABLE_METHODS]
+        cells = [" / ".join(f"{np.mean([results[m][f][k] for f in sites[s]]):.4f}" for k in ("rel", "rows", "small"))
+                 for m in SITE_TABLE_METHODS]
         lines.append(f"| {s} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

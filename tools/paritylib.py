@@ -215,11 +215,10 @@ def summarize(runs):
         timed = timed or [r["ms"] for r in run.train]
         rel = {"all": [], "fwd": [], "bwd": []}
         per_kind = {k: [] for k in SITE_KINDS}
-        saturated = nonfinite = 0
+        saturated = 0
         for r in run.train:
             for site, s in r.get("sites", {}).items():
                 saturated += s.get("saturated", 0)
-                nonfinite += s.get("nonfinite", 0)
                 if "rel_err" in s:
                     rel["all"].append(s["rel_err"])
                     rel["bwd" if site.endswith(".bwd") else "fwd"].append(s["rel_err"])
@@ -254,7 +253,6 @@ def summarize(runs):
             "mean_rel_err_bwd": float(np.mean(rel["bwd"])) if rel["bwd"] else None,
             "rel_err_by_kind": {k: float(np.mean(v)) if v else None for k, v in per_kind.items()},
             "saturated": saturated,
-            "nonfinite": nonfinite,
             "diverged": "yes" if why else "no",
             "diverged_why": "; ".join(why),
         })

@@ -1,0 +1,92 @@
+/*
+ * comm/collectives_cuda.h - the compressed collectives of comm/collectives.c
+ * on DEVICE buffers, pipelined (comm/collectives_cuda.c).
+ *
+ * Same chunking (coll_chunk / coll_align), same SR streams, same rank-order
+ * fp32 sums and the same bytes on the wire as the host versions, so for
+ * round-to-nearest the results are bit-identical to running coll_allreduce
+ * on float(x) and rounding the result to bf16 (round to nearest even), and
+ * identical on every rank. Each rank chunk is cut into K sub-chunks (on
+ * multiples of the group size) that flow through
+ *     compress -> D2H -> MPI_Isend/Irecv -> H2D -> decompress-reduce
+ * with CUDA streams and events, so compression, copies and the network
+ * overlap; the all-gather's message k leaves as soon as its fused
+ * decompress-reduce-recompress is done (one pass when the all-gather's chunk
+ * scale is delayed or absent; with current dual scaling the whole sum's amax
+ * is needed first, so the all-gather starts after the reduce-scatter).
+ * Device pointers go to MPI directly when it is CUDA-aware
+ * (MPIX_Query_cuda_support), otherwise through pinned host buffers.
+ * Design and measurements: compress/CUDA.md.
+ */
+#ifndef COLLECTIVES_CUDA_H
+#define COLLECTIVES_CUDA_H
+
+#include <mpi.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#include "comm.h"
+#include "compress_cuda.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define COLL_DEV_MAX_K 64    /* most sub-chunks per rank chunk */
+#define COLL_DEV_DEFAULT_K 4 /* the default pipeline depth */
+
+typedef struct {
+    /* settings: coll_scratch_dev_init sets the defaults (a zeroed struct gets
+     * K = 4, min_sub = 65536 and cuda_aware = 0); change them before a call */
+    int K;              /* pipeline depth: sub-chunks per rank chunk (1 = no pipelining) */
+    size_t min_sub;     /* fewest elements per sub-chunk: K shrinks for small tensors (default 65536) */
+    int cuda_aware;     /* -1: ask MPI (MPIX_Query_cuda_support); 0: stage through pinned host
+                           memory; 1: hand device pointers to MPI */
+    /* state (owned by the collectives; zero it or call coll_scratch_dev_init) */
+    int initialized, aware;
+    uint8_t* d_buf;     /* device: every message of a call, laid out by the plan */
+    uint8_t* h_buf;     /* pinned host mirror of d_buf (staged mode) */
+    size_t buf_cap;
+    float* d_acc;       /* fp32 sum of my chunk when the all-gather method cannot be fused */
+    size_t acc_cap;
+    CompressStatsDev* d_st; /* per call: P reduce-scatter chunks + 1 all-gather chunk */
+    CompressStatsDev* h_st; /* pinned copy */
+    int st_cap;
+    cudaStream_t s_d2h, s_h2d;
+    cudaEvent_t* ev;
+    int ev_cap;
+    MPI_Request* req;
+    int req_cap;
+    void* plan;         /* message table (internal) */
+    size_t plan_cap;
+} CollScratchDev;
+
+void coll_scratch_dev_init(CollScratchDev* s);
+void coll_scratch_dev_free(CollScratchDev* s);
+
+/* In place: x (bf16, device) = sum over ranks, reduce-scatter with p_rs then
+ * all-gather with p_ag, on the caller's stream cs (the result is ready in
+ * stream order; the call returns once every message has left and arrived).
+ * stream seeds stochastic rounding as in coll_allreduce; st (may be NULL)
+ * accumulates like CollStats in comm.h. */
+void coll_allreduce_dev(MPI_Comm comm, const CompressParams* p_rs, const CompressParams* p_ag, uint16_t* x,
+                        size_t n, uint64_t stream, CollScratchDev* s, CollStats* st, cudaStream_t cs);
+/* x[n] (bf16) -> out[count of my chunk] (fp32, or bf16 if out_is_bf16): as
+ * coll_reduce_scatter. */
+void coll_reduce_scatter_dev(MPI_Comm comm, const CompressParams* p, const uint16_t* x, size_t n, void* out,
+                             int out_is_bf16, uint64_t stream, CollScratchDev* s, CollStats* st, cudaStream_t cs);
+/* mine[count of my chunk] (fp32, or bf16 if mine_is_bf16) -> out[n] (bf16):
+ * as coll_all_gather (every rank decodes every chunk, its own included, from
+ * the same bytes). */
+void coll_all_gather_dev(MPI_Comm comm, const CompressParams* p, const void* mine, int mine_is_bf16, size_t n,
+                         uint16_t* out, uint64_t stream, CollScratchDev* s, CollStats* st, cudaStream_t cs);
+
+/* 1 if this MPI takes device pointers (compile-time and run-time check). */
+int coll_mpi_cuda_aware(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* COLLECTIVES_CUDA_H */
