@@ -57,6 +57,12 @@ extern "C" {
 #include "taco.h" /* TACO_EXP_MIN / TACO_EXP_MAX; its functions are not used here */
 }
 
+/* Every launch goes through LAUNCH; tests/cuda_emu defines its own to run the
+ * same kernels on the CPU (see compress/CUDA.md, "Emulated run"). */
+#ifndef LAUNCH
+#define LAUNCH(kernel, grid, block, stream, ...) kernel<<<(grid), (block), 0, (stream)>>>(__VA_ARGS__)
+#endif
+
 namespace {
 
 constexpr int THREADS = 256;            /* threads per block */
@@ -1232,13 +1238,13 @@ static void launch_compress(const Codec& c, int bf16, const CompressJobDev* jobs
         if (amax_pass) {
             const void* k = bf16 ? (const void*)k_amax<true> : (const void*)k_amax<false>;
             const dim3 grid = grid_for(k, max_units, L.njobs);
-            if (bf16) k_amax<true><<<grid, THREADS, 0, s>>>(c, L);
-            else k_amax<false><<<grid, THREADS, 0, s>>>(c, L);
+            if (bf16) LAUNCH(k_amax<true>, grid, THREADS, s, c, L);
+            else LAUNCH(k_amax<false>, grid, THREADS, s, c, L);
             CC_CHECK_LAUNCH("k_amax");
         } else {
             const void* k = compress_kernel(c, bf16);
             const dim3 grid = grid_for(k, max_units, L.njobs);
-            ((CKernel)k)<<<grid, THREADS, 0, s>>>(c, L);
+            LAUNCH(((CKernel)k), grid, THREADS, s, c, L);
             CC_CHECK_LAUNCH("k_compress");
         }
     }
@@ -1339,7 +1345,7 @@ void decompress_jobs_dev(const CompressParams* p_in, const CompressJobDev* jobs,
         }
         const void* k = decompress_kernel(out, co);
         const dim3 grid = grid_for(k, max_units, L.njobs);
-        ((DKernel)k)<<<grid, THREADS, 0, s>>>(ci, co, init, L);
+        LAUNCH(((DKernel)k), grid, THREADS, s, ci, co, init, L);
         CC_CHECK_LAUNCH("k_decompress");
     }
 }
@@ -1386,7 +1392,7 @@ static CompressWireIn wire_in(const CompressWireLayout& l, const uint8_t* in, si
 CompressStatsDev* compress_stats_dev_alloc(int count) {
     if (count < 1) count = 1;
     CompressStatsDev* st = nullptr;
-    CC_CHECK(cudaMalloc(&st, sizeof(CompressStatsDev) * (size_t)count));
+    CC_CHECK(cudaMalloc((void**)&st, sizeof(CompressStatsDev) * (size_t)count));
     CC_CHECK(cudaMemset(st, 0, sizeof(CompressStatsDev) * (size_t)count));
     return st;
 }
@@ -1432,7 +1438,7 @@ static float* scratch_f32(size_t n) {
         /* cudaFree synchronises the device, so no queued kernel still uses the old buffer */
         if (buf) CC_CHECK(cudaFree(buf));
         cap = n + n / 4 + 1024;
-        CC_CHECK(cudaMalloc(&buf, cap * sizeof(float)));
+        CC_CHECK(cudaMalloc((void**)&buf, cap * sizeof(float)));
     }
     return buf;
 }
@@ -1521,14 +1527,14 @@ size_t decompress_reduce_recompress_dev(const CompressParams* p_in, const uint8_
 unsigned long long compress_dev_selftest_fp8(Fp8Format f, uint32_t* first_bad) {
     unsigned long long* d_bad = nullptr;
     unsigned* d_first = nullptr;
-    CC_CHECK(cudaMalloc(&d_bad, sizeof(unsigned long long)));
-    CC_CHECK(cudaMalloc(&d_first, sizeof(unsigned)));
+    CC_CHECK(cudaMalloc((void**)&d_bad, sizeof(unsigned long long)));
+    CC_CHECK(cudaMalloc((void**)&d_first, sizeof(unsigned)));
     CC_CHECK(cudaMemset(d_bad, 0, sizeof(unsigned long long)));
     CC_CHECK(cudaMemset(d_first, 0xFF, sizeof(unsigned)));
     const unsigned blocks = (unsigned)num_sms() * 8u;
     for (u64 base = 0; base < (1ull << 32); base += (1ull << 30)) {
-        if (f == FP8_E4M3) k_check_fp8_hw<FP8_E4M3><<<blocks, 256>>>(base, d_bad, d_first);
-        else k_check_fp8_hw<FP8_E5M2><<<blocks, 256>>>(base, d_bad, d_first);
+        if (f == FP8_E4M3) LAUNCH(k_check_fp8_hw<FP8_E4M3>, blocks, 256, 0, base, d_bad, d_first);
+        else LAUNCH(k_check_fp8_hw<FP8_E5M2>, blocks, 256, 0, base, d_bad, d_first);
         CC_CHECK_LAUNCH("k_check_fp8_hw");
     }
     unsigned long long bad = 0;
@@ -1544,10 +1550,10 @@ unsigned long long compress_dev_selftest_fp8(Fp8Format f, uint32_t* first_bad) {
 unsigned long long compress_dev_selftest_philox(uint64_t seed, uint64_t stream, size_t n, uint32_t* words_host) {
     unsigned* d_words = nullptr;
     unsigned long long* d_bad = nullptr;
-    CC_CHECK(cudaMalloc(&d_words, sizeof(unsigned) * (n ? n : 1)));
-    CC_CHECK(cudaMalloc(&d_bad, sizeof(unsigned long long)));
+    CC_CHECK(cudaMalloc((void**)&d_words, sizeof(unsigned) * (n ? n : 1)));
+    CC_CHECK(cudaMalloc((void**)&d_bad, sizeof(unsigned long long)));
     CC_CHECK(cudaMemset(d_bad, 0, sizeof(unsigned long long)));
-    k_check_philox<<<64, 256>>>(seed, stream, n, d_words, d_bad);
+    LAUNCH(k_check_philox, 64, 256, 0, seed, stream, n, d_words, d_bad);
     CC_CHECK_LAUNCH("k_check_philox");
     unsigned long long bad = 0;
     CC_CHECK(cudaMemcpy(&bad, d_bad, sizeof(bad), cudaMemcpyDeviceToHost));

@@ -79,7 +79,7 @@ static void test_defaults(void) {
     CHECK(c.train.eval_every == 50 && c.train.eval_batches == 8 && c.train.sample_every == 50, "eval defaults");
     CHECK(c.train.sample_len == 64 && c.parallel.tp == 1 && c.parallel.dp == 1, "defaults");
     CHECK(strcmp(c.compress.method, "none") == 0 && strcmp(c.compress.format_fwd, "e4m3") == 0, "compress defaults");
-    CHECK(strcmp(c.compress.format_bwd, "e5m2") == 0 && c.compress.group_size == 64, "compress defaults");
+    CHECK(strcmp(c.compress.format_bwd, "e4m3") == 0 && c.compress.group_size == 64, "compress defaults");
     CHECK(c.compress.calib_steps == 10 && c.compress.hadamard && c.compress.adaptive_scale && c.compress.dual_scale,
           "compress defaults");
     CHECK(strcmp(c.compress.scale, "current") == 0 && strcmp(c.compress.rounding, "nearest") == 0, "compress");

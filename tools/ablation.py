@@ -123,8 +123,18 @@ def table(files, zero, results, dumpdir, group_size):
     bwd = [f for f in files if pl.dump_site(f)[0].endswith(".bwd")]
     shapes = sorted({tuple(np.load(f, mmap_mode="r").shape) for f in files})
     steps = sorted({pl.dump_site(f)[1] for f in files if pl.dump_site(f)[1] is not None})
+    # --collect leaves the training run's effective config next to the dumps
+    cfg_path = os.path.join(os.path.dirname(os.path.normpath(dumpdir)) or ".", "train", "config.json")
+    origin = ""
+    if os.path.isfile(cfg_path):
+        run = pl.load_json(cfg_path, "effective config")
+        m, t, par = run["model"], run["train"], run["parallel"]
+        origin = (f" Dumped by a run of L{m['n_layer']} d{m['d_model']} h{m['n_head']}, B{t['batch_size']} "
+                  f"T{t['seq_len']}, tp={par['tp']}, {t['steps']} steps, compress.method={run['compress']['method']} "
+                  f"(`{cfg_path}`).")
     lines = [
         "# Compression ablation on dumped TP tensors", "",
+        f"Made {time.strftime('%Y-%m-%d')} by `tools/ablation.py`.{origin}", "",
         f"{len(files)} tensors from `{dumpdir}` ({len(fwd)} forward/activation, {len(bwd)} backward/gradient; "
         f"shapes {', '.join('x'.join(map(str, s)) for s in shapes)}; step {', '.join(map(str, steps)) or '?'}), "
         f"each compressed as one chunk by `build/compress roundtrip` at G={group_size}. Formats: E4M3 for forward "

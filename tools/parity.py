@@ -137,6 +137,7 @@ def main():
     # the summary and plot cover every variant of this invocation that left a log, so a
     # failure still shows how far it got (as "diverged")
     have_log = [v for v in variants if os.path.isfile(os.path.join(rundir, v, "log.jsonl"))]
+    summary_ok = True
     if have_log:
         try:
             runs = pl.load_runs(rundir, have_log)
@@ -146,17 +147,14 @@ def main():
             print(pl.summary_table(rows))
         except pl.ToolError as e:
             print(f"error: cannot summarize: {e}", file=sys.stderr)
-            failed.append("(summary)")
+            summary_ok = False
     for name in failed:
-        if name == "(summary)":
-            continue
         log = os.path.join(rundir, name, "stdout.log")
         print(f"\nvariant {name} FAILED; last 10 lines of {log}:", file=sys.stderr)
-        sys.stderr.write("".join("    " + l for l in tail(log, 10)))
+        sys.stderr.write("".join("    " + line for line in tail(log, 10)))
     if failed:
-        print(f"\nerror: failed: {', '.join(failed)}", file=sys.stderr)
-        return 1
-    return 0
+        print(f"\nerror: failed variants: {', '.join(failed)}", file=sys.stderr)
+    return 0 if summary_ok and not failed else 1
 
 
 if __name__ == "__main__":

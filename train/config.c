@@ -90,7 +90,7 @@ static const CfgKey cfg_keys[] = {
     K_INT(parallel.dp, 1, 1, NOMAX),
     K_ENUM(compress.method, "none", "none|fp8_tensor|fp8_group|int8_group|taco"),
     K_ENUM(compress.format_fwd, "e4m3", "e4m3|e5m2"),
-    K_ENUM(compress.format_bwd, "e5m2", "e4m3|e5m2"),
+    K_ENUM(compress.format_bwd, "e4m3", "e4m3|e5m2"),
     K_GROUP(compress.group_size, 64),
     K_INT(compress.calib_steps, 10, 0, NOMAX),
     K_BOOL(compress.hadamard, 1),
