@@ -4,26 +4,9 @@
 # `make test`; prints one line per test and a summary, exits 1 on failure.
 set -u
 cd "$(dirname "$0")/.."
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-MPIRUN="mpirun --oversubscribe"
-pass=0; fail=0; failed=()
 LOGDIR=build/test-logs
-mkdir -p "$LOGDIR"
-
-run() {  # run NAME COMMAND... : logs to build/test-logs/NAME.log
-    local name=$1; shift
-    local t0=$SECONDS
-    local to="timeout 600"
-    declare -F "$1" > /dev/null && to=""   # shell functions time their own mpiruns
-    if $to "$@" > "$LOGDIR/$name.log" 2>&1; then
-        printf "  PASS  %-34s (%ds)\n" "$name" $((SECONDS - t0)); pass=$((pass + 1))
-    else
-        printf "  FAIL  %-34s (%ds) -- last lines of %s:\n" "$name" $((SECONDS - t0)) "$LOGDIR/$name.log"
-        tail -n 15 "$LOGDIR/$name.log" | sed 's/^/        /'
-        fail=$((fail + 1)); failed+=("$name")
-    fi
-}
+source tests/lib.sh
 
 echo "unit tests"
 for t in test_fp8 test_hadamard test_compress test_ops test_data test_config test_params; do
@@ -44,6 +27,4 @@ source tests/test_train.sh
 echo "tools tests"
 run test_tools tests/test_tools.sh
 
-echo "----"
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ] || { echo "failed: ${failed[*]}"; exit 1; }
+summary

@@ -9,27 +9,12 @@
 #   (and the compression kernels' tests when they are built)
 set -u
 cd "$(dirname "$0")/.."
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
-MPIRUN="mpirun --oversubscribe"
-pass=0; fail=0; failed=()
 LOGDIR=build/test-logs-gpu
+TEST_TIMEOUT=900
+source tests/lib.sh
 T=build/test-runs-gpu
-rm -rf "$T"; mkdir -p "$LOGDIR" "$T"
-
-run() {  # run NAME COMMAND...
-    local name=$1; shift
-    local t0=$SECONDS
-    local to="timeout 900"
-    declare -F "$1" > /dev/null && to=""
-    if $to "$@" > "$LOGDIR/$name.log" 2>&1; then
-        printf "  PASS  %-30s (%ds)\n" "$name" $((SECONDS - t0)); pass=$((pass + 1))
-    else
-        printf "  FAIL  %-30s (%ds) -- last lines of %s:\n" "$name" $((SECONDS - t0)) "$LOGDIR/$name.log"
-        tail -n 25 "$LOGDIR/$name.log" | sed 's/^/        /'
-        fail=$((fail + 1)); failed+=("$name")
-    fi
-}
+rm -rf "$T"; mkdir -p "$T"
 
 # a GPT-2-like small model (hs = 64, the head size the attention kernels are tuned for)
 GPT=(configs/default.json --set model.n_layer=4 --set model.n_head=4 --set model.d_model=256
@@ -75,6 +60,4 @@ run gpu_determinism t_gpu_determinism
 run gpu_taco_tracks_none t_gpu_taco
 for t in build/gpu/test_compress_gpu; do [ -x $t ] && run "$(basename $t)" $t; done
 for p in 2 4; do [ -x build/gpu/test_coll_gpu ] && run "test_coll_gpu_np$p" $MPIRUN -np $p build/gpu/test_coll_gpu; done
-echo "----"
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ] || { echo "failed: ${failed[*]}"; exit 1; }
+summary

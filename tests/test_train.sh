@@ -1,5 +1,5 @@
 # tests/test_train.sh - end-to-end tests of build/train, sourced by
-# tests/run_tests.sh (which provides `run`, $MPIRUN and $LOGDIR).
+# tests/run_tests.sh (tests/lib.sh provides `run`, $MPIRUN and $LOGDIR).
 #
 # Each test is a function that returns non-zero on failure; every mpirun is
 # bounded by `timeout` so a hang is a failure, never a stuck CI.
