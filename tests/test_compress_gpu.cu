@@ -26,7 +26,9 @@
  *   sr          stochastic rounding: reproducible per (seed, stream),
  *               different across streams, and unbiased
  * Exit status 0 iff every row passes. Options: --quick (smaller sweep, for
- * the CPU emulator), --no-hw (skip the 2^32-value conversion check).
+ * the CPU emulator), --no-hw (skip the 2^32-value conversion check),
+ * --only SUBSTR (only the configurations whose name contains SUBSTR),
+ * --exact (exact-size buffers per compress case, for sanitizers).
  */
 #include <cuda_runtime.h>
 
@@ -252,7 +254,9 @@ static void bufs_init(size_t nmax) {
     B.st = compress_stats_dev_alloc(1);
 }
 
-static int g_quick = 0, g_no_hw = 0;
+static int g_quick = 0, g_no_hw = 0, g_exact = 0;
+static const char* g_only = NULL; /* --only SUBSTR: configurations whose name contains it */
+static int selected(const char* name) { return !g_only || strstr(name, g_only) != NULL; }
 
 /* ---- sections ------------------------------------------------------------------ */
 
@@ -285,10 +289,21 @@ static void test_selfcheck(void) {
     }
 }
 
-/* one compress + decompress case against the CPU */
+/* one compress + decompress case against the CPU. With --exact every device
+ * buffer of the case is allocated to its exact size (so that a sanitizer
+ * build of the emulator, or compute-sanitizer on the GPU, sees any access
+ * past its end) instead of using the shared buffers. */
 static void check_case(const Cfg& c, int G, int dist, size_t n, int bf16, int align, uint64_t seed) {
     CompressParams p = c.p;
     p.group_size = G;
+    const Bufs shared = B;
+    if (g_exact) {
+        const size_t bound = compress_bound(&p, n);
+        TCHECK(cudaMalloc((void**)&B.x, (bf16 ? 2 : 4) * (n + (size_t)(align % 8))));
+        TCHECK(cudaMalloc((void**)&B.wire, bound + (size_t)align));
+        TCHECK(cudaMalloc((void**)&B.y, 4 * (n + (size_t)(align % 4))));
+        TCHECK(cudaMalloc((void**)&B.yb, 2 * (n + (size_t)(align % 8))));
+    }
     char what[200];
     snprintf(what, sizeof(what), "%s G=%d %s n=%zu %s align=%d", c.name, G, DIST_NAMES[dist], n, bf16 ? "bf16" : "f32", align);
     std::vector<float> xf(n ? n : 1);
@@ -309,15 +324,16 @@ static void check_case(const Cfg& c, int G, int dist, size_t n, int bf16, int al
     TCHECK(cudaMemcpy(xdev, bf16 ? (const void*)xb.data() : (const void*)xf.data(), n * (bf16 ? 2 : 4), cudaMemcpyHostToDevice));
     uint8_t* wdev = B.wire + align;
     const uint8_t guard = 0xA5;
-    TCHECK(cudaMemset(B.wire, guard, bound + 32));
+    const size_t wspan = g_exact ? bound + (size_t)align : bound + 16; /* bytes of B.wire this case looks at */
+    TCHECK(cudaMemset(B.wire, guard, wspan));
     compress_stats_dev_reset(B.st, 1, 0);
     size_t w = compress_dev(&p, xdev, bf16, n, 7 + seed, wdev, B.st, 0);
     CompressStats gst = compress_stats_dev_read(B.st, 1, NULL, 0);
-    TCHECK(cudaMemcpy(got.data(), B.wire, bound + 32 > got.size() ? got.size() : bound + 16, cudaMemcpyDeviceToHost));
+    TCHECK(cudaMemcpy(got.data(), B.wire, wspan, cudaMemcpyDeviceToHost));
     long d = diff_bytes(ref.data(), got.data() + align, bound);
     int guard_ok = 1;
     for (int i = 0; i < align; i++) guard_ok &= got[i] == guard;
-    if (align + bound < got.size()) guard_ok &= got[align + bound] == guard;
+    if (align + bound < wspan) guard_ok &= got[align + bound] == guard;
     uint32_t ra, ga;
     memcpy(&ra, &cst.amax, 4);
     memcpy(&ga, &gst.amax, 4);
@@ -349,6 +365,13 @@ static void check_case(const Cfg& c, int G, int dist, size_t n, int bf16, int al
     e = diff_bf16(ybref.data(), yb.data(), n);
     record("decompress", "bf16 output", e < 0, "%s: element %ld: cpu 0x%04x gpu 0x%04x", what, e, e >= 0 ? ybref[e] : 0,
            e >= 0 ? yb[e] : 0);
+    if (g_exact) {
+        TCHECK(cudaFree(B.x));
+        TCHECK(cudaFree(B.wire));
+        TCHECK(cudaFree(B.y));
+        TCHECK(cudaFree(B.yb));
+        B = shared;
+    }
 }
 
 static void test_compress_sweep(void) {
@@ -358,6 +381,7 @@ static void test_compress_sweep(void) {
     const int dq[] = {D_GAUSS, D_OUTLIERS, D_NONFINITE, D_TINY, D_HUGE, D_NEG_ZERO};
     long cases = 0;
     for (const Cfg& c : g_cfgs) {
+        if (!selected(c.name)) continue;
         const int nG = c.groups ? (g_quick ? 3 : 5) : 1;
         for (int gi = 0; gi < nG; gi++) {
             int G = c.groups ? (g_quick ? Gq[gi] : Gs[gi]) : 64;
@@ -469,12 +493,15 @@ static void test_reduce(void) {
     const int Ps[] = {1, 2, 3, 4, 8};
     long k = 0;
     for (const char* nm : names) {
+        if (!selected(nm)) continue;
         const Cfg* c = find_cfg(nm);
         const int Gs[] = {16, 64, 256};
         for (int gi = 0; gi < (c->groups ? 3 : 1); gi++)
             for (int si = 0; si < (g_quick ? 3 : 4); si++)
                 for (int pi = 0; pi < (g_quick ? 4 : 5); pi++) {
-                    int dist = (int)(k % 3 == 2 ? D_NONFINITE : k % 3 == 1 ? D_OUTLIERS : D_GAUSS);
+                    /* negative zeros: 0.0f + (-0.0f) is +0, so they show whether the sum starts at 0.0f */
+                    const int dists[4] = {D_GAUSS, D_OUTLIERS, D_NONFINITE, D_NEG_ZERO};
+                    int dist = dists[k % 4];
                     if (si == 3 && pi != 2) continue; /* the big size once */
                     check_reduce(*c, Gs[gi], dist, g_quick && si == 2 ? 4099 : sizes[si], Ps[pi], (uint64_t)k);
                     k++;
@@ -561,6 +588,7 @@ static void test_ranges(void) {
     const int Ks[] = {1, 2, 3, 7};
     long k = 0;
     for (const char* nm : names) {
+        if (!selected(nm)) continue;
         const Cfg* c = find_cfg(nm);
         const int Gs[] = {16, 256};
         for (int gi = 0; gi < (c->groups ? 2 : 1); gi++)
@@ -577,6 +605,7 @@ static void test_sr(void) {
     const int S = g_quick ? 64 : 256;
     const char* names[] = {"cast_sr", "taco_sr", "fp8_group_sr"};
     for (const char* nm : names) {
+        if (!selected(nm)) continue;
         CompressParams p = find_cfg(nm)->p;
         p.group_size = 64;
         std::vector<float> x(n), y(n);
@@ -629,8 +658,10 @@ int main(int argc, char** argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) g_quick = 1;
         else if (!strcmp(argv[i], "--no-hw")) g_no_hw = 1;
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc) g_only = argv[++i];
+        else if (!strcmp(argv[i], "--exact")) g_exact = 1;
         else {
-            fprintf(stderr, "usage: %s [--quick] [--no-hw]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--quick] [--no-hw] [--exact] [--only NAME-SUBSTRING]\n", argv[0]);
             return 2;
         }
     }
