@@ -137,8 +137,8 @@ def table(files, zero, results, dumpdir, group_size):
         f"Made {time.strftime('%Y-%m-%d')} by `tools/ablation.py`.{origin}", "",
         f"{len(files)} tensors from `{dumpdir}` ({len(fwd)} forward/activation, {len(bwd)} backward/gradient; "
         f"shapes {', '.join('x'.join(map(str, s)) for s in shapes)}; step {', '.join(map(str, steps)) or '?'}), "
-        f"each compressed as one chunk by `build/compress roundtrip` at G={group_size}. Formats: E4M3 for forward "
-        "and E5M2 for backward sites (the trainer's defaults) unless the row says otherwise; int8_group is int8. "
+        f"each compressed as one chunk by `build/compress roundtrip` at G={group_size}. Formats: E4M3 in both "
+        "directions (the trainer's default) unless the row says otherwise; int8_group is int8. "
         "rel_err = ||x_hat-x||/||x|| per tensor, row err = mean over rows of ||row_hat-row||/||row||, "
         "small-half err = ||x_hat-x||/||x|| over the elements below the tensor's median |x|, "
         "SNR = 10 log10(||x||²/||x_hat-x||²) per tensor; every column is the mean over tensors." +
