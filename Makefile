@@ -7,6 +7,7 @@
 #   make gpu         build/train_gpu (CUDA, bf16, sm_90 + PTX)
 #   make test-gpu    CUDA tests (on a machine with a GPU)
 #   make bench-gpu   GPU benchmark tables
+#   make parity      loss-parity experiment (CONFIG=configs/parity_cpu.json)
 #   make deps        install the Debian packages the build needs (as root)
 #
 # cJSON from a non-system prefix: make CJSON_PREFIX=/path/usr (headers in
@@ -35,7 +36,7 @@ CPU_OBJ  = $(patsubst %.c,$(BUILD)/cpu/%.o,$(CORE_SRC) model/ops_cpu.c)
 TOOL_OBJ = $(patsubst %.c,$(BUILD)/cpu/%.o,common/check.c $(COMPRESS_SRC))
 
 .SECONDARY:
-.PHONY: all gpu data test test-gpu bench-gpu deps clean check-cuda
+.PHONY: all gpu data test test-gpu bench-gpu parity deps clean
 all: $(BUILD)/train $(BUILD)/prepro $(BUILD)/compress
 
 $(BUILD)/cpu/%.o: %.c
@@ -87,6 +88,11 @@ $(BUILD)/test_%: $(BUILD)/cpu/tests/test_%.o $(CPU_OBJ)
 
 test: all $(addprefix $(BUILD)/,$(TESTS)) data
 	tests/run_tests.sh
+
+# ---- loss-parity experiment: make parity CONFIG=configs/parity_cpu.json [NP=2] ----
+CONFIG ?= configs/parity_cpu.json
+parity: all data
+	/usr/bin/python3 tools/parity.py $(CONFIG) $(if $(NP),--np $(NP))
 
 deps:
 	apt-get install -y libopenmpi-dev openmpi-bin libcjson-dev bible-kjv python3-matplotlib python3-numpy
