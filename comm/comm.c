@@ -14,6 +14,9 @@
 
 #include "check.h"
 #include "comm.h"
+#ifdef OPS_BF16
+#include "collectives_cuda.h"
+#endif
 
 void comm_init(Comm* c, int tp, int dp) {
     memset(c, 0, sizeof(*c));
@@ -41,6 +44,8 @@ void comm_free(Comm* c) {
     free(c->host_ref);
 #ifdef OPS_BF16
     ops_free(c->dev_f32);
+    if (c->dscratch) coll_scratch_dev_free(c->dscratch);
+    free(c->dscratch);
 #endif
     coll_scratch_free(&c->scratch);
     MPI_Comm_free(&c->tp_comm);

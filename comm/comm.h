@@ -126,6 +126,7 @@ typedef struct {
 #ifdef OPS_BF16
     float* dev_f32;         /* device fp32 copy of an exchange, for staging */
     size_t dev_cap;
+    struct CollScratchDev* dscratch; /* the device collectives' buffers and streams */
 #endif
     CollScratch scratch;
 } Comm;

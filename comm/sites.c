@@ -31,6 +31,10 @@
 
 #include "check.h"
 #include "comm.h"
+#ifdef OPS_BF16
+#include "collectives_cuda.h"
+#include "ops_cuda.h"
+#endif
 
 static const int CANDIDATE_G[SITE_NUM_CANDIDATES] = {16, 32, 64, 128, 256};
 static const char* KIND_NAME[SITE_KINDS] = {"embed.fwd", "attn.fwd", "mlp.fwd", "attn.bwd", "mlp.bwd", "lm_head.bwd"};
@@ -197,13 +201,9 @@ static double rel_error(const float* y, const float* ref, size_t n) {
     return nr > 0 ? sqrt(ne / nr) : sqrt(ne);
 }
 
-void tp_exchange(Comm* c, SiteKind kind, int layer, floatX* x, int rows, int cols) {
-    if (c->tp_size == 1) return;
-    double t0 = MPI_Wtime();
-    CommSite* s = &c->sites[comm_site_index(c, kind, layer)];
-    size_t n = (size_t)rows * cols;
-
-    /* stage to host fp32 */
+/* The fp32 host copy of an exchange's input, needed only for dumps,
+ * calibration and error sampling (the GPU build exchanges on the device). */
+static float* stage_to_host(Comm* c, const floatX* x, size_t n) {
     float* h = comm_host_buffer(c, n);
 #ifdef OPS_BF16
     if (n > c->dev_cap) {
@@ -216,19 +216,46 @@ void tp_exchange(Comm* c, SiteKind kind, int layer, floatX* x, int rows, int col
 #else
     memcpy(h, x, n * sizeof(float));
 #endif
+    return h;
+}
 
-    if (c->train_mode && c->step == c->dump_step && c->dump_sites[0] && site_selected(c->dump_sites, s->name)) {
+/* The all-reduce itself: on host fp32 in place (CPU build), or on the device
+ * bf16 tensor with the pipelined kernels of comm/collectives_cuda.c. */
+static void allreduce(Comm* c, const CompressParams* p_rs, const CompressParams* p_ag, floatX* x, size_t n,
+                      uint64_t stream, CollStats* st) {
+#ifdef OPS_BF16
+    if (!c->dscratch) {
+        c->dscratch = callocCheck(1, sizeof(CollScratchDev));
+        coll_scratch_dev_init(c->dscratch);
+    }
+    coll_allreduce_dev(c->tp_comm, p_rs, p_ag, x, n, stream, c->dscratch, st, (cudaStream_t)ops_cuda_stream());
+#else
+    coll_allreduce(c->tp_comm, p_rs, p_ag, x, n, stream, &c->scratch, st);
+#endif
+}
+
+void tp_exchange(Comm* c, SiteKind kind, int layer, floatX* x, int rows, int cols) {
+    if (c->tp_size == 1) return;
+    double t0 = MPI_Wtime();
+    CommSite* s = &c->sites[comm_site_index(c, kind, layer)];
+    size_t n = (size_t)rows * cols;
+
+    int dump = c->train_mode && c->step == c->dump_step && c->dump_sites[0] && site_selected(c->dump_sites, s->name);
+    int calibrate = s->calibrating && c->train_mode;
+    int sample = c->train_mode && s->compressed && c->stats_every > 0 && c->step % c->stats_every == 0;
+    float* h = (dump || calibrate || sample) ? stage_to_host(c, x, n) : NULL;
+
+    if (dump) {
         mkdir(c->dump_dir, 0755);
         char path[700];
         snprintf(path, sizeof(path), "%s/%s.step%d.rank%d.npy", c->dump_dir, s->name, c->step, c->world_rank);
         dump_npy(path, h, rows, cols);
     }
-    if (s->calibrating && c->train_mode) {
+    if (calibrate) {
         if (c->step < c->calib_steps) calibrate_score(c, s, h, n);
         else calibrate_decide(c, s);
     }
-    int sample = c->train_mode && s->compressed && c->stats_every > 0 && c->step % c->stats_every == 0;
-    if (sample) {
+    if (sample) {   /* the exact result, to measure this exchange's error against */
         CompressParams exact;
         compress_params_default(&exact, CM_NONE);
         memcpy(c->host_ref, h, n * sizeof(float));
@@ -240,16 +267,10 @@ void tp_exchange(Comm* c, SiteKind kind, int layer, floatX* x, int rows, int col
     p_ag.delayed_amax = hist_max(s, 1);
     CollStats st = {0};
     uint64_t stream = ((uint64_t)c->step << 20) ^ ((uint64_t)comm_site_index(c, kind, layer) << 4) ^ (uint64_t)s->calls;
-    coll_allreduce(c->tp_comm, &p_rs, &p_ag, h, n, stream, &c->scratch, &st);
+    allreduce(c, &p_rs, &p_ag, x, n, stream, &st);
     if (s->compressed && c->train_mode) hist_push(s, st.amax_rs, st.amax_ag);
-    if (sample) s->rel_err = rel_error(h, c->host_ref, n);
+    if (sample) s->rel_err = rel_error(stage_to_host(c, x, n), c->host_ref, n);
 
-#ifdef OPS_BF16
-    ops_from_host(c->dev_f32, h, n * sizeof(float));
-    ops_f32_to_X(x, c->dev_f32, n);
-#else
-    memcpy(x, h, n * sizeof(float));
-#endif
     if (c->train_mode) {
         s->bytes += st.bytes_sent;
         s->saturated += st.saturated;
