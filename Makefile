@@ -54,17 +54,34 @@ $(BUILD)/compress: $(BUILD)/cpu/tools/compress_cli.o $(TOOL_OBJ)
 
 # ---- GPU build: the same C sources with -DOPS_BF16, plus the CUDA objects ----
 include model/cuda.mk
-GPU_C_OBJ = $(patsubst %.c,$(BUILD)/gpuc/%.o,$(CORE_SRC) train/main.c)
+GPU_CORE  = $(patsubst %.c,$(BUILD)/gpuc/%.o,$(CORE_SRC) comm/collectives_cuda.c) $(CUDA_OBJS) $(BUILD)/gpu/compress_cuda.o
 GPU_LIBS  = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 $(CUDA_LIBS) -lstdc++
+NVCC_ALL  = $(NVCCFLAGS) -Icompress -Icomm -Itrain -Idata
 
 $(BUILD)/gpuc/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -DOPS_BF16 -I$(CUDA_HOME)/include -c $< -o $@
 
-$(BUILD)/train_gpu: $(GPU_C_OBJ) $(CUDA_OBJS)
+# the fused FP8 compression kernels (compress/compress_cuda.cu)
+$(BUILD)/gpu/compress_cuda.o: compress/compress_cuda.cu compress/compress_cuda.h compress/compress.h compress/fp8.h
+	@mkdir -p $(BUILD)/gpu
+	$(NVCC) $(NVCC_ALL) -Xptxas -v -c $< -o $@ 2> $(@:.o=.ptxas) || { cat $(@:.o=.ptxas); exit 1; }
+
+$(BUILD)/train_gpu: $(BUILD)/gpuc/train/main.o $(GPU_CORE)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDFLAGS) $(GPU_LIBS) $(LDLIBS)
 
-gpu: $(BUILD)/train_gpu $(BUILD)/gpu/test_ops_gpu $(BUILD)/gpu/bench_ops_gpu
+# GPU compression tests and benchmark: bit-exact vs compress/*.c, collectives vs comm/collectives.c
+$(BUILD)/gpu/test_compress_gpu: tests/test_compress_gpu.cu $(GPU_CORE)
+	$(NVCC) $(NVCC_ALL) -c $< -o $@.o
+	$(CC) $(CFLAGS) $@.o $(GPU_CORE) -o $@ $(LDFLAGS) $(GPU_LIBS) $(LDLIBS)
+$(BUILD)/gpu/test_coll_gpu: $(BUILD)/gpuc/tests/test_coll_gpu.o $(GPU_CORE)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDFLAGS) $(GPU_LIBS) $(LDLIBS)
+$(BUILD)/gpu/bench_compress_gpu: tools/bench_compress_gpu.cu $(GPU_CORE)
+	$(NVCC) $(NVCC_ALL) -c $< -o $@.o
+	$(CC) $(CFLAGS) $@.o $(GPU_CORE) -o $@ $(LDFLAGS) $(GPU_LIBS) $(LDLIBS)
+
+gpu: $(BUILD)/train_gpu $(BUILD)/gpu/test_ops_gpu $(BUILD)/gpu/bench_ops_gpu $(BUILD)/gpu/test_compress_gpu \
+     $(BUILD)/gpu/test_coll_gpu $(BUILD)/gpu/bench_compress_gpu
 
 test-gpu: all gpu data
 	tests/run_tests_gpu.sh

@@ -385,8 +385,10 @@ static void ensure_state(CollScratchDev* s, int P, int K, size_t bytes, size_t a
         s->aware = s->cuda_aware < 0 ? coll_mpi_cuda_aware() : s->cuda_aware != 0;
         s->initialized = 1;
     }
+    /* growing: wait for everything queued (copies, kernels, the stats copy)
+     * that may still use the old buffers; happens on the first calls only */
+    if (bytes > s->buf_cap || acc > s->acc_cap || P + 1 > s->st_cap) CC_CHECK(cudaDeviceSynchronize());
     if (bytes > s->buf_cap) {
-        /* cudaFree / cudaFreeHost synchronise, so nothing in flight still uses them */
         if (s->d_buf) CC_CHECK(cudaFree(s->d_buf));
         if (s->h_buf) CC_CHECK(cudaFreeHost(s->h_buf));
         s->h_buf = NULL;

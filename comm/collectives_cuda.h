@@ -21,6 +21,10 @@
 #ifndef COLLECTIVES_CUDA_H
 #define COLLECTIVES_CUDA_H
 
+#if defined(__cplusplus) && !defined(OMPI_SKIP_MPICXX)
+#define OMPI_SKIP_MPICXX 1 /* C++ files: MPI's C API only (its C++ bindings do not build warning-free) */
+#define MPICH_SKIP_MPICXX 1
+#endif
 #include <mpi.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -37,7 +41,8 @@ extern "C" {
 #define COLL_DEV_MAX_K 64    /* most sub-chunks per rank chunk */
 #define COLL_DEV_DEFAULT_K 4 /* the default pipeline depth */
 
-typedef struct {
+/* (tagged, so that comm.h can hold a `struct CollScratchDev*` without this header) */
+typedef struct CollScratchDev {
     /* settings: coll_scratch_dev_init sets the defaults (a zeroed struct gets
      * K = 4, min_sub = 65536 and cuda_aware = 0); change them before a call */
     int K;              /* pipeline depth: sub-chunks per rank chunk (1 = no pipelining) */

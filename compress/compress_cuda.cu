@@ -38,8 +38,9 @@
  *                 directly (the fused all-gather step).
  * The FP8 conversion: cvt.rn.satfinite.{e4m3,e5m2}x2.f32 is round-to-nearest-
  * even with saturation of finite overflow and of +-inf to +-max, the CPU's
- * rule; NaN never reaches it (a NaN input gets the code 0x7F explicitly, a
- * NaN produced by overflow is turned into +inf first, as in taco.c). The test
+ * rule. NaN gets no say: a NaN (or, in the group pipeline, inf) input's code
+ * is overwritten with 0x7F, and a NaN produced by overflow inside the
+ * transform is turned into +inf before the cast, as in taco.c. The test
  * checks it against the integer encoder for every one of the 2^32 floats;
  * -DCOMPRESS_CUDA_SOFT_FP8 uses the integer encoder for RNE too.
  */
@@ -58,7 +59,7 @@ extern "C" {
 }
 
 /* Every launch goes through LAUNCH; tests/cuda_emu defines its own to run the
- * same kernels on the CPU (see compress/CUDA.md, "Emulated run"). */
+ * same kernels on the CPU (compress/CUDA.md, "Running the kernels without a GPU"). */
 #ifndef LAUNCH
 #define LAUNCH(kernel, grid, block, stream, ...) kernel<<<(grid), (block), 0, (stream)>>>(__VA_ARGS__)
 #endif
@@ -138,8 +139,9 @@ struct DLaunch {
 /* Minimum resident blocks per SM asked of the register allocator
  * (__launch_bounds__): 4 x 256 threads caps a kernel at 64 registers, 3 at 80,
  * 2 at 128. Memory-bound kernels want many loads in flight, so the RNE paths
- * get the tighter cap (they fit without spilling); the stochastic-rounding
- * and int8 variants, which need more registers, one block less. The
+ * get the tight cap (they fit without spilling); the variants that need more
+ * registers get fewer blocks: int8 compress one less, stochastic rounding
+ * (Philox words) two less in compress and one less in the recompress. The
  * register report (compress/CUDA.md) flags any spill. */
 #ifndef COMPRESS_MIN_BLOCKS
 #define COMPRESS_MIN_BLOCKS 4
@@ -1182,7 +1184,7 @@ static Span span_of(const CompressJobDev* j, const char* who) {
     return s;
 }
 
-static CJob cjob_of(const Codec& c, const CompressJobDev* j, const char* who) {
+static CJob cjob_of(const Codec& c, const CompressJobDev* j, int encode, const char* who) {
     check_range(c, j, who);
     CJob r;
     r.x = j->x;
@@ -1192,9 +1194,12 @@ static CJob cjob_of(const Codec& c, const CompressJobDev* j, const char* who) {
     r.sp = span_of(j, who);
     r.stream = j->stream;
     r.st = j->st;
-    if (!r.codes && r.sp.u1 > r.sp.u0) FATAL("%s: job without an element-byte pointer", who);
-    if (c.gb && !r.exps && r.sp.u1 > r.sp.u0) FATAL("%s: job without a group-byte pointer", who);
-    if (c.hdr && j->e0 == 0 && !r.scale) FATAL("%s: the range at element 0 needs the scale pointer", who);
+    if (!r.x && r.sp.u1 > r.sp.u0) FATAL("%s: job without an input pointer", who);
+    if (encode) { /* the amax pass writes nothing but the slot */
+        if (!r.codes && r.sp.u1 > r.sp.u0) FATAL("%s: job without an element-byte pointer", who);
+        if (c.gb && !r.exps && r.sp.u1 > r.sp.u0) FATAL("%s: job without a group-byte pointer", who);
+        if (c.hdr && j->e0 == 0 && !r.scale) FATAL("%s: the range at element 0 needs the scale pointer", who);
+    }
     return r;
 }
 
@@ -1231,7 +1236,7 @@ static void launch_compress(const Codec& c, int bf16, const CompressJobDev* jobs
         L.njobs = njobs - first < MAX_JOBS ? njobs - first : MAX_JOBS;
         u64 max_units = 0;
         for (int i = 0; i < L.njobs; i++) {
-            L.job[i] = cjob_of(c, &jobs[first + i], who);
+            L.job[i] = cjob_of(c, &jobs[first + i], !amax_pass, who);
             if (L.job[i].sp.u1 - L.job[i].sp.u0 > max_units) max_units = L.job[i].sp.u1 - L.job[i].sp.u0;
             if (amax_pass && !L.job[i].st) FATAL("%s: current chunk scaling needs a CompressStatsDev per job (its amax slot)", who);
         }
@@ -1435,7 +1440,8 @@ static float* scratch_f32(size_t n) {
     static float* buf = nullptr;
     static size_t cap = 0;
     if (n > cap) {
-        /* cudaFree synchronises the device, so no queued kernel still uses the old buffer */
+        /* no queued kernel may still use the old buffer */
+        CC_CHECK(cudaDeviceSynchronize());
         if (buf) CC_CHECK(cudaFree(buf));
         cap = n + n / 4 + 1024;
         CC_CHECK(cudaMalloc((void**)&buf, cap * sizeof(float)));

@@ -1,0 +1,91 @@
+# compress/cuda.mk - Makefile fragment for the CUDA compression kernels, the
+# pipelined device collectives, their tests and benchmark. `include
+# compress/cuda.mk` from the top Makefile (after model/cuda.mk, whose NVCC /
+# CUDA_ARCH / MPI settings it reuses when they are set). It defines:
+#   COMPRESS_CUDA_OBJS                  build/gpu/compress_cuda.o: link into build/train_gpu
+#                                       (comm/collectives_cuda.c is plain C: add it to the
+#                                       GPU build's C sources, like comm/collectives.c)
+#   build/gpu/test_compress_gpu         kernels vs the CPU reference, bit for bit (GPU)
+#   build/gpu/test_coll_gpu             device vs host collectives (mpirun -np 2 / 4; GPU)
+#   build/gpu/bench_compress_gpu        bandwidth tables; --mpi: the all-reduce benchmark (GPU)
+#   build/emu-compress/test_compress_gpu_emu, build/emu-compress/test_coll_gpu_emu
+#                                       the same two tests on the CPU emulator tests/cuda_emu
+#                                       (no GPU; run with --quick for a few minutes' check)
+#   compress-ptxas                      registers / spills of the kernels -> build/gpu/compress_ptxas.txt
+# The exact commands are also in compress/CUDA.md ("Build and run").
+NVCC ?= nvcc
+CUDA_HOME ?= /usr/local/cuda
+CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+MPI_CFLAGS ?= $(shell mpicc --showme:compile)
+MPI_LIBS ?= $(shell mpicc --showme:link)
+
+CMP_INC      = -Icommon -Icompress -Icomm -Imodel -Itrain
+CMP_NVFLAGS  = -O3 -std=c++17 $(CUDA_ARCH) -DOPS_BF16 $(CMP_INC) $(MPI_CFLAGS) -Xcompiler -Wall,-Wextra -Werror all-warnings
+# the CPU reference: IEEE, no contraction (compress/README.md)
+CMP_CFLAGS   = -std=c11 -O2 -Wall -Wextra -ffp-contract=off -D_GNU_SOURCE -DOPS_BF16 $(CMP_INC) -I$(CUDA_HOME)/include
+CMP_HDRS     = compress/compress_cuda.h compress/compress.h compress/fp8.h compress/hadamard.h compress/taco.h \
+               compress/rng.h common/check.h
+CMP_REF      = $(patsubst %.c,build/gpu/cref/%.o,compress/compress.c compress/taco.c compress/fp8.c \
+               compress/hadamard.c comm/collectives.c common/check.c)
+COMPRESS_CUDA_OBJS = build/gpu/compress_cuda.o
+CMP_CUDART   = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart
+
+build/gpu/compress_cuda.o: compress/compress_cuda.cu $(CMP_HDRS)
+	@mkdir -p build/gpu
+	$(NVCC) $(CMP_NVFLAGS) -Xptxas -v -c $< -o $@ 2> $(@:.o=.ptxas) || { cat $(@:.o=.ptxas); exit 1; }
+
+build/gpu/collectives_cuda.o: comm/collectives_cuda.c comm/collectives_cuda.h comm/comm.h $(CMP_HDRS)
+	@mkdir -p build/gpu
+	mpicc $(CMP_CFLAGS) -c $< -o $@
+
+build/gpu/cref/%.o: %.c
+	@mkdir -p $(dir $@)
+	mpicc $(CMP_CFLAGS) -c $< -o $@
+
+build/gpu/test_compress_gpu: tests/test_compress_gpu.cu $(COMPRESS_CUDA_OBJS) $(CMP_REF)
+	$(NVCC) $(CMP_NVFLAGS) -c tests/test_compress_gpu.cu -o build/gpu/test_compress_gpu.o
+	$(NVCC) $(CUDA_ARCH) -o $@ build/gpu/test_compress_gpu.o $(COMPRESS_CUDA_OBJS) $(CMP_REF) $(MPI_LIBS)
+
+build/gpu/test_coll_gpu: tests/test_coll_gpu.c build/gpu/collectives_cuda.o $(COMPRESS_CUDA_OBJS) $(CMP_REF)
+	mpicc $(CMP_CFLAGS) -c tests/test_coll_gpu.c -o build/gpu/test_coll_gpu.o
+	mpicc -o $@ build/gpu/test_coll_gpu.o build/gpu/collectives_cuda.o $(COMPRESS_CUDA_OBJS) $(CMP_REF) \
+	  $(CMP_CUDART) -lstdc++ -lm
+
+build/gpu/bench_compress_gpu: tools/bench_compress_gpu.cu build/gpu/collectives_cuda.o $(COMPRESS_CUDA_OBJS) $(CMP_REF)
+	$(NVCC) $(CMP_NVFLAGS) -c tools/bench_compress_gpu.cu -o build/gpu/bench_compress_gpu.o
+	$(NVCC) $(CUDA_ARCH) -o $@ build/gpu/bench_compress_gpu.o build/gpu/collectives_cuda.o $(COMPRESS_CUDA_OBJS) \
+	  $(CMP_REF) $(MPI_LIBS)
+
+compress-ptxas: $(COMPRESS_CUDA_OBJS)
+	sh tools/ptxas_report.sh < build/gpu/compress_cuda.ptxas > build/gpu/compress_ptxas.txt
+	@cat build/gpu/compress_ptxas.txt
+	@! grep SPILLS build/gpu/compress_ptxas.txt || echo "note: spills above (only the SR / int8 variants are expected near their cap)"
+
+# ---- the CPU emulator builds (no GPU): the same sources compiled with g++ -----------
+EMU_C        = build/emu-compress
+EMU_CXXFLAGS = -std=c++17 -O2 -Wall -Wextra -Wno-unknown-pragmas -ffp-contract=off -Itests/cuda_emu \
+               -I$(CUDA_HOME)/include $(CMP_INC) $(MPI_CFLAGS)
+EMU_REF      = $(patsubst %.c,$(EMU_C)/%.o,compress/compress.c compress/taco.c compress/fp8.c compress/hadamard.c \
+               comm/collectives.c common/check.c)
+EMU_DEPS     = tests/cuda_emu/cuda_emu.h tests/cuda_emu/cuda_runtime.h tests/cuda_emu/curand_kernel.h $(CMP_HDRS)
+
+$(EMU_C)/%.o: %.c
+	@mkdir -p $(dir $@)
+	mpicc $(CMP_CFLAGS) -c $< -o $@
+$(EMU_C)/cuda_emu.o: tests/cuda_emu/cuda_emu.cpp $(EMU_DEPS)
+	@mkdir -p $(EMU_C)
+	g++ $(EMU_CXXFLAGS) -c $< -o $@
+$(EMU_C)/compress_cuda.o: compress/compress_cuda.cu $(EMU_DEPS)
+	@mkdir -p $(EMU_C)
+	g++ $(EMU_CXXFLAGS) -x c++ -c $< -o $@
+$(EMU_C)/test_compress_gpu_emu: tests/test_compress_gpu.cu $(EMU_C)/compress_cuda.o $(EMU_C)/cuda_emu.o $(EMU_REF)
+	g++ $(EMU_CXXFLAGS) -x c++ -c tests/test_compress_gpu.cu -o $(EMU_C)/test_compress_gpu.o
+	g++ -o $@ $(EMU_C)/test_compress_gpu.o $(EMU_C)/compress_cuda.o $(EMU_C)/cuda_emu.o $(EMU_REF) $(MPI_LIBS) -lm
+$(EMU_C)/test_coll_gpu_emu: tests/test_coll_gpu.c comm/collectives_cuda.c comm/collectives_cuda.h $(EMU_C)/compress_cuda.o \
+                            $(EMU_C)/cuda_emu.o $(EMU_REF)
+	mpicc $(CMP_CFLAGS) -c comm/collectives_cuda.c -o $(EMU_C)/collectives_cuda.o
+	mpicc $(CMP_CFLAGS) -DCC_EMU_BUILD -c tests/test_coll_gpu.c -o $(EMU_C)/test_coll_gpu.o
+	mpicc -o $@ $(EMU_C)/test_coll_gpu.o $(EMU_C)/collectives_cuda.o $(EMU_C)/compress_cuda.o $(EMU_C)/cuda_emu.o \
+	  $(EMU_REF) -lstdc++ -lm
+
+.PHONY: compress-ptxas

@@ -1,0 +1,330 @@
+/*
+ * tests/test_coll_gpu.c - the pipelined device collectives (comm/collectives_cuda.c)
+ * against the host collectives (comm/collectives.c), bit for bit, under
+ * mpirun -np 2 / -np 4 (several ranks may share one GPU).
+ *
+ * For every method pair, size and pipeline depth K (and both transports:
+ * pinned-host staging, and device pointers handed to MPI when it is
+ * CUDA-aware - or always under the CPU emulator, whose device memory is host
+ * memory):
+ *   all-reduce      coll_allreduce_dev(bf16 x) == bf16(coll_allreduce(float(x)))
+ *                   (round to nearest even; NaN equals NaN), the CollStats
+ *                   (bytes, saturated, nonfinite, both amaxes) are equal, and
+ *                   every rank holds the same bytes;
+ *   reduce-scatter  fp32 output == the host's, bf16 output == its rounding;
+ *   all-gather      from fp32 and from bf16 input == the host's, rounded.
+ * min_sub is set small so that small tensors are pipelined too. Rank 0
+ * prints one row per method pair; exit status 0 iff all pass on all ranks.
+ * Options: --quick (fewer sizes, for the emulator).
+ */
+#include <math.h>
+#include <mpi.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "check.h"
+#include "collectives_cuda.h"
+#include "comm.h"
+#include "compress.h"
+
+static int rank, P;
+
+/* ---- data and comparisons ---------------------------------------------------- */
+
+static void fill(float* x, size_t n, int r, int salt, int nonfinite) {
+    unsigned long long s = 0x1234567ull * (unsigned long long)(r + 1) + (unsigned long long)salt * 77ull;
+    for (size_t i = 0; i < n; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        double u = (double)((s >> 11) & ((1ull << 53) - 1)) / 9007199254740992.0;
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        double v = (double)((s >> 11) & ((1ull << 53) - 1)) / 9007199254740992.0;
+        double g = sqrt(-2.0 * log(u + 1e-12)) * cos(6.283185307179586 * v);
+        x[i] = (float)(i % 97 == 5 ? 20.0 * g : g);
+        if (nonfinite && i % 1009 == 17) x[i] = (i % 2) ? NAN : -INFINITY;
+    }
+}
+
+static uint16_t f2bf(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FFF;
+    u += 0x7FFFu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+static float bf2f(uint16_t b) {
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static int bf_nan(uint16_t b) { return (b & 0x7F80u) == 0x7F80u && (b & 0x7Fu) != 0; }
+
+static long diff_bf16(const uint16_t* a, const uint16_t* b, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (a[i] != b[i] && !(bf_nan(a[i]) && bf_nan(b[i]))) return (long)i;
+    return -1;
+}
+static long diff_f32(const float* a, const float* b, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        if (!memcmp(&a[i], &b[i], 4) || (isnan(a[i]) && isnan(b[i]))) continue;
+        return (long)i;
+    }
+    return -1;
+}
+
+static unsigned long long hash_bytes(const void* p, size_t n) {
+    const unsigned char* b = p;
+    unsigned long long h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+static int same_on_all_ranks(const void* x, size_t bytes) {
+    unsigned long long h = hash_bytes(x, bytes), lo, hi;
+    MPI_CHECK(MPI_Allreduce(&h, &lo, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, MPI_COMM_WORLD));
+    MPI_CHECK(MPI_Allreduce(&h, &hi, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD));
+    return lo == hi;
+}
+static int stats_equal(const CollStats* a, const CollStats* b) {
+    return a->bytes_sent == b->bytes_sent && a->saturated == b->saturated && a->nonfinite == b->nonfinite &&
+           a->amax_rs == b->amax_rs && a->amax_ag == b->amax_ag;
+}
+
+/* ---- result rows (rank 0 prints; failures are summed over ranks) ------------- */
+
+#define MAX_ROWS 64
+static struct {
+    char name[48];
+    long total, failed;
+    char first[220];
+} rows[MAX_ROWS];
+static int nrows = 0;
+
+static void record(const char* name, int ok_here, const char* fmt, const char* what) {
+    int ok = 0;
+    MPI_CHECK(MPI_Allreduce(&ok_here, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+    int i = 0;
+    while (i < nrows && strcmp(rows[i].name, name)) i++;
+    if (i == nrows) {
+        if (nrows == MAX_ROWS) FATAL("too many rows");
+        memset(&rows[i], 0, sizeof(rows[i]));
+        snprintf(rows[i].name, sizeof(rows[i].name), "%s", name);
+        nrows++;
+    }
+    rows[i].total++;
+    if (!ok) {
+        if (!rows[i].failed) snprintf(rows[i].first, sizeof(rows[i].first), "%s: %s", what, ok_here ? "(another rank)" : fmt);
+        rows[i].failed++;
+    }
+}
+
+/* ---- configurations ------------------------------------------------------------ */
+
+typedef struct {
+    const char* name;
+    CompressParams rs, ag;
+    int nonfinite;
+} Pair;
+
+static CompressParams params(CompressMethod m, int G, Fp8Format f, int sr, float delayed) {
+    CompressParams p;
+    compress_params_default(&p, m);
+    p.group_size = G;
+    p.format = f;
+    p.stochastic = sr;
+    p.seed = 42;
+    if (delayed > 0.0f) {
+        p.delayed = 1;
+        p.delayed_amax = delayed;
+    }
+    return p;
+}
+
+int main(int argc, char** argv) {
+    MPI_CHECK(MPI_Init(&argc, &argv));
+    MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+    MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &P));
+    int quick = argc > 1 && !strcmp(argv[1], "--quick");
+    int ndev = 0;
+    CC_CHECK(cudaGetDeviceCount(&ndev));
+    if (ndev < 1) FATAL("no CUDA device");
+    CC_CHECK(cudaSetDevice(rank % ndev));
+    cudaStream_t cs;
+    CC_CHECK(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
+#ifdef CC_EMU_BUILD
+    const int aware_ok = 1; /* emulated device memory is host memory */
+#else
+    const int aware_ok = coll_mpi_cuda_aware();
+#endif
+    if (rank == 0)
+        printf("test_coll_gpu: %d ranks, %d device(s), MPI CUDA-aware: %s\n", P, ndev,
+               coll_mpi_cuda_aware() ? "yes" : "no (device-pointer mode tested only under the emulator)");
+
+    Pair pairs[16];
+    int np = 0;
+    pairs[np++] = (Pair){"none", params(CM_NONE, 64, FP8_E4M3, 0, 0), params(CM_NONE, 64, FP8_E4M3, 0, 0), 1};
+    pairs[np++] = (Pair){"taco", params(CM_TACO, 64, FP8_E4M3, 0, 0), params(CM_TACO, 64, FP8_E4M3, 0, 0), 0};
+    pairs[np++] = (Pair){"taco G=16 nonfinite", params(CM_TACO, 16, FP8_E4M3, 0, 0), params(CM_TACO, 16, FP8_E4M3, 0, 0), 1};
+    pairs[np++] = (Pair){"taco G=256 e5m2", params(CM_TACO, 256, FP8_E5M2, 0, 0), params(CM_TACO, 256, FP8_E5M2, 0, 0), 0};
+    pairs[np++] = (Pair){"taco delayed", params(CM_TACO, 64, FP8_E4M3, 0, 4.0f), params(CM_TACO, 64, FP8_E4M3, 0, 8.0f), 0};
+    pairs[np++] = (Pair){"taco delayed low (sat)", params(CM_TACO, 64, FP8_E4M3, 0, 0.2f), params(CM_TACO, 64, FP8_E4M3, 0, 0.2f), 0};
+    pairs[np++] = (Pair){"taco sr", params(CM_TACO, 128, FP8_E4M3, 1, 0), params(CM_TACO, 128, FP8_E4M3, 1, 0), 0};
+    pairs[np++] = (Pair){"taco sr delayed", params(CM_TACO, 32, FP8_E5M2, 1, 4.0f), params(CM_TACO, 32, FP8_E5M2, 1, 8.0f), 0};
+    pairs[np++] = (Pair){"fp8_tensor", params(CM_FP8_TENSOR, 64, FP8_E4M3, 0, 0), params(CM_FP8_TENSOR, 64, FP8_E4M3, 0, 0), 0};
+    pairs[np++] = (Pair){"fp8_group", params(CM_FP8_GROUP, 64, FP8_E4M3, 0, 0), params(CM_FP8_GROUP, 64, FP8_E4M3, 0, 0), 0};
+    pairs[np++] = (Pair){"int8_group (unfused)", params(CM_INT8_GROUP, 64, FP8_E4M3, 0, 0), params(CM_INT8_GROUP, 64, FP8_E4M3, 0, 0), 0};
+    pairs[np++] = (Pair){"cast", params(CM_CAST, 64, FP8_E4M3, 0, 0), params(CM_CAST, 64, FP8_E4M3, 0, 0), 0};
+    pairs[np++] = (Pair){"taco -> fp8_group", params(CM_TACO, 64, FP8_E4M3, 0, 0), params(CM_FP8_GROUP, 64, FP8_E4M3, 0, 0), 0};
+    pairs[np++] = (Pair){"fp8_tensor -> none", params(CM_FP8_TENSOR, 64, FP8_E4M3, 0, 0), params(CM_NONE, 64, FP8_E4M3, 0, 0), 0};
+    pairs[np++] = (Pair){"taco-had -> taco-dual", params(CM_TACO, 64, FP8_E4M3, 0, 0), params(CM_TACO, 64, FP8_E4M3, 0, 0), 0};
+    pairs[np - 1].rs.hadamard = 0;
+    pairs[np - 1].ag.dual_scale = 0;
+
+    const size_t sizes_full[] = {1, 7, 1000, 12345, (1u << 18) + 3, (1u << 21) + 5};
+    const size_t sizes_quick[] = {1, 7, 1000, 12345};
+    const size_t* sizes = quick ? sizes_quick : sizes_full;
+    const int nsizes = quick ? 4 : 6;
+    const int Ks[] = {1, 2, 4, 7};
+    const size_t nmax = (1u << 21) + 5;
+
+    float* xf = mallocCheck(nmax * sizeof(float));
+    float* xh = mallocCheck(nmax * sizeof(float));
+    float* hout = mallocCheck(nmax * sizeof(float));
+    float* dout = mallocCheck(nmax * sizeof(float));
+    uint16_t* xb = mallocCheck(nmax * sizeof(uint16_t));
+    uint16_t* ref = mallocCheck(nmax * sizeof(uint16_t));
+    uint16_t* got = mallocCheck(nmax * sizeof(uint16_t));
+    uint16_t* d_x = NULL;
+    void* d_out = NULL;
+    void* d_mine = NULL;
+    CC_CHECK(cudaMalloc((void**)&d_x, nmax * sizeof(uint16_t)));
+    CC_CHECK(cudaMalloc(&d_out, nmax * sizeof(float)));
+    CC_CHECK(cudaMalloc(&d_mine, nmax * sizeof(float)));
+    CollScratch hs;
+    memset(&hs, 0, sizeof(hs));
+    CollScratchDev ds[2][4]; /* [device pointers to MPI][K], reused across cases */
+    for (int a = 0; a < 2; a++)
+        for (int k = 0; k < 4; k++) {
+            coll_scratch_dev_init(&ds[a][k]);
+            ds[a][k].K = Ks[k];
+            ds[a][k].min_sub = 256;
+            ds[a][k].cuda_aware = a;
+        }
+
+    int salt = 0;
+    for (int pi = 0; pi < np; pi++) {
+        const Pair* pr = &pairs[pi];
+        for (int si = 0; si < nsizes; si++) {
+            size_t n = sizes[si];
+            for (int a = 0; a < (aware_ok ? 2 : 1); a++) {
+                for (int ki = 0; ki < 4; ki++) {
+                    if (n > 100000 && ki != 2 && ki != 0) continue; /* big sizes: K = 1 and 4 */
+                    CollScratchDev* s = &ds[a][ki];
+                    char what[160];
+                    snprintf(what, sizeof(what), "%s n=%zu K=%d %s", pr->name, n, Ks[ki], a ? "device-ptr" : "staged");
+                    uint64_t stream = (uint64_t)(salt * 31 + 5);
+                    fill(xf, n, rank, salt++, pr->nonfinite);
+                    for (size_t i = 0; i < n; i++) {
+                        xb[i] = f2bf(xf[i]);
+                        xf[i] = bf2f(xb[i]);
+                    }
+                    char msg[200] = "";
+
+                    /* all-reduce */
+                    memcpy(xh, xf, n * sizeof(float));
+                    CollStats sh = {0}, sd = {0};
+                    coll_allreduce(MPI_COMM_WORLD, &pr->rs, &pr->ag, xh, n, stream, &hs, &sh);
+                    for (size_t i = 0; i < n; i++) ref[i] = f2bf(xh[i]);
+                    CC_CHECK(cudaMemcpy(d_x, xb, n * 2, cudaMemcpyHostToDevice));
+                    coll_allreduce_dev(MPI_COMM_WORLD, &pr->rs, &pr->ag, d_x, n, stream, s, &sd, cs);
+                    CC_CHECK(cudaStreamSynchronize(cs));
+                    CC_CHECK(cudaMemcpy(got, d_x, n * 2, cudaMemcpyDeviceToHost));
+                    long e = diff_bf16(ref, got, n);
+                    int st_ok = stats_equal(&sh, &sd);
+                    if (e >= 0) snprintf(msg, sizeof(msg), "rank %d element %ld: host 0x%04x device 0x%04x", rank, e, ref[e], got[e]);
+                    else if (!st_ok)
+                        snprintf(msg, sizeof(msg), "rank %d stats host %llu/%llu/%llu %a %a device %llu/%llu/%llu %a %a", rank,
+                                 (unsigned long long)sh.bytes_sent, (unsigned long long)sh.saturated, (unsigned long long)sh.nonfinite,
+                                 sh.amax_rs, sh.amax_ag, (unsigned long long)sd.bytes_sent, (unsigned long long)sd.saturated,
+                                 (unsigned long long)sd.nonfinite, sd.amax_rs, sd.amax_ag);
+                    record(pr->name, e < 0 && st_ok, msg, what);
+                    record("(all ranks identical)", same_on_all_ranks(got, n * 2), "outputs differ across ranks", what);
+
+                    /* reduce-scatter, fp32 and bf16 out, with the all-reduce's first method */
+                    size_t mb, mcnt;
+                    coll_chunk(n, P, rank, coll_align(&pr->rs), &mb, &mcnt);
+                    CollStats rh = {0}, rd = {0}, rd2 = {0};
+                    coll_reduce_scatter(MPI_COMM_WORLD, &pr->rs, xf, n, hout, stream + 1, &hs, &rh);
+                    CC_CHECK(cudaMemcpy(d_x, xb, n * 2, cudaMemcpyHostToDevice));
+                    coll_reduce_scatter_dev(MPI_COMM_WORLD, &pr->rs, d_x, n, d_out, 0, stream + 1, s, &rd, cs);
+                    CC_CHECK(cudaStreamSynchronize(cs));
+                    CC_CHECK(cudaMemcpy(dout, d_out, mcnt * 4, cudaMemcpyDeviceToHost));
+                    e = diff_f32(hout, dout, mcnt);
+                    snprintf(msg, sizeof(msg), "rank %d element %ld", rank, e);
+                    record("reduce-scatter fp32", e < 0 && stats_equal(&rh, &rd), msg, what);
+                    coll_reduce_scatter_dev(MPI_COMM_WORLD, &pr->rs, d_x, n, d_out, 1, stream + 1, s, &rd2, cs);
+                    CC_CHECK(cudaStreamSynchronize(cs));
+                    CC_CHECK(cudaMemcpy(got, d_out, mcnt * 2, cudaMemcpyDeviceToHost));
+                    for (size_t i = 0; i < mcnt; i++) ref[i] = f2bf(hout[i]);
+                    e = diff_bf16(ref, got, mcnt);
+                    snprintf(msg, sizeof(msg), "rank %d element %ld", rank, e);
+                    record("reduce-scatter bf16", e < 0, msg, what);
+
+                    /* all-gather of my chunk (the reduce-scatter result), from fp32 and from bf16 */
+                    CollStats gh = {0}, gd = {0};
+                    coll_all_gather(MPI_COMM_WORLD, &pr->ag, hout, n, xh, stream + 2, &hs, &gh);
+                    for (size_t i = 0; i < n; i++) ref[i] = f2bf(xh[i]);
+                    CC_CHECK(cudaMemcpy(d_mine, hout, (mcnt ? mcnt : 1) * 4, cudaMemcpyHostToDevice));
+                    coll_all_gather_dev(MPI_COMM_WORLD, &pr->ag, d_mine, 0, n, d_x, stream + 2, s, &gd, cs);
+                    CC_CHECK(cudaStreamSynchronize(cs));
+                    CC_CHECK(cudaMemcpy(got, d_x, n * 2, cudaMemcpyDeviceToHost));
+                    e = diff_bf16(ref, got, n);
+                    snprintf(msg, sizeof(msg), "rank %d element %ld", rank, e);
+                    record("all-gather from fp32", e < 0 && stats_equal(&gh, &gd), msg, what);
+                    uint16_t* mine_b = mallocCheck((mcnt ? mcnt : 1) * 2);
+                    float* mine_f = mallocCheck((mcnt ? mcnt : 1) * 4);
+                    for (size_t i = 0; i < mcnt; i++) {
+                        mine_b[i] = f2bf(hout[i]);
+                        mine_f[i] = bf2f(mine_b[i]);
+                    }
+                    coll_all_gather(MPI_COMM_WORLD, &pr->ag, mine_f, n, xh, stream + 3, &hs, NULL);
+                    for (size_t i = 0; i < n; i++) ref[i] = f2bf(xh[i]);
+                    CC_CHECK(cudaMemcpy(d_mine, mine_b, (mcnt ? mcnt : 1) * 2, cudaMemcpyHostToDevice));
+                    coll_all_gather_dev(MPI_COMM_WORLD, &pr->ag, d_mine, 1, n, d_x, stream + 3, s, NULL, cs);
+                    CC_CHECK(cudaStreamSynchronize(cs));
+                    CC_CHECK(cudaMemcpy(got, d_x, n * 2, cudaMemcpyDeviceToHost));
+                    e = diff_bf16(ref, got, n);
+                    snprintf(msg, sizeof(msg), "rank %d element %ld", rank, e);
+                    record("all-gather from bf16", e < 0, msg, what);
+                    free(mine_b);
+                    free(mine_f);
+                }
+            }
+        }
+    }
+
+    int failed = 0;
+    if (rank == 0) printf("\n%-26s %8s  %s\n", "case", "subcases", "result");
+    for (int i = 0; i < nrows; i++) {
+        if (rows[i].failed) failed++;
+        if (rank == 0) {
+            printf("%-26s %8ld  %s", rows[i].name, rows[i].total, rows[i].failed ? "FAIL" : "PASS");
+            if (rows[i].failed) printf(" (%ld failed; first: %s)", rows[i].failed, rows[i].first);
+            printf("\n");
+        }
+    }
+    if (rank == 0) printf("\n%s: %d of %d rows failed (P = %d)\n", failed ? "FAILED" : "ALL PASS", failed, nrows, P);
+    for (int a = 0; a < 2; a++)
+        for (int k = 0; k < 4; k++) coll_scratch_dev_free(&ds[a][k]);
+    coll_scratch_free(&hs);
+    CC_CHECK(cudaFree(d_x));
+    CC_CHECK(cudaFree(d_out));
+    CC_CHECK(cudaFree(d_mine));
+    CC_CHECK(cudaStreamDestroy(cs));
+    free(xf); free(xh); free(hout); free(dout); free(xb); free(ref); free(got);
+    MPI_CHECK(MPI_Finalize());
+    return failed ? 1 : 0;
+}

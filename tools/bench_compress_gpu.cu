@@ -1,0 +1,349 @@
+/*
+ * tools/bench_compress_gpu.cu - how fast the fused compression kernels and
+ * the pipelined compressed all-reduce are, as tables.
+ *
+ * Kernel mode (default, one GPU):
+ *   bench_compress_gpu [--sizes 4,16,64,256] [--reps N] [--csv FILE]
+ * For bf16 tensors of the given sizes in MB (shape rows x 768), the median
+ * time over N calls (after warm-up; CUDA events; inputs and outputs rotate
+ * over enough buffers to span 4x the L2 cache, so the cache does not flatter)
+ * of
+ *   compress       bf16 -> wire
+ *   decompress     wire -> bf16 (P = 1)
+ *   reduce P       P wires -> bf16 sum (the reduce-scatter step)
+ *   recompress P   P wires -> wire of the sum (the fused all-gather step)
+ * reported as effective bandwidth = (bytes read + bytes written) / time and as
+ * a fraction of the device-to-device copy bandwidth of the same size measured
+ * in the same run (cudaMemcpyAsync: 2 x size / time).
+ *
+ * MPI mode (ranks may share one GPU):
+ *   mpirun -np P bench_compress_gpu --mpi [--sizes 1,4,16,64,256] [--reps N] [--K k]
+ * time of one in-place all-reduce of a bf16 tensor (max over ranks, median
+ * over N): compressed (taco, current and delayed scaling) and exact (method
+ * none through the same pipelined path, and plain MPI_Allreduce of the tensor
+ * staged as fp32 through pinned host memory), each with the pipeline depth K
+ * (default 4) and K = 1 (no overlap), and the speedups.
+ */
+#define OMPI_SKIP_MPICXX 1 /* MPI's C API only (its C++ bindings do not build warning-free) */
+#define MPICH_SKIP_MPICXX 1
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <functional>
+#include <string>
+#include <time.h>
+#include <vector>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "collectives_cuda.h"
+#include "compress.h"
+#include "compress_cuda.h"
+
+static const int COLS = 768; /* the hidden size of the tensors (shape rows x 768) */
+
+/* ---- small kernels: test data and the staged baseline's conversions ------------ */
+
+__global__ void k_fill(uint16_t* x, size_t n, unsigned seed) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        /* a hash -> two uniforms -> Gaussian, and an outlier column every 97 */
+        unsigned h = (unsigned)i * 2654435761u ^ seed;
+        h ^= h >> 15; h *= 2246822519u; h ^= h >> 13; h *= 3266489917u; h ^= h >> 16;
+        unsigned g = h * 747796405u + 2891336453u;
+        float u1 = ((h >> 8) + 0.5f) * (1.0f / 16777216.0f), u2 = ((g >> 8) + 0.5f) * (1.0f / 16777216.0f);
+        float v = sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2);
+        if ((i % COLS) % 97 == 5) v *= 20.0f;
+        __nv_bfloat16 b = __float2bfloat16_rn(v);
+        x[i] = *reinterpret_cast<uint16_t*>(&b);
+    }
+}
+__global__ void k_bf16_to_f32(const uint16_t* x, float* y, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        y[i] = __uint_as_float((unsigned)x[i] << 16);
+}
+__global__ void k_f32_to_bf16(const float* y, uint16_t* x, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        __nv_bfloat16 b = __float2bfloat16_rn(y[i]);
+        x[i] = *reinterpret_cast<uint16_t*>(&b);
+    }
+}
+
+/* ---- timing ------------------------------------------------------------------------ */
+
+static double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    size_t m = v.size() / 2;
+    return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
+
+/* median milliseconds of op(rep) over reps calls, after warm calls; events around each */
+static double time_ms(const std::function<void(int)>& op, int reps, int warm, cudaStream_t s) {
+    for (int i = 0; i < warm; i++) op(i);
+    std::vector<cudaEvent_t> ev(2 * (size_t)reps);
+    for (auto& e : ev) CC_CHECK(cudaEventCreate(&e));
+    for (int r = 0; r < reps; r++) {
+        CC_CHECK(cudaEventRecord(ev[2 * r], s));
+        op(warm + r);
+        CC_CHECK(cudaEventRecord(ev[2 * r + 1], s));
+    }
+    CC_CHECK(cudaStreamSynchronize(s));
+    std::vector<double> t((size_t)reps);
+    for (int r = 0; r < reps; r++) {
+        float ms = 0.0f;
+        CC_CHECK(cudaEventElapsedTime(&ms, ev[2 * r], ev[2 * r + 1]));
+        t[r] = ms;
+    }
+    for (auto& e : ev) CC_CHECK(cudaEventDestroy(e));
+    return median(t);
+}
+
+static std::vector<int> parse_sizes(const char* s) {
+    std::vector<int> v;
+    while (*s) {
+        v.push_back(atoi(s));
+        while (*s && *s != ',') s++;
+        if (*s == ',') s++;
+    }
+    return v;
+}
+
+static void print_header(const char* mode) {
+    cudaDeviceProp prop;
+    int dev = 0;
+    CC_CHECK(cudaGetDevice(&dev));
+    CC_CHECK(cudaGetDeviceProperties(&prop, dev));
+    char date[64];
+    time_t now = time(NULL);
+    strftime(date, sizeof(date), "%Y-%m-%d %H:%M:%S", localtime(&now));
+    printf("bench_compress_gpu (%s): %s, %d SMs, L2 %d MB, %s\n", mode, prop.name, prop.multiProcessorCount,
+           prop.l2CacheSize >> 20, date);
+}
+
+struct Method {
+    const char* name;
+    CompressParams p;
+};
+
+static CompressParams mk(CompressMethod m, int G, int delayed, int sr) {
+    CompressParams p;
+    compress_params_default(&p, m);
+    p.group_size = G;
+    p.stochastic = sr;
+    p.seed = 1;
+    if (delayed) {
+        p.delayed = 1;
+        p.delayed_amax = 4.0f; /* a plausible prediction: nothing saturates on this data */
+    }
+    return p;
+}
+
+/* ---- kernel mode ---------------------------------------------------------------------- */
+
+static int bench_kernels(std::vector<int> sizes, int reps, const char* csv) {
+    print_header("kernels");
+    cudaStream_t s;
+    CC_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    cudaDeviceProp prop;
+    CC_CHECK(cudaGetDeviceProperties(&prop, 0));
+    const double l2 = (double)prop.l2CacheSize;
+    std::vector<Method> methods = {
+        {"none (fp32 wire)", mk(CM_NONE, 64, 0, 0)},
+        {"fp8_tensor current", mk(CM_FP8_TENSOR, 64, 0, 0)},
+        {"fp8_tensor delayed", mk(CM_FP8_TENSOR, 64, 1, 0)},
+        {"fp8_group G=128", mk(CM_FP8_GROUP, 128, 0, 0)},
+        {"taco G=64 current", mk(CM_TACO, 64, 0, 0)},
+        {"taco G=64 delayed", mk(CM_TACO, 64, 1, 0)},
+        {"taco G=128 current", mk(CM_TACO, 128, 0, 0)},
+        {"taco G=128 delayed", mk(CM_TACO, 128, 1, 0)},
+        {"taco G=256 delayed", mk(CM_TACO, 256, 1, 0)},
+        {"taco G=64 delayed SR", mk(CM_TACO, 64, 1, 1)},
+        {"int8_group G=64", mk(CM_INT8_GROUP, 64, 0, 0)},
+    };
+    FILE* fc = csv ? fopen(csv, "w") : NULL;
+    if (csv && !fc) FATAL("cannot write %s", csv);
+    if (fc) fprintf(fc, "size_mb,method,op,us,gbps,frac_copy\n");
+    printf("%6s  %-22s %-13s %10s %9s %8s\n", "MB", "method", "op", "us", "GB/s", "vs copy");
+    for (int mb : sizes) {
+        const size_t bytes = (size_t)mb << 20, n = bytes / 2 / COLS * COLS;
+        /* enough buffers that one pass over them is 4x the L2 */
+        const int R = std::max(2, (int)ceil(4.0 * l2 / (double)bytes));
+        std::vector<uint16_t*> x(R);
+        std::vector<uint16_t*> y(R);
+        for (int r = 0; r < R; r++) {
+            CC_CHECK(cudaMalloc((void**)&x[r], n * 2));
+            CC_CHECK(cudaMalloc((void**)&y[r], n * 4)); /* also the fp32 sums of "none" */
+            k_fill<<<1024, 256, 0, s>>>(x[r], n, 17u * (unsigned)r + 1u);
+            CC_CHECK_LAUNCH("k_fill");
+        }
+        const double copy_ms = time_ms([&](int i) {
+            CC_CHECK(cudaMemcpyAsync(y[i % R], x[(i + 1) % R], n * 2, cudaMemcpyDeviceToDevice, s));
+        }, reps, 3, s);
+        const double copy_gbps = 2.0 * n * 2 / (copy_ms * 1e6);
+        printf("%6d  %-22s %-13s %10.1f %9.1f %8s\n", mb, "cudaMemcpy D2D", "copy", copy_ms * 1e3, copy_gbps, "1.00");
+        if (fc) fprintf(fc, "%d,copy,copy,%.2f,%.1f,1.0\n", mb, copy_ms * 1e3, copy_gbps);
+        for (const Method& m : methods) {
+            const size_t wb = compress_bound(&m.p, n);
+            const int P_MAX = 4;
+            std::vector<uint8_t*> w((size_t)R * P_MAX);
+            for (auto& p : w) CC_CHECK(cudaMalloc((void**)&p, wb));
+            CompressStatsDev* st = compress_stats_dev_alloc(1);
+            auto report = [&](const char* op, double ms, double moved) {
+                double gbps = moved / (ms * 1e6);
+                printf("%6d  %-22s %-13s %10.1f %9.1f %8.2f\n", mb, m.name, op, ms * 1e3, gbps, gbps / copy_gbps);
+                if (fc) fprintf(fc, "%d,%s,%s,%.2f,%.1f,%.3f\n", mb, m.name, op, ms * 1e3, gbps, gbps / copy_gbps);
+            };
+            /* compress: read 2n, write the wire */
+            double ms = time_ms([&](int i) {
+                compress_dev(&m.p, x[i % R], 1, n, (uint64_t)i, w[(size_t)(i % R) * P_MAX], st, s);
+            }, reps, 3, s);
+            report("compress", ms, 2.0 * n + wb);
+            for (int r = 0; r < R; r++) /* fill every wire for the decode benchmarks */
+                for (int q = 0; q < P_MAX; q++) compress_dev(&m.p, x[(r + q) % R], 1, n, (uint64_t)q, w[(size_t)r * P_MAX + q], st, s);
+            ms = time_ms([&](int i) {
+                decompress_dev(&m.p, w[(size_t)(i % R) * P_MAX], n, y[i % R], 1, s);
+            }, reps, 3, s);
+            report("decompress", ms, (double)wb + 2.0 * n);
+            for (int P : {2, 4}) {
+                char op[32];
+                snprintf(op, sizeof(op), "reduce %d", P);
+                ms = time_ms([&](int i) {
+                    decompress_reduce_dev(&m.p, (const uint8_t* const*)&w[(size_t)(i % R) * P_MAX], P, n, y[i % R], CDEV_SUM_BF16, s);
+                }, reps, 3, s);
+                report(op, ms, (double)P * wb + 2.0 * n);
+                if (m.p.method != CM_INT8_GROUP) {
+                    snprintf(op, sizeof(op), "recompress %d", P);
+                    ms = time_ms([&](int i) {
+                        decompress_reduce_recompress_dev(&m.p, (const uint8_t* const*)&w[(size_t)(i % R) * P_MAX], P, n, &m.p,
+                                                         (uint64_t)i, (uint8_t*)y[i % R], st, s);
+                    }, reps, 3, s);
+                    report(op, ms, (double)P * wb + wb);
+                }
+            }
+            for (auto& p : w) CC_CHECK(cudaFree(p));
+            compress_stats_dev_free(st);
+        }
+        for (int r = 0; r < R; r++) {
+            CC_CHECK(cudaFree(x[r]));
+            CC_CHECK(cudaFree(y[r]));
+        }
+    }
+    if (fc) fclose(fc);
+    CC_CHECK(cudaStreamDestroy(s));
+    printf("(bandwidth = bytes read + bytes written per call / median time; 'vs copy' = that over the D2D copy's)\n");
+    return 0;
+}
+
+/* ---- MPI mode ----------------------------------------------------------------------------- */
+
+static int bench_mpi(std::vector<int> sizes, int reps, int K) {
+    int rank, P, ndev;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &P);
+    CC_CHECK(cudaGetDeviceCount(&ndev));
+    CC_CHECK(cudaSetDevice(rank % ndev));
+    if (rank == 0) {
+        print_header("mpi");
+        printf("%d ranks on %d GPU(s); MPI CUDA-aware: %s; pipeline depth K = %d (and 1)\n", P, ndev,
+               coll_mpi_cuda_aware() ? "yes" : "no (staged through pinned host memory)", K);
+    }
+    cudaStream_t s;
+    CC_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CollScratchDev sk, s1;
+    coll_scratch_dev_init(&sk);
+    coll_scratch_dev_init(&s1);
+    sk.K = K;
+    s1.K = 1;
+    const CompressParams taco = mk(CM_TACO, 64, 0, 0), taco_d = mk(CM_TACO, 64, 1, 0), none = mk(CM_NONE, 64, 0, 0);
+    if (rank == 0)
+        printf("%6s  %-32s %10s %9s %9s\n", "MB", "all-reduce", "ms", "vs MPI", "vs none");
+    for (int mb : sizes) {
+        const size_t n = ((size_t)mb << 20) / 2 / COLS * COLS;
+        uint16_t* x = NULL;
+        float* f = NULL;
+        float* h = NULL;
+        CC_CHECK(cudaMalloc((void**)&x, n * 2));
+        CC_CHECK(cudaMalloc((void**)&f, n * 4));
+        CC_CHECK(cudaMallocHost((void**)&h, n * 4));
+        auto wall = [&](const std::function<void()>& op) {
+            std::vector<double> t;
+            for (int r = 0; r < reps + 2; r++) {
+                k_fill<<<1024, 256, 0, s>>>(x, n, (unsigned)(rank * 1000 + r));
+                CC_CHECK_LAUNCH("k_fill");
+                CC_CHECK(cudaStreamSynchronize(s));
+                MPI_Barrier(MPI_COMM_WORLD);
+                double t0 = MPI_Wtime();
+                op();
+                CC_CHECK(cudaStreamSynchronize(s));
+                double dt = MPI_Wtime() - t0, mx = 0.0;
+                MPI_Allreduce(&dt, &mx, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+                if (r >= 2) t.push_back(mx * 1e3);
+            }
+            return median(t);
+        };
+        const double t_mpi = wall([&]() { /* exact, staged: bf16 -> fp32 -> host -> MPI_Allreduce -> device -> bf16 */
+            k_bf16_to_f32<<<1024, 256, 0, s>>>(x, f, n);
+            CC_CHECK_LAUNCH("k_bf16_to_f32");
+            CC_CHECK(cudaMemcpyAsync(h, f, n * 4, cudaMemcpyDeviceToHost, s));
+            CC_CHECK(cudaStreamSynchronize(s));
+            MPI_Allreduce(MPI_IN_PLACE, h, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+            CC_CHECK(cudaMemcpyAsync(f, h, n * 4, cudaMemcpyHostToDevice, s));
+            k_f32_to_bf16<<<1024, 256, 0, s>>>(f, x, n);
+            CC_CHECK_LAUNCH("k_f32_to_bf16");
+        });
+        struct Row {
+            const char* name;
+            const CompressParams* p;
+            CollScratchDev* sc;
+        } rows[] = {{"none (exact, same path) K", &none, &sk}, {"none (exact, same path) K=1", &none, &s1},
+                    {"taco G=64 current K", &taco, &sk},        {"taco G=64 current K=1", &taco, &s1},
+                    {"taco G=64 delayed K", &taco_d, &sk},      {"taco G=64 delayed K=1", &taco_d, &s1}};
+        double t_none = 0.0;
+        if (rank == 0) printf("%6d  %-32s %10.3f %9s %9s\n", mb, "MPI_Allreduce fp32 (staged)", t_mpi, "1.00", "");
+        for (const Row& rw : rows) {
+            double t = wall([&]() { coll_allreduce_dev(MPI_COMM_WORLD, rw.p, rw.p, x, n, 7, rw.sc, NULL, s); });
+            if (rw.p == &none && rw.sc == &sk) t_none = t;
+            if (rank == 0) {
+                char name[48]; /* "... K" rows run with the chosen depth */
+                if (rw.sc == &sk) snprintf(name, sizeof(name), "%s=%d", rw.name, K);
+                else snprintf(name, sizeof(name), "%s", rw.name);
+                printf("%6d  %-32s %10.3f %9.2f %9.2f\n", mb, name, t, t_mpi / t, t_none > 0 ? t_none / t : 1.0);
+            }
+        }
+        CC_CHECK(cudaFree(x));
+        CC_CHECK(cudaFree(f));
+        CC_CHECK(cudaFreeHost(h));
+    }
+    if (rank == 0) printf("(ms = max over ranks, median of %d; 'vs' = speedup of that row over the baseline)\n", reps);
+    coll_scratch_dev_free(&sk);
+    coll_scratch_dev_free(&s1);
+    CC_CHECK(cudaStreamDestroy(s));
+    return 0;
+}
+
+int main(int argc, char** argv) {
+    int mpi = 0, reps = 0, K = COLL_DEV_DEFAULT_K;
+    const char* sizes = NULL;
+    const char* csv = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--mpi")) mpi = 1;
+        else if (!strcmp(argv[i], "--sizes") && i + 1 < argc) sizes = argv[++i];
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--K") && i + 1 < argc) K = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--csv") && i + 1 < argc) csv = argv[++i];
+        else {
+            fprintf(stderr, "usage: %s [--mpi] [--sizes MB,MB,..] [--reps N] [--K k] [--csv FILE]\n", argv[0]);
+            return 2;
+        }
+    }
+    MPI_Init(&argc, &argv);
+    int rc;
+    if (mpi) rc = bench_mpi(parse_sizes(sizes ? sizes : "1,4,16,64,256"), reps ? reps : 20, K);
+    else rc = bench_kernels(parse_sizes(sizes ? sizes : "4,16,64,256"), reps ? reps : 50, csv);
+    MPI_Finalize();
+    return rc;
+}
