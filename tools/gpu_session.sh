@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# tools/gpu_session.sh - one device session's worth of GPU work, in one command:
+# build, the compression tests, every benchmark table. Output: $OUT (or build/gpu-session).
+#   tools/gpu_session.sh bench     tests of the kernels + all benchmark tables
+#   tools/gpu_session.sh parity    the GPU loss-parity experiment (short form)
+set -u
+cd "$(dirname "$0")/.."
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-8}
+O=build/gpu-session            # everything; the chosen files are copied to $KEEP at the end
+KEEP=${OUT:-$O}
+mkdir -p "$O" "$KEEP"
+make -j16 ${CJSON_PREFIX:+CJSON_PREFIX=$CJSON_PREFIX} all gpu > "$O/build.log" 2>&1 || { tail -30 "$O/build.log"; exit 1; }
+case "${1:-bench}" in
+bench)
+    build/gpu/test_compress_gpu > "$O/test_compress_gpu.log" 2>&1; echo "test_compress_gpu rc=$? $(grep -E 'FAILED|rows passed|all passed' "$O/test_compress_gpu.log" | tail -1)"
+    grep FAIL "$O/test_compress_gpu.log" | head -3
+    for p in 2 4; do
+        timeout 120 mpirun --oversubscribe -np $p build/gpu/test_coll_gpu > "$O/test_coll_gpu_np$p.log" 2>&1; echo "test_coll_gpu np=$p rc=$?"
+        grep FAIL "$O/test_coll_gpu_np$p.log" | head -3
+    done
+    timeout 120 build/gpu/bench_compress_gpu --csv "$O/kernels.csv" > "$O/bench_compress.txt" 2>&1
+    timeout 120 python3 tools/bench_compress_torch.py --cuda-csv "$O/kernels.csv" > "$O/bench_compress_torch.txt" 2>&1
+    for p in 2 4; do
+        timeout 150 mpirun --oversubscribe -np $p build/gpu/bench_compress_gpu --mpi --sizes 1,16,64,256 > "$O/bench_allreduce_np$p.txt" 2>&1
+    done
+    OUT="$O/train" STEPS=${STEPS:-25} timeout 330 tools/bench_gpu.sh > "$O/bench_gpu.md" 2>&1
+    python3 tools/predict_speedup.py --runs "$O/train" > "$O/predict.md" 2>&1
+    cat "$O/bench_compress_torch.txt" | tail -20; tail -15 "$O/bench_allreduce_np2.txt"; tail -15 "$O/bench_allreduce_np4.txt"
+    cat "$O/bench_gpu.md" "$O/predict.md"
+    cp "$O"/bench_gpu.md "$O"/predict.md "$O"/bench_compress.txt "$O"/bench_compress_torch.txt "$O"/bench_allreduce_np*.txt \
+       "$O"/test_coll_gpu_np4.log "$KEEP"/ 2>/dev/null
+    ;;
+parity)
+    timeout 560 python3 tools/parity.py configs/parity_gpu.json --binary build/train_gpu --root "$O" --name parity_gpu \
+        --variants ${VARIANTS:-none,fp8_tensor,taco} --set train.steps=${PSTEPS:-500} --set train.eval_every=50 > "$O/parity.log" 2>&1
+    tail -5 "$O/parity.log"; cat "$O"/parity_gpu/summary.md 2>/dev/null | head -20
+    cp "$O"/parity.log "$O"/parity_gpu/parity.png "$O"/parity_gpu/summary.md "$O"/parity_gpu/summary.csv "$KEEP"/ 2>/dev/null
+    ;;
+esac
