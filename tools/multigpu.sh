@@ -11,6 +11,7 @@
 #
 # Run from the repository root after `make gpu` and `make data`. NVLink multicast
 # stays off (NCCL_NVLS_ENABLE=0). Logs go to $OUT (default runs/multigpu).
+# MODELS and BACKENDS (space-separated) narrow the scaling matrix.
 set -eu
 cd "$(dirname "$0")/.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0 OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
@@ -40,10 +41,10 @@ scaling)
     echo "## Multi-GPU scaling: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1) x $NGPU, $(date -u +%F)"
     echo "| run | ms/step | tokens/s | ms in TP exchanges | MB sent per rank |"
     echo "|---|---|---|---|---|"
-    for model in gpt2_124m gpt2_350m; do
+    for model in ${MODELS:-gpt2_124m gpt2_350m}; do
         for tp in 2 4 8; do
             [ "$tp" -le "$NGPU" ] || continue
-            for backend in nccl mpi; do
+            for backend in ${BACKENDS:-nccl mpi}; do
                 for m in none taco; do
                     run_one "${model}_tp${tp}_${backend}_${m}" "$tp" configs/$model.json --set parallel.tp=$tp \
                         --set comm.backend=$backend --set compress.method=$m

@@ -150,6 +150,11 @@ int main(int argc, char** argv) {
           config_check_world(&cfg, world_size, err, sizeof(err)) != 0;
     agree_or_exit(bad, err);
     free(sets);
+    if (strcmp(cfg.comm.backend, "mpi") != 0) {
+        snprintf(err, sizeof(err), "error: comm.backend: '%s' is not available in this build yet; use \"mpi\"",
+                 cfg.comm.backend);
+        agree_or_exit(1, err);
+    }
 
     Comm comm;
     comm_init(&comm, cfg.parallel.tp, cfg.parallel.dp);
