@@ -18,6 +18,11 @@ if [ -d "${CUDA_HOME:-/usr/local/cuda}/include" ]; then
     echo "CUDA kernels under CPU emulation"
     run build_cuda_emulation sh tests/emu/build_emu.sh
     OMP_NUM_THREADS=2 run test_ops_gpu_emulated build/emu/test_ops_gpu_emu
+    # the compression kernels and device collectives under their emulator (tests/cuda_emu)
+    run build_compress_emulation make -s -f compress/cuda.mk build/emu-compress/test_compress_gpu_emu \
+        build/emu-compress/test_coll_gpu_emu
+    run test_compress_gpu_emulated build/emu-compress/test_compress_gpu_emu --quick
+    run test_coll_gpu_emulated_np2 $MPIRUN -np 2 build/emu-compress/test_coll_gpu_emu --quick
 fi
 echo "multi-rank tests"
 for p in 2 3 4; do run "test_collectives_np$p" $MPIRUN -np $p build/test_collectives; done
