@@ -35,6 +35,19 @@ void check_mpi(int err, const char* call, const char* file, int line) {
                 "config and that mpirun's -np matches parallel.tp * parallel.dp", call, msg);
 }
 
+int check_errorf(char* err, size_t errlen, const char* fmt, ...) {
+    if (err && errlen > 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+        for (char* p = err; *p; p++) {
+            if (*p == '\n' || *p == '\r') *p = ' ';
+        }
+    }
+    return -1;
+}
+
 FILE* check_fopen(const char* path, const char* mode, const char* file, int line) {
     FILE* f = fopen(path, mode);
     if (!f) {

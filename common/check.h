@@ -29,6 +29,14 @@ void check_fatal(const char* file, int line, const char* fmt, ...);
 void check_mpi(int err, const char* call, const char* file, int line);
 #define MPI_CHECK(call) check_mpi((call), #call, __FILE__, __LINE__)
 
+/* For functions that validate user input and let the caller decide how to
+ * end: formats ONE line into err (newlines in user text become spaces) and
+ * returns -1, so an error path is a single `return check_errorf(...)`. */
+#if defined(__GNUC__)
+__attribute__((format(printf, 3, 4)))
+#endif
+int check_errorf(char* err, size_t errlen, const char* fmt, ...);
+
 FILE* check_fopen(const char* path, const char* mode, const char* file, int line);
 void check_fread(void* ptr, size_t size, size_t n, FILE* f, const char* what, const char* file, int line);
 void check_fwrite(const void* ptr, size_t size, size_t n, FILE* f, const char* what, const char* file, int line);

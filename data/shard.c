@@ -19,7 +19,6 @@
 
 #include <errno.h>
 #include <glob.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -32,21 +31,6 @@
 
 /* ----------------------------------------------------------------------------
  * helpers */
-
-/* Format a one-line message into err (if there is one) and return -1, so an
- * error path is a single `return shard_fail(...)`. */
-#if defined(__GNUC__)
-__attribute__((format(printf, 3, 4)))
-#endif
-static int shard_fail(char* err, size_t errlen, const char* fmt, ...) {
-    if (err && errlen > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 static int32_t shard_get_le32(const unsigned char* p) {
     uint32_t v = (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
@@ -66,7 +50,7 @@ static void shard_put_le32(unsigned char* p, int32_t x) {
 
 int shard_write(const char* path, const uint16_t* tokens, size_t n, char* err, size_t errlen) {
     if (n > (size_t)SHARD_MAX_TOKENS) {
-        return shard_fail(err, errlen, "data error: '%s': %zu tokens do not fit one shard (at most %lld: "
+        return check_errorf(err, errlen, "data error: '%s': %zu tokens do not fit one shard (at most %lld: "
                           "the header's count is an int32); split the data into several shards",
                           path, n, SHARD_MAX_TOKENS);
     }
@@ -78,7 +62,7 @@ int shard_write(const char* path, const uint16_t* tokens, size_t n, char* err, s
     FILE* f = fopen(tmp, "wb");
     if (!f) {
         int e = errno;
-        shard_fail(err, errlen, "data error: cannot create '%s': %s", tmp, strerror(e));
+        check_errorf(err, errlen, "data error: cannot create '%s': %s", tmp, strerror(e));
         free(tmp);
         return -1;
     }
@@ -106,14 +90,14 @@ int shard_write(const char* path, const uint16_t* tokens, size_t n, char* err, s
         e = errno;
     }
     if (!ok) {
-        shard_fail(err, errlen, "data error: writing '%s' failed: %s (is the disk full?)", tmp, strerror(e));
+        check_errorf(err, errlen, "data error: writing '%s' failed: %s (is the disk full?)", tmp, strerror(e));
         remove(tmp);
         free(tmp);
         return -1;
     }
     if (rename(tmp, path) != 0) {
         e = errno;
-        shard_fail(err, errlen, "data error: cannot rename '%s' to '%s': %s", tmp, path, strerror(e));
+        check_errorf(err, errlen, "data error: cannot rename '%s' to '%s': %s", tmp, path, strerror(e));
         remove(tmp);
         free(tmp);
         return -1;
@@ -132,49 +116,49 @@ static int shard_validate(const char* path, int vocab_size, int64_t need, const 
                           int64_t* ntok, char* err, size_t errlen) {
     struct stat st;
     if (stat(path, &st) != 0) {
-        return shard_fail(err, errlen, "data error: cannot open '%s': %s", path, strerror(errno));
+        return check_errorf(err, errlen, "data error: cannot open '%s': %s", path, strerror(errno));
     }
     if (!S_ISREG(st.st_mode)) {
-        return shard_fail(err, errlen, "data error: '%s' is not a regular file", path);
+        return check_errorf(err, errlen, "data error: '%s' is not a regular file", path);
     }
     FILE* f = fopen(path, "rb");
     if (!f) {
-        return shard_fail(err, errlen, "data error: cannot open '%s': %s", path, strerror(errno));
+        return check_errorf(err, errlen, "data error: cannot open '%s': %s", path, strerror(errno));
     }
     long long fsize = (long long)st.st_size;
     unsigned char hdr[SHARD_HEADER_BYTES];
     if (fsize < SHARD_HEADER_BYTES || fread(hdr, 1, sizeof(hdr), f) != sizeof(hdr)) {
         fclose(f);
-        return shard_fail(err, errlen, "data error: '%s' is %lld bytes, too small for the %d-byte shard header "
+        return check_errorf(err, errlen, "data error: '%s' is %lld bytes, too small for the %d-byte shard header "
                           "(truncated, or not a token shard)", path, fsize, SHARD_HEADER_BYTES);
     }
     int32_t magic = shard_get_le32(hdr), version = shard_get_le32(hdr + 4), count = shard_get_le32(hdr + 8);
     if (magic != SHARD_MAGIC) {
         fclose(f);
-        return shard_fail(err, errlen, "data error: '%s': bad magic %d (expected %d): not a token shard in "
+        return check_errorf(err, errlen, "data error: '%s': bad magic %d (expected %d): not a token shard in "
                           "llm.c's format; make one with build/prepro", path, (int)magic, SHARD_MAGIC);
     }
     if (version != SHARD_VERSION) {
         fclose(f);
         /* llm.c's version 2 holds uint32 tokens (Llama 3); only GPT-2 style uint16 shards fit here. */
-        return shard_fail(err, errlen, "data error: '%s': unsupported shard version %d (expected %d%s)",
+        return check_errorf(err, errlen, "data error: '%s': unsupported shard version %d (expected %d%s)",
                           path, (int)version, SHARD_VERSION,
                           version == 2 ? "; version 2 is llm.c's uint32-token format, not supported" : "");
     }
     if (count < 0) {
         fclose(f);
-        return shard_fail(err, errlen, "data error: '%s': negative token count %d in the header", path, (int)count);
+        return check_errorf(err, errlen, "data error: '%s': negative token count %d in the header", path, (int)count);
     }
     long long expect = (long long)SHARD_HEADER_BYTES + 2LL * count;
     if (fsize != expect) {
         fclose(f);
-        return shard_fail(err, errlen, "data error: '%s' is %lld bytes but its header promises %d tokens "
+        return check_errorf(err, errlen, "data error: '%s' is %lld bytes but its header promises %d tokens "
                           "(%lld bytes): the file is %s", path, fsize, (int)count, expect,
                           fsize < expect ? "truncated" : "corrupt (trailing bytes)");
     }
     if ((int64_t)count < need) {
         fclose(f);
-        return shard_fail(err, errlen, "data error: '%s' has %d tokens, but one global batch needs "
+        return check_errorf(err, errlen, "data error: '%s' has %d tokens, but one global batch needs "
                           "dp_size*B*T+1 = %d*%d*%d+1 = %lld; use a smaller batch or a bigger shard",
                           path, (int)count, dl->dp_size, dl->B, dl->T, (long long)need);
     }
@@ -185,14 +169,14 @@ static int shard_validate(const char* path, int vocab_size, int64_t need, const 
     for (int64_t i = 0; i < count && rc == 0; i += SHARD_SCAN_BLOCK) {
         size_t m = (size_t)(count - i < SHARD_SCAN_BLOCK ? count - i : SHARD_SCAN_BLOCK);
         if (fread(block, 2, m, f) != m) {
-            rc = shard_fail(err, errlen, "data error: '%s': read failed at token %lld: %s", path, (long long)i,
+            rc = check_errorf(err, errlen, "data error: '%s': read failed at token %lld: %s", path, (long long)i,
                             ferror(f) ? strerror(errno) : "unexpected end of file");
             break;
         }
         for (size_t j = 0; j < m; j++) {
             int tok = block[2 * j] | (block[2 * j + 1] << 8);
             if (tok >= vocab_size) {
-                rc = shard_fail(err, errlen, "data error: '%s': token %d at index %lld is >= vocab_size %d "
+                rc = check_errorf(err, errlen, "data error: '%s': token %d at index %lld is >= vocab_size %d "
                                 "(the shard was made for a bigger vocabulary than model.vocab_size)",
                                 path, tok, (long long)(i + (int64_t)j), vocab_size);
                 break;
@@ -217,15 +201,15 @@ int dataloader_init(DataLoader* dl, const char* pattern, int B, int T, int dp_ra
     memset(dl, 0, sizeof(*dl));
     dl->file_shard = -1;
     if (!pattern || !pattern[0]) {
-        return shard_fail(err, errlen, "data error: empty data path");
+        return check_errorf(err, errlen, "data error: empty data path");
     }
     if (B < 1 || T < 1 || dp_size < 1 || dp_rank < 0 || dp_rank >= dp_size || vocab_size < 1) {
-        return shard_fail(err, errlen, "data error: '%s': bad loader arguments B=%d T=%d dp_rank=%d dp_size=%d "
+        return check_errorf(err, errlen, "data error: '%s': bad loader arguments B=%d T=%d dp_rank=%d dp_size=%d "
                           "vocab_size=%d", pattern, B, T, dp_rank, dp_size, vocab_size);
     }
     int64_t need = (int64_t)dp_size * B * T + 1;
     if (need - 1 > SHARD_MAX_TOKENS) {
-        return shard_fail(err, errlen, "data error: '%s': a global batch of dp_size*B*T = %lld tokens is larger "
+        return check_errorf(err, errlen, "data error: '%s': a global batch of dp_size*B*T = %lld tokens is larger "
                           "than any shard can be", pattern, (long long)(need - 1));
     }
     dl->B = B;
@@ -238,16 +222,16 @@ int dataloader_init(DataLoader* dl, const char* pattern, int B, int T, int dp_ra
     int grc = glob(pattern, 0, NULL, &g);
     if (grc == GLOB_NOMATCH || (grc == 0 && g.gl_pathc == 0)) {
         if (grc == 0) globfree(&g);
-        return shard_fail(err, errlen, "data error: no file matches '%s'; make shards with build/prepro "
+        return check_errorf(err, errlen, "data error: no file matches '%s'; make shards with build/prepro "
                           "or fix the data path", pattern);
     }
     if (grc != 0) {
-        return shard_fail(err, errlen, "data error: cannot expand '%s' (%s)", pattern,
+        return check_errorf(err, errlen, "data error: cannot expand '%s' (%s)", pattern,
                           grc == GLOB_NOSPACE ? "out of memory" : "read error");
     }
     if (g.gl_pathc > (size_t)INT32_MAX) {
         globfree(&g);
-        return shard_fail(err, errlen, "data error: '%s' matches too many files", pattern);
+        return check_errorf(err, errlen, "data error: '%s' matches too many files", pattern);
     }
     /* Sort ourselves with strcmp, not glob's locale-dependent order: every
      * rank must see the same shard sequence. */

@@ -7,24 +7,10 @@
 #include "tokenizer.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
-
-#if defined(__GNUC__)
-__attribute__((format(printf, 3, 4)))
-#endif
-static int tokenizer_fail(char* err, size_t errlen, const char* fmt, ...) {
-    if (err && errlen > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 static uint32_t tokenizer_le32(const unsigned char* p) {
     return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
@@ -35,27 +21,27 @@ static uint32_t tokenizer_le32(const unsigned char* p) {
 static int tokenizer_load(Tokenizer* t, int vocab_size, const char* path, char* err, size_t errlen) {
     FILE* f = fopen(path, "rb");
     if (!f) {
-        return tokenizer_fail(err, errlen, "tokenizer error: cannot open '%s': %s", path, strerror(errno));
+        return check_errorf(err, errlen, "tokenizer error: cannot open '%s': %s", path, strerror(errno));
     }
     unsigned char hdr[256 * 4];
     if (fread(hdr, 1, sizeof(hdr), f) != sizeof(hdr)) {
         fclose(f);
-        return tokenizer_fail(err, errlen, "tokenizer error: '%s' is too short for the 1024-byte header", path);
+        return check_errorf(err, errlen, "tokenizer error: '%s' is too short for the 1024-byte header", path);
     }
     uint32_t magic = tokenizer_le32(hdr), version = tokenizer_le32(hdr + 4), n = tokenizer_le32(hdr + 8);
     if (magic != TOKENIZER_MAGIC) {
         fclose(f);
-        return tokenizer_fail(err, errlen, "tokenizer error: '%s': bad magic %u (expected %d): not an llm.c "
+        return check_errorf(err, errlen, "tokenizer error: '%s': bad magic %u (expected %d): not an llm.c "
                               "tokenizer file", path, magic, TOKENIZER_MAGIC);
     }
     if (version != 1 && version != 2) {
         fclose(f);
-        return tokenizer_fail(err, errlen, "tokenizer error: '%s': unsupported version %u (expected 1 or 2)",
+        return check_errorf(err, errlen, "tokenizer error: '%s': unsupported version %u (expected 1 or 2)",
                               path, version);
     }
     if (n != (uint32_t)vocab_size) {
         fclose(f);
-        return tokenizer_fail(err, errlen, "tokenizer error: '%s' has %u tokens but model.vocab_size is %d; "
+        return check_errorf(err, errlen, "tokenizer error: '%s' has %u tokens but model.vocab_size is %d; "
                               "use the tokenizer the shards were made with", path, n, vocab_size);
     }
     /* Version 1 files predate the field; llm.c hard-codes GPT-2's 50256 then. */
@@ -71,7 +57,7 @@ static int tokenizer_load(Tokenizer* t, int vocab_size, const char* path, char* 
             free(t->blob);
             t->offsets = NULL;
             t->blob = NULL;
-            return tokenizer_fail(err, errlen, "tokenizer error: '%s' is truncated at token %u of %u", path, i, n);
+            return check_errorf(err, errlen, "tokenizer error: '%s' is truncated at token %u of %u", path, i, n);
         }
         t->offsets[i] = used;
         used += len;
@@ -88,7 +74,7 @@ int tokenizer_init(Tokenizer* t, int vocab_size, const char* path_or_null, char*
     t->eot_token = -1;
     t->vocab_size = vocab_size;
     if (vocab_size < 1) {
-        return tokenizer_fail(err, errlen, "tokenizer error: vocab_size %d must be >= 1", vocab_size);
+        return check_errorf(err, errlen, "tokenizer error: vocab_size %d must be >= 1", vocab_size);
     }
     if (vocab_size == 256) {
         t->kind = TOKENIZER_BYTES;

@@ -24,7 +24,6 @@
 #include <glob.h>
 #include <limits.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,23 +124,6 @@ typedef struct {
 
 /* ----------------------------------------------------------------------------
  * small helpers */
-
-#if defined(__GNUC__)
-__attribute__((format(printf, 3, 4)))
-#endif
-static int cfg_fail(char* err, size_t errlen, const char* fmt, ...) {
-    if (err && errlen > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-        /* One line, always: user text (values, paths) may hold newlines. */
-        for (char* p = err; *p; p++) {
-            if (*p == '\n' || *p == '\r') *p = ' ';
-        }
-    }
-    return -1;
-}
 
 static void* cfg_field(Config* c, const CfgKey* k) {
     return (char*)c + k->offset;
@@ -285,11 +267,11 @@ static int cfg_choice_ok(const char* choices, const char* s) {
 static int cfg_apply_int(const CfgKey* k, const cJSON* v, int* p, const char* got, const char* where,
                          char* err, size_t errlen) {
     if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble != floor(v->valuedouble)) {
-        return cfg_fail(err, errlen, "config error: %s: expected an integer, got %s%s", k->path, got, where);
+        return check_errorf(err, errlen, "config error: %s: expected an integer, got %s%s", k->path, got, where);
     }
     double d = v->valuedouble;
     if (d < (double)INT_MIN || d > (double)INT_MAX) {
-        return cfg_fail(err, errlen, "config error: %s: %s does not fit in an int%s", k->path, got, where);
+        return check_errorf(err, errlen, "config error: %s: %s does not fit in an int%s", k->path, got, where);
     }
     *p = (int)d;
     return 0;
@@ -308,7 +290,7 @@ static int cfg_apply(Config* c, const CfgKey* k, const cJSON* v, CfgSrc src, cha
             return 0;
         }
         if (!cJSON_IsNumber(v)) {
-            return cfg_fail(err, errlen, "config error: %s: expected \"auto\" or a power of two in 16..256, got %s%s",
+            return check_errorf(err, errlen, "config error: %s: expected \"auto\" or a power of two in 16..256, got %s%s",
                             k->path, got, where);
         }
         return cfg_apply_int(k, v, (int*)p, got, where, err, errlen);
@@ -316,24 +298,24 @@ static int cfg_apply(Config* c, const CfgKey* k, const cJSON* v, CfgSrc src, cha
         return cfg_apply_int(k, v, (int*)p, got, where, err, errlen);
     case CFG_FLOAT:
         if (!cJSON_IsNumber(v)) {
-            return cfg_fail(err, errlen, "config error: %s: expected a number, got %s%s", k->path, got, where);
+            return check_errorf(err, errlen, "config error: %s: expected a number, got %s%s", k->path, got, where);
         }
         if (!isfinite(v->valuedouble) || fabs(v->valuedouble) > FLT_MAX) {
-            return cfg_fail(err, errlen, "config error: %s: expected a finite 32-bit float, got %s%s",
+            return check_errorf(err, errlen, "config error: %s: expected a finite 32-bit float, got %s%s",
                             k->path, got, where);
         }
         *(float*)p = (float)v->valuedouble;
         return 0;
     case CFG_BOOL:
         if (!cJSON_IsBool(v)) {
-            return cfg_fail(err, errlen, "config error: %s: expected true or false, got %s%s", k->path, got, where);
+            return check_errorf(err, errlen, "config error: %s: expected true or false, got %s%s", k->path, got, where);
         }
         *(int*)p = cJSON_IsTrue(v) ? 1 : 0;
         return 0;
     case CFG_STR:
     case CFG_ENUM: {
         if (!cJSON_IsString(v)) {
-            return cfg_fail(err, errlen, "config error: %s: expected a string, got %s%s", k->path, got, where);
+            return check_errorf(err, errlen, "config error: %s: expected a string, got %s%s", k->path, got, where);
         }
         const char* s = v->valuestring;
         if (k->type == CFG_ENUM && !cfg_choice_ok(k->choices, s)) {
@@ -342,18 +324,18 @@ static int cfg_apply(Config* c, const CfgKey* k, const cJSON* v, CfgSrc src, cha
             for (char* q = list; *q; q++) {
                 if (*q == '|') *q = '/';
             }
-            return cfg_fail(err, errlen, "config error: %s: unknown value %s (expected one of %s)%s",
+            return check_errorf(err, errlen, "config error: %s: unknown value %s (expected one of %s)%s",
                             k->path, got, list, where);
         }
         if (strlen(s) >= k->size) {
-            return cfg_fail(err, errlen, "config error: %s: too long (%zu bytes, at most %zu)%s",
+            return check_errorf(err, errlen, "config error: %s: too long (%zu bytes, at most %zu)%s",
                             k->path, strlen(s), k->size - 1, where);
         }
         memcpy(p, s, strlen(s) + 1);
         return 0;
     }
     }
-    return cfg_fail(err, errlen, "config error: %s: internal error (unknown key type)", k->path);
+    return check_errorf(err, errlen, "config error: %s: internal error (unknown key type)", k->path);
 }
 
 /* A --set value as the JSON value it stands for, given the key's type:
@@ -388,7 +370,7 @@ static cJSON* cfg_set_value(const CfgKey* k, const char* s) {
 static char* cfg_read_file(const char* path, char* err, size_t errlen) {
     FILE* f = fopen(path, "rb");
     if (!f) {
-        cfg_fail(err, errlen, "config error: cannot open config file '%s': %s", path, strerror(errno));
+        check_errorf(err, errlen, "config error: cannot open config file '%s': %s", path, strerror(errno));
         return NULL;
     }
     size_t cap = 4096, n = 0;
@@ -409,13 +391,13 @@ static char* cfg_read_file(const char* path, char* err, size_t errlen) {
     fclose(f);
     if (bad) {
         free(buf);
-        cfg_fail(err, errlen, "config error: reading config file '%s' failed: %s", path, strerror(e));
+        check_errorf(err, errlen, "config error: reading config file '%s' failed: %s", path, strerror(e));
         return NULL;
     }
     buf[n] = '\0';
     if (strlen(buf) != n) {
         free(buf);
-        cfg_fail(err, errlen, "config error: %s: contains a NUL byte; is it a JSON text file?", path);
+        check_errorf(err, errlen, "config error: %s: contains a NUL byte; is it a JSON text file?", path);
         return NULL;
     }
     return buf;
@@ -442,27 +424,27 @@ static int cfg_apply_json(Config* c, const cJSON* root, const char* path, CfgSrc
     if (!cJSON_IsObject(root)) {
         char got[80];
         cfg_describe(root, got, sizeof(got));
-        return cfg_fail(err, errlen, "config error: %s: the top level must be a JSON object {...}, got %s", path, got);
+        return check_errorf(err, errlen, "config error: %s: the top level must be a JSON object {...}, got %s", path, got);
     }
     for (const cJSON* sec = root->child; sec; sec = sec->next) {
         for (const cJSON* prev = root->child; prev != sec; prev = prev->next) {
             if (strcmp(prev->string, sec->string) == 0) {
-                return cfg_fail(err, errlen, "config error: section '%s' appears twice (in %s)", sec->string, path);
+                return check_errorf(err, errlen, "config error: section '%s' appears twice (in %s)", sec->string, path);
             }
         }
         if (!cfg_is_section(sec->string)) {
             char hint[64];
             if (cfg_suggest_section(sec->string, hint, sizeof(hint))) {
-                return cfg_fail(err, errlen, "config error: unknown section '%s' (did you mean %s?) (in %s)",
+                return check_errorf(err, errlen, "config error: unknown section '%s' (did you mean %s?) (in %s)",
                                 sec->string, hint, path);
             }
-            return cfg_fail(err, errlen, "config error: unknown section '%s' (in %s); sections are model, data, "
+            return check_errorf(err, errlen, "config error: unknown section '%s' (in %s); sections are model, data, "
                             "train, parallel, compress, comm, log, checkpoint", sec->string, path);
         }
         if (!cJSON_IsObject(sec)) {
             char got[80];
             cfg_describe(sec, got, sizeof(got));
-            return cfg_fail(err, errlen, "config error: %s: expected an object of %s.* keys, got %s (in %s)",
+            return check_errorf(err, errlen, "config error: %s: expected an object of %s.* keys, got %s (in %s)",
                             sec->string, sec->string, got, path);
         }
         for (const cJSON* kv = sec->child; kv; kv = kv->next) {
@@ -470,17 +452,17 @@ static int cfg_apply_json(Config* c, const cJSON* root, const char* path, CfgSrc
             snprintf(key, sizeof(key), "%s.%s", sec->string, kv->string);
             for (const cJSON* prev = sec->child; prev != kv; prev = prev->next) {
                 if (strcmp(prev->string, kv->string) == 0) {
-                    return cfg_fail(err, errlen, "config error: key '%s' appears twice (in %s)", key, path);
+                    return check_errorf(err, errlen, "config error: key '%s' appears twice (in %s)", key, path);
                 }
             }
             const CfgKey* k = cfg_find(key);
             if (!k) {
                 const char* hint = cfg_suggest_key(key);
                 if (hint) {
-                    return cfg_fail(err, errlen, "config error: unknown key '%s' (did you mean %s?) (in %s)",
+                    return check_errorf(err, errlen, "config error: unknown key '%s' (did you mean %s?) (in %s)",
                                     key, hint, path);
                 }
-                return cfg_fail(err, errlen, "config error: unknown key '%s' (in %s)", key, path);
+                return check_errorf(err, errlen, "config error: unknown key '%s' (in %s)", key, path);
             }
             CfgSrc src = {path, NULL};
             if (cfg_apply(c, k, kv, src, err, errlen) != 0) return -1;
@@ -506,12 +488,12 @@ static int cfg_load_file(Config* c, const char* path, CfgSrc* srcs, char* err, s
         for (; i < 20 && at[i]; i++) near[i] = ((unsigned char)at[i] < 0x20) ? ' ' : at[i];
         near[i] = '\0';
         if (text[0] == '\0') {
-            cfg_fail(err, errlen, "config error: %s: malformed JSON: the file is empty", path);
+            check_errorf(err, errlen, "config error: %s: malformed JSON: the file is empty", path);
         } else if (!at[0]) {
-            cfg_fail(err, errlen, "config error: %s: malformed JSON at line %d, column %d: unexpected end of file "
+            check_errorf(err, errlen, "config error: %s: malformed JSON at line %d, column %d: unexpected end of file "
                      "(missing '}' or ']'?)", path, line, col);
         } else {
-            cfg_fail(err, errlen, "config error: %s: malformed JSON at line %d, column %d, near '%s'",
+            check_errorf(err, errlen, "config error: %s: malformed JSON at line %d, column %d, near '%s'",
                      path, line, col, near);
         }
         free(text);
@@ -535,16 +517,16 @@ static int cfg_check_range(const Config* c, const CfgKey* k, CfgSrc src, char* e
         int v = *(const int*)p;
         if (v >= k->lo && v <= k->hi) return 0;
         if (k->hi >= INT_MAX) {
-            return cfg_fail(err, errlen, "config error: %s: %d is out of range, must be >= %d%s%s",
+            return check_errorf(err, errlen, "config error: %s: %d is out of range, must be >= %d%s%s",
                             k->path, v, (int)k->lo, note, where);
         }
-        return cfg_fail(err, errlen, "config error: %s: %d is out of range, must be in %d..%d%s%s",
+        return check_errorf(err, errlen, "config error: %s: %d is out of range, must be in %d..%d%s%s",
                         k->path, v, (int)k->lo, (int)k->hi, note, where);
     }
     if (k->type == CFG_GROUP) {
         int v = *(const int*)p;
         if (v == 0 || (v >= k->lo && v <= k->hi && (v & (v - 1)) == 0)) return 0;
-        return cfg_fail(err, errlen, "config error: %s: %d is not \"auto\" or a power of two in %d..%d%s",
+        return check_errorf(err, errlen, "config error: %s: %d is not \"auto\" or a power of two in %d..%d%s",
                         k->path, v, (int)k->lo, (int)k->hi, where);
     }
     if (k->type == CFG_FLOAT) {
@@ -553,10 +535,10 @@ static int cfg_check_range(const Config* c, const CfgKey* k, CfgSrc src, char* e
         int hi_ok = (k->open & CFG_HI_OPEN) ? v < k->hi : v <= k->hi;
         if (lo_ok && hi_ok) return 0;
         if (k->hi >= FLT_MAX) {
-            return cfg_fail(err, errlen, "config error: %s: %g is out of range, must be %s %g%s%s", k->path, v,
+            return check_errorf(err, errlen, "config error: %s: %g is out of range, must be %s %g%s%s", k->path, v,
                             (k->open & CFG_LO_OPEN) ? ">" : ">=", k->lo, note, where);
         }
-        return cfg_fail(err, errlen, "config error: %s: %g is out of range, must be in %c%g, %g%c%s%s", k->path, v,
+        return check_errorf(err, errlen, "config error: %s: %g is out of range, must be in %c%g, %g%c%s%s", k->path, v,
                         (k->open & CFG_LO_OPEN) ? '(' : '[', k->lo, k->hi, (k->open & CFG_HI_OPEN) ? ')' : ']',
                         note, where);
     }
@@ -566,22 +548,22 @@ static int cfg_check_range(const Config* c, const CfgKey* k, CfgSrc src, char* e
 /* Checks that involve more than one key. */
 static int cfg_check_across(const Config* c, char* err, size_t errlen) {
     if (c->model.d_model % c->model.n_head != 0) {
-        return cfg_fail(err, errlen, "config error: model.d_model: %d is not divisible by model.n_head = %d",
+        return check_errorf(err, errlen, "config error: model.d_model: %d is not divisible by model.n_head = %d",
                         c->model.d_model, c->model.n_head);
     }
     if (c->train.seq_len > c->model.max_seq_len) {
-        return cfg_fail(err, errlen, "config error: train.seq_len: %d is larger than model.max_seq_len = %d",
+        return check_errorf(err, errlen, "config error: train.seq_len: %d is larger than model.max_seq_len = %d",
                         c->train.seq_len, c->model.max_seq_len);
     }
     if (c->model.n_head % c->parallel.tp != 0) {
-        return cfg_fail(err, errlen, "config error: model.n_head: %d is not divisible by parallel.tp = %d",
+        return check_errorf(err, errlen, "config error: model.n_head: %d is not divisible by parallel.tp = %d",
                         c->model.n_head, c->parallel.tp);
     }
     if (!c->data.train[0]) {
-        return cfg_fail(err, errlen, "config error: data.train: empty; name a shard file or a glob of shards");
+        return check_errorf(err, errlen, "config error: data.train: empty; name a shard file or a glob of shards");
     }
     if (!c->data.val[0] && c->train.eval_every > 0) {
-        return cfg_fail(err, errlen, "config error: data.val: empty but train.eval_every = %d; name the val "
+        return check_errorf(err, errlen, "config error: data.val: empty but train.eval_every = %d; name the val "
                         "shards or set train.eval_every to 0", c->train.eval_every);
     }
     return 0;
@@ -624,21 +606,21 @@ int config_load(Config* c, const char* path, int nsets, char** sets, char* err, 
         const char* s = sets[i];
         const char* eq = strchr(s, '=');
         if (!eq || eq == s) {
-            return cfg_fail(err, errlen, "config error: --set '%s': expected key=value, e.g. --set train.lr=3e-4", s);
+            return check_errorf(err, errlen, "config error: --set '%s': expected key=value, e.g. --set train.lr=3e-4", s);
         }
         char key[256];
         size_t n = (size_t)(eq - s);
-        if (n >= sizeof(key)) return cfg_fail(err, errlen, "config error: --set '%s': key too long", s);
+        if (n >= sizeof(key)) return check_errorf(err, errlen, "config error: --set '%s': key too long", s);
         memcpy(key, s, n);
         key[n] = '\0';
         const CfgKey* k = cfg_find(key);
         if (!k) {
             const char* hint = cfg_suggest_key(key);
             if (hint) {
-                return cfg_fail(err, errlen, "config error: unknown key '%s' (did you mean %s?) (in --set %s)",
+                return check_errorf(err, errlen, "config error: unknown key '%s' (did you mean %s?) (in --set %s)",
                                 key, hint, s);
             }
-            return cfg_fail(err, errlen, "config error: unknown key '%s' (in --set %s)", key, s);
+            return check_errorf(err, errlen, "config error: unknown key '%s' (in --set %s)", key, s);
         }
         cJSON* v = cfg_set_value(k, eq + 1);
         if (!v) FATAL("out of host memory parsing --set %s", s);
@@ -662,7 +644,7 @@ int config_load(Config* c, const char* path, int nsets, char** sets, char* err, 
     if (!c->checkpoint.dir[0]) {
         int n = snprintf(c->checkpoint.dir, sizeof(c->checkpoint.dir), "%s/ckpt", c->log.dir);
         if (n < 0 || (size_t)n >= sizeof(c->checkpoint.dir)) {
-            return cfg_fail(err, errlen, "config error: checkpoint.dir: log.dir + \"/ckpt\" is longer than %zu bytes; "
+            return check_errorf(err, errlen, "config error: checkpoint.dir: log.dir + \"/ckpt\" is longer than %zu bytes; "
                             "set checkpoint.dir", sizeof(c->checkpoint.dir) - 1);
         }
     }
@@ -675,10 +657,10 @@ static int cfg_check_glob(const char* key, const char* pattern, char* err, size_
     int rc = glob(pattern, 0, NULL, &g);
     if (rc == GLOB_NOMATCH || (rc == 0 && g.gl_pathc == 0)) {
         if (rc == 0) globfree(&g);
-        return cfg_fail(err, errlen, "config error: %s: no file matches '%s' (make shards with build/prepro, "
+        return check_errorf(err, errlen, "config error: %s: no file matches '%s' (make shards with build/prepro, "
                         "or fix the path)", key, pattern);
     }
-    if (rc != 0) return cfg_fail(err, errlen, "config error: %s: cannot expand '%s'", key, pattern);
+    if (rc != 0) return check_errorf(err, errlen, "config error: %s: cannot expand '%s'", key, pattern);
     globfree(&g);
     return 0;
 }
@@ -686,11 +668,11 @@ static int cfg_check_glob(const char* key, const char* pattern, char* err, size_
 static int cfg_check_readable(const char* key, const char* path, char* err, size_t errlen) {
     struct stat st;
     if (stat(path, &st) != 0) {
-        return cfg_fail(err, errlen, "config error: %s: cannot read '%s': %s", key, path, strerror(errno));
+        return check_errorf(err, errlen, "config error: %s: cannot read '%s': %s", key, path, strerror(errno));
     }
-    if (!S_ISREG(st.st_mode)) return cfg_fail(err, errlen, "config error: %s: '%s' is not a regular file", key, path);
+    if (!S_ISREG(st.st_mode)) return check_errorf(err, errlen, "config error: %s: '%s' is not a regular file", key, path);
     FILE* f = fopen(path, "rb");
-    if (!f) return cfg_fail(err, errlen, "config error: %s: cannot read '%s': %s", key, path, strerror(errno));
+    if (!f) return check_errorf(err, errlen, "config error: %s: cannot read '%s': %s", key, path, strerror(errno));
     fclose(f);
     return 0;
 }
@@ -698,12 +680,12 @@ static int cfg_check_readable(const char* key, const char* path, char* err, size
 int config_check_world(const Config* c, int world_size, char* err, size_t errlen) {
     long long need = (long long)c->parallel.tp * c->parallel.dp;
     if (need != world_size) {
-        return cfg_fail(err, errlen, "config error: parallel.tp * parallel.dp = %d * %d = %lld, but the job has %d "
+        return check_errorf(err, errlen, "config error: parallel.tp * parallel.dp = %d * %d = %lld, but the job has %d "
                         "rank%s; run with mpirun -np %lld or change parallel.tp / parallel.dp", c->parallel.tp,
                         c->parallel.dp, need, world_size, world_size == 1 ? "" : "s", need);
     }
     if (c->model.n_head % c->parallel.tp != 0) {
-        return cfg_fail(err, errlen, "config error: model.n_head: %d is not divisible by parallel.tp = %d",
+        return check_errorf(err, errlen, "config error: model.n_head: %d is not divisible by parallel.tp = %d",
                         c->model.n_head, c->parallel.tp);
     }
     if (cfg_check_glob("data.train", c->data.train, err, errlen) != 0) return -1;
