@@ -18,7 +18,7 @@ NVCC   ?= /usr/local/cuda/bin/nvcc
 CUDA_HOME ?= /usr/local/cuda
 BUILD   = build
 ARCH   ?= -march=native
-INCS    = -Icommon -Imodel -Icomm -Icompress -Idata -Itrain
+INCS    = -Itests -Icommon -Imodel -Icomm -Icompress -Idata -Itrain
 CFLAGS  = -std=c11 -O3 $(ARCH) -fopenmp -Wall -Wextra -ffp-contract=off -D_GNU_SOURCE -MMD -MP $(INCS)
 LDLIBS  = -lcjson -lm
 ifneq ($(CJSON_PREFIX),)

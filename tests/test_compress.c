@@ -21,18 +21,7 @@
 #include "compress.h"
 #include "rng.h"
 
-static int failures = 0;
-#define CHECK(cond, ...)                                                   \
-    do {                                                                   \
-        if (!(cond)) {                                                     \
-            if (failures < 40) {                                           \
-                printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);     \
-                printf(__VA_ARGS__);                                       \
-                printf("\n");                                              \
-            }                                                              \
-            failures++;                                                    \
-        }                                                                  \
-    } while (0)
+#include "testing.h"
 
 /* ------------------------------------------------------------------------ */
 /* data */

@@ -19,18 +19,7 @@
 #include "fp8.h"
 #include "rng.h"
 
-static int failures = 0;
-#define CHECK(cond, ...)                                                   \
-    do {                                                                   \
-        if (!(cond)) {                                                     \
-            if (failures < 30) {                                           \
-                printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);     \
-                printf(__VA_ARGS__);                                       \
-                printf("\n");                                              \
-            }                                                              \
-            failures++;                                                    \
-        }                                                                  \
-    } while (0)
+#include "testing.h"
 
 static const Fp8Format FORMATS[2] = {FP8_E4M3, FP8_E5M2};
 

@@ -15,18 +15,7 @@
 #include "hadamard.h"
 #include "rng.h"
 
-static int failures = 0;
-#define CHECK(cond, ...)                                                   \
-    do {                                                                   \
-        if (!(cond)) {                                                     \
-            if (failures < 30) {                                           \
-                printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);     \
-                printf(__VA_ARGS__);                                       \
-                printf("\n");                                              \
-            }                                                              \
-            failures++;                                                    \
-        }                                                                  \
-    } while (0)
+#include "testing.h"
 
 #define GMAX 1024
 
