@@ -93,6 +93,14 @@ static int stats_equal(const CollStats* a, const CollStats* b) {
            a->amax_rs == b->amax_rs && a->amax_ag == b->amax_ag;
 }
 
+/* which statistics differ, host vs device, for the failure message */
+static void stats_diff(char* msg, size_t cap, int rank, const CollStats* h, const CollStats* d) {
+    snprintf(msg, cap, "rank %d stats (bytes/saturated/nonfinite amax_rs amax_ag) host %llu/%llu/%llu %a %a device %llu/%llu/%llu %a %a",
+             rank, (unsigned long long)h->bytes_sent, (unsigned long long)h->saturated, (unsigned long long)h->nonfinite,
+             h->amax_rs, h->amax_ag, (unsigned long long)d->bytes_sent, (unsigned long long)d->saturated,
+             (unsigned long long)d->nonfinite, d->amax_rs, d->amax_ag);
+}
+
 /* ---- result rows (rank 0 prints; failures are summed over ranks) ------------- */
 
 #define MAX_ROWS 64
@@ -245,11 +253,7 @@ int main(int argc, char** argv) {
                     long e = diff_bf16(ref, got, n);
                     int st_ok = stats_equal(&sh, &sd);
                     if (e >= 0) snprintf(msg, sizeof(msg), "rank %d element %ld: host 0x%04x device 0x%04x", rank, e, ref[e], got[e]);
-                    else if (!st_ok)
-                        snprintf(msg, sizeof(msg), "rank %d stats host %llu/%llu/%llu %a %a device %llu/%llu/%llu %a %a", rank,
-                                 (unsigned long long)sh.bytes_sent, (unsigned long long)sh.saturated, (unsigned long long)sh.nonfinite,
-                                 sh.amax_rs, sh.amax_ag, (unsigned long long)sd.bytes_sent, (unsigned long long)sd.saturated,
-                                 (unsigned long long)sd.nonfinite, sd.amax_rs, sd.amax_ag);
+                    else if (!st_ok) stats_diff(msg, sizeof(msg), rank, &sh, &sd);
                     record(pr->name, e < 0 && st_ok, msg, what);
                     record("(all ranks identical)", same_on_all_ranks(got, n * 2), "outputs differ across ranks", what);
 
@@ -263,7 +267,8 @@ int main(int argc, char** argv) {
                     CC_CHECK(cudaStreamSynchronize(cs));
                     CC_CHECK(cudaMemcpy(dout, d_out, mcnt * 4, cudaMemcpyDeviceToHost));
                     e = diff_f32(hout, dout, mcnt);
-                    snprintf(msg, sizeof(msg), "rank %d element %ld", rank, e);
+                    if (e >= 0 || stats_equal(&rh, &rd)) snprintf(msg, sizeof(msg), "rank %d element %ld", rank, e);
+                    else stats_diff(msg, sizeof(msg), rank, &rh, &rd);
                     record("reduce-scatter fp32", e < 0 && stats_equal(&rh, &rd), msg, what);
                     coll_reduce_scatter_dev(MPI_COMM_WORLD, &pr->rs, d_x, n, d_out, 1, stream + 1, s, &rd2, cs);
                     CC_CHECK(cudaStreamSynchronize(cs));
