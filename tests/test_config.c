@@ -16,18 +16,7 @@
 
 #include "config.h"
 
-static int failures = 0;
-#define CHECK(cond, ...)                                                        \
-    do {                                                                        \
-        if (!(cond)) {                                                          \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);     \
-            fprintf(stderr, __VA_ARGS__);                                       \
-            fprintf(stderr, "\n");                                              \
-            failures++;                                                         \
-        }                                                                       \
-    } while (0)
-
-static char tmpdir[256];
+#include "testing.h"
 
 /* Write text to tmpdir/name and return the path (a static buffer per call slot). */
 static const char* write_tmp(const char* name, const char* text) {
@@ -352,24 +341,12 @@ static void test_world(void) {
 }
 
 int main(void) {
-    snprintf(tmpdir, sizeof(tmpdir), "/tmp/test_config_XXXXXX");
-    if (!mkdtemp(tmpdir)) {
-        perror("mkdtemp");
-        return 1;
-    }
+    if (testing_begin("test_config") != 0) return 1;
     test_defaults();
     test_good_file();
     test_sets();
     test_roundtrip();
     test_errors();
     test_world();
-    char cmd[300];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
-    if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", tmpdir);
-    if (failures) {
-        printf("test_config: %d check(s) FAILED\n", failures);
-        return 1;
-    }
-    printf("test_config: all checks passed\n");
-    return 0;
+    return testing_end("test_config");
 }

@@ -17,18 +17,7 @@
 #include "shard.h"
 #include "tokenizer.h"
 
-static int failures = 0;
-#define CHECK(cond, ...)                                                        \
-    do {                                                                        \
-        if (!(cond)) {                                                          \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);     \
-            fprintf(stderr, __VA_ARGS__);                                       \
-            fprintf(stderr, "\n");                                              \
-            failures++;                                                         \
-        }                                                                       \
-    } while (0)
-
-static char tmpdir[256];
+#include "testing.h"
 
 static const char* path_in_tmp(const char* name) {
     static char buf[4][512];
@@ -360,23 +349,11 @@ static void test_tokenizer(void) {
 }
 
 int main(void) {
-    snprintf(tmpdir, sizeof(tmpdir), "/tmp/test_data_XXXXXX");
-    if (!mkdtemp(tmpdir)) {
-        perror("mkdtemp");
-        return 1;
-    }
+    if (testing_begin("test_data") != 0) return 1;
     test_format();
     test_stream();
     test_dp_split();
     test_errors();
     test_tokenizer();
-    char cmd[300];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
-    if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", tmpdir);
-    if (failures) {
-        printf("test_data: %d check(s) FAILED\n", failures);
-        return 1;
-    }
-    printf("test_data: all checks passed\n");
-    return 0;
+    return testing_end("test_data");
 }
