@@ -232,6 +232,23 @@ static void int8_decode(const CompressParams* p, const uint8_t* in, size_t n, fl
 /* ------------------------------------------------------------------------ */
 /* the interface */
 
+/* Where the parts of an FP8 chunk sit on the wire: [fp32 chunk scale]
+ * [one exponent byte per group][codes]; fp8_group has no chunk scale and
+ * fp8_tensor no exponents. One description for the encoder and the decoder. */
+typedef struct {
+    int has_scale, has_exps;
+    size_t exps, codes;   /* byte offsets */
+} WireLayout;
+
+static WireLayout wire_layout(const CompressParams* p, size_t n) {
+    WireLayout w;
+    w.has_scale = p->method != CM_FP8_GROUP;
+    w.has_exps = p->method != CM_FP8_TENSOR;
+    w.exps = w.has_scale ? 4 : 0;
+    w.codes = w.exps + (w.has_exps ? num_groups(p, n) : 0);
+    return w;
+}
+
 size_t compress(const CompressParams* p, const float* x, size_t n, uint64_t stream, uint8_t* out, CompressStats* st) {
     params_check(p, "compress");
     CompressStats s = {0, 0, 0.0f};
@@ -252,12 +269,10 @@ size_t compress(const CompressParams* p, const float* x, size_t n, uint64_t stre
     case CM_FP8_GROUP:
     case CM_TACO: {
         TacoCfg c = taco_cfg_of(p);
-        int has_scale = p->method != CM_FP8_GROUP, has_exps = p->method != CM_FP8_TENSOR;
+        WireLayout w = wire_layout(p, n);
         float scale = 1.0f;
-        uint8_t* exps = has_exps ? out + (has_scale ? 4 : 0) : NULL;
-        uint8_t* codes = out + (has_scale ? 4 : 0) + (has_exps ? num_groups(p, n) : 0);
-        taco_encode(&c, x, n, stream, &scale, exps, codes, &s);
-        if (has_scale) memcpy(out, &scale, 4);
+        taco_encode(&c, x, n, stream, &scale, w.has_exps ? out + w.exps : NULL, out + w.codes, &s);
+        if (w.has_scale) memcpy(out, &scale, 4);
         /* without a chunk scale, report the input's amax: there is no scale
          * history to feed, and the raw magnitude is the useful number */
         if (p->method == CM_FP8_GROUP) s.amax = amax_finite(x, n, NULL);
@@ -293,11 +308,11 @@ static void decompress_into(const CompressParams* p, const uint8_t* in, size_t n
     case CM_FP8_GROUP:
     case CM_TACO: {
         TacoCfg c = taco_cfg_of(p);
-        int has_scale = p->method != CM_FP8_GROUP, has_exps = p->method != CM_FP8_TENSOR;
+        WireLayout w = wire_layout(p, n);
         float scale = 1.0f;
-        if (has_scale) memcpy(&scale, in, 4);
-        const uint8_t* exps = has_exps ? in + (has_scale ? 4 : 0) : NULL;
-        const uint8_t* codes = in + (has_scale ? 4 : 0) + (has_exps ? num_groups(p, n) : 0);
+        if (w.has_scale) memcpy(&scale, in, 4);
+        const uint8_t* exps = w.has_exps ? in + w.exps : NULL;
+        const uint8_t* codes = in + w.codes;
         taco_decode(&c, scale, exps, codes, n, out, accumulate);
         break;
     }
