@@ -1,7 +1,10 @@
 # model/cuda.mk - Makefile fragment for the CUDA backend and its tests.
 # `include model/cuda.mk` from the top Makefile (or paste it). It defines:
-#   CUDA_OBJS                     the three backend objects, for build/train_gpu
+#   CUDA_OPS_OBJS                 the three objects of the op backend (model/ops.h)
+#   CUDA_OBJS                     those plus the device weight init, for build/train_gpu
 #   build/gpu/test_ops_gpu        CUDA ops vs the fp32 CPU reference (needs a GPU to run)
+#   build/gpu/test_init_gpu       the device weight init: TP degrees agree bit for bit, the
+#                                 distribution rules hold (needs a GPU to run; part of `make gpu`)
 #   build/gpu/bench_ops_gpu       a GPT-2 124M step through ops.h, timed op by op (GPU)
 #   build/emu/test_ops_gpu_emu    the same op test against the backend run on the CPU under
 #                                 tests/emu (no GPU needed: fit for `make test`, ~2 min on 2 cores)
@@ -14,12 +17,15 @@ MPI_CFLAGS := $(shell mpicc --showme:compile)
 MPI_LIBS := $(shell mpicc --showme:link)
 NVCCFLAGS ?= -O3 -std=c++17 $(CUDA_ARCH) -DOPS_BF16 -Icommon -Imodel $(MPI_CFLAGS) -Xcompiler -Wall,-Wextra -Werror all-warnings
 CUDA_LIBS := -lcublasLt -lcublas -lcudart
-CUDA_OBJS := build/gpu/ops_cuda.o build/gpu/matmul_cuda.o build/gpu/attention_cuda.o
+CUDA_OPS_OBJS := build/gpu/ops_cuda.o build/gpu/matmul_cuda.o build/gpu/attention_cuda.o
+# init_cuda.o slices with model/params.c's shard blocks, so it links only where params.c does
+CUDA_OBJS := $(CUDA_OPS_OBJS) build/gpu/init_cuda.o
 CUDA_HDRS := model/ops.h model/cuda_common.cuh model/attention_kernels.cuh model/ops_cuda.h common/check.h
 
 build/gpu/%.o: model/%.cu $(CUDA_HDRS)
 	@mkdir -p build/gpu
 	$(NVCC) $(NVCCFLAGS) -Xptxas -v -c $< -o $@ 2> $(@:.o=.ptxas) || { cat $(@:.o=.ptxas); exit 1; }
+build/gpu/init_cuda.o: model/init_cuda.h model/params.h
 
 cuda-ptxas: $(CUDA_OBJS)
 	cat $(CUDA_OBJS:.o=.ptxas) | sh tools/ptxas_report.sh > build/gpu/ptxas.txt
@@ -37,15 +43,23 @@ build/gpu/check.o: common/check.c common/check.h
 	@mkdir -p build/gpu
 	mpicc -O2 -Wall -Wextra -Icommon -c $< -o $@
 
-build/gpu/test_ops_gpu: tests/test_ops_gpu.cu tests/ops_ref.h $(CUDA_OBJS) build/gpu/ops_cpu_ref.o build/gpu/check.o
+build/gpu/test_ops_gpu: tests/test_ops_gpu.cu tests/ops_ref.h $(CUDA_OPS_OBJS) build/gpu/ops_cpu_ref.o build/gpu/check.o
 	$(NVCC) $(NVCCFLAGS) -Itests -c tests/test_ops_gpu.cu -o build/gpu/test_ops_gpu.o
-	$(NVCC) $(CUDA_ARCH) -o $@ build/gpu/test_ops_gpu.o $(CUDA_OBJS) build/gpu/ops_cpu_ref.o build/gpu/check.o \
+	$(NVCC) $(CUDA_ARCH) -o $@ build/gpu/test_ops_gpu.o $(CUDA_OPS_OBJS) build/gpu/ops_cpu_ref.o build/gpu/check.o \
 	  $(CUDA_LIBS) -lgomp $(MPI_LIBS)
 
 # GPT-2 124M step through ops.h, op by op, with the copy/GEMM ceilings (needs a GPU to run)
-build/gpu/bench_ops_gpu: tools/bench_ops_gpu.cu $(CUDA_OBJS) build/gpu/check.o
+build/gpu/bench_ops_gpu: tools/bench_ops_gpu.cu $(CUDA_OPS_OBJS) build/gpu/check.o
 	$(NVCC) $(NVCCFLAGS) -c tools/bench_ops_gpu.cu -o build/gpu/bench_ops_gpu.o
-	$(NVCC) $(CUDA_ARCH) -o $@ build/gpu/bench_ops_gpu.o $(CUDA_OBJS) build/gpu/check.o $(CUDA_LIBS) $(MPI_LIBS)
+	$(NVCC) $(CUDA_ARCH) -o $@ build/gpu/bench_ops_gpu.o $(CUDA_OPS_OBJS) build/gpu/check.o $(CUDA_LIBS) $(MPI_LIBS)
+
+# The device weight init (needs a GPU to run). It links the trainer's objects, GPU_CORE of
+# the top Makefile (defined after this file is included, so it cannot be a prerequisite
+# here): build/train_gpu is, and brings every one of them up to date first.
+gpu: build/gpu/test_init_gpu
+build/gpu/test_init_gpu: tests/test_init_gpu.cu tests/testing.h model/init_cuda.h model/gpt.h model/params.h build/train_gpu
+	$(NVCC) $(NVCCFLAGS) -Itests -Icomm -Icompress -Itrain -c $< -o $@.o
+	$(CC) $(CFLAGS) $@.o $(GPU_CORE) -o $@ $(LDFLAGS) $(GPU_LIBS) $(LDLIBS)
 
 # CPU-only: the whole backend under the CPU emulation of tests/emu, with the op test
 EMU_SRC := tests/emu/emu_cuda.h tests/emu/emu_cuda.cpp tests/emu/build_emu.sh tests/test_ops_gpu.cu tests/ops_ref.h \

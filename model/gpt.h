@@ -13,6 +13,10 @@
 #include "ops.h"
 #include "params.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct {
     floatX *ln1, *qkv, *atty, *attproj, *res2, *ln2, *fch, *fch_gelu, *fcproj, *res3;
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd, *lse;
@@ -47,6 +51,26 @@ void gpt_init(GPT* m, GPTShape s, int tp_size, int tp_rank, int B, int T);
 void gpt_free(GPT* m);
 /* Load this rank's shard from a full fp32 model (host, llm.c layout). */
 void gpt_set_params(GPT* m, float* full);
+
+/* model.init = "auto" draws on the device (GPU build) from this many
+ * parameters on. Below it - GPT-2 124M and every test model - both builds
+ * use the host init and so start from the same bits, which the CPU-vs-GPU
+ * tests rely on; above it the host init costs seconds of CPU time and the
+ * whole fp32 model in host memory on every rank (1.4 GB at 350M). */
+#define GPT_INIT_DEVICE_MIN_PARAMS 300000000ull
+
+/* Random weights from seed, drawn where init (a validated model.init:
+ * "host", "device" or "auto") says: on the host, params_init_full sliced by
+ * gpt_set_params; on the device, gpt_init_device. Either way every TP degree
+ * starts from the same full model; host and device give different values of
+ * the same distributions. Returns what ran, for the log: "host (counter
+ * hash)" or "device (cuRAND Philox)". */
+const char* gpt_init_random(GPT* m, const char* init, unsigned long long seed);
+#ifdef OPS_BF16
+/* The device init (model/init_cuda.h) into the master weights, then the bf16
+ * working copy from them. */
+void gpt_init_device(GPT* m, unsigned long long seed);
+#endif
 /* This rank's fp32 master shard copied to host (pl.total floats). */
 void gpt_get_shard(const GPT* m, float* host);
 void gpt_set_shard(GPT* m, const float* host);
@@ -64,4 +88,7 @@ void gpt_update(GPT* m, float lr, float beta1, float beta2, float eps, float wei
  * targets, gathered over TP into host memory. */
 void gpt_logits_row(GPT* m, Comm* c, int n, float* full_logits);
 
+#ifdef __cplusplus
+}
+#endif
 #endif /* GPT_H */

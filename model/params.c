@@ -1,5 +1,10 @@
 /*
  * model/params.c - layout, sharding, initialisation and model files.
+ *
+ * The sharding lives in one place, shard_of() (which rows and columns of
+ * each tensor rank r holds); params_layout, the block list and hence every
+ * slicer (params_copy_shard here, the device init in init_cuda.cu) derive
+ * from it.
  */
 #include "params.h"
 
@@ -83,23 +88,57 @@ void params_layout(ParamLayout* pl, GPTShape s, int P, int r) {
     pl->decayed[P_ATTPROJW] = pl->decayed[P_FCW] = pl->decayed[P_FCPROJW] = 1;
 }
 
+/* The blocks of a shard: for each repetition, its row blocks in order. A
+ * replicated tensor is one block, all of it (its repetitions are contiguous
+ * in both the full tensor and the shard), so slicers copy it in one go. */
+int params_shard_nblocks(const ParamLayout* pl, int t) {
+    if (!pl->sharded[t]) return 1;
+    Shard h = shard_of(pl, t);
+    return h.reps * h.nblk;
+}
+
+ShardBlock params_shard_block(const ParamLayout* pl, int t, int i) {
+    Shard h = shard_of(pl, t);
+    if (i < 0 || i >= params_shard_nblocks(pl, t)) {
+        FATAL("params_shard_block: block %d of tensor %s is out of range (%d blocks)", i, PARAM_NAMES[t],
+              params_shard_nblocks(pl, t));
+    }
+    if (!pl->sharded[t]) {
+        ShardBlock whole = {.src = 0, .ld = (size_t)h.Cc, .dst = 0, .rows = h.reps * h.R, .cols = h.Cc};
+        return whole;
+    }
+    int rep = i / h.nblk, k = i % h.nblk;
+    size_t rows_per_rep = 0, rows_before = 0;   /* shard rows of one repetition, and of the blocks before k */
+    for (int j = 0; j < h.nblk; j++) {
+        rows_per_rep += (size_t)h.nr[j];
+        if (j < k) rows_before += (size_t)h.nr[j];
+    }
+    ShardBlock b = {
+        .src = (size_t)rep * h.R * h.Cc + (size_t)h.r0[k] * h.Cc + (size_t)h.c0,
+        .ld = (size_t)h.Cc,
+        .dst = ((size_t)rep * rows_per_rep + rows_before) * (size_t)h.nc,
+        .rows = h.nr[k],
+        .cols = h.nc,
+    };
+    return b;
+}
+
 void params_copy_shard(const ParamLayout* pl, float* full, float* local, int to_local) {
-    size_t foff = 0;
+    float* ft = full;   /* tensor t of the full model */
     for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
-        Shard h = shard_of(pl, t);
-        float* lp = local + pl->offset[t];
-        for (int rep = 0; rep < h.reps; rep++) {
-            float* fp = full + foff + (size_t)rep * h.R * h.Cc;
-            for (int k = 0; k < h.nblk; k++) {
-                for (int i = 0; i < h.nr[k]; i++) {
-                    float* frow = fp + (size_t)(h.r0[k] + i) * h.Cc + h.c0;
-                    if (to_local) memcpy(lp, frow, (size_t)h.nc * sizeof(float));
-                    else memcpy(frow, lp, (size_t)h.nc * sizeof(float));
-                    lp += h.nc;
-                }
+        float* lt = local + pl->offset[t];
+        int nb = params_shard_nblocks(pl, t);
+        for (int i = 0; i < nb; i++) {
+            ShardBlock b = params_shard_block(pl, t, i);
+            size_t bytes = (size_t)b.cols * sizeof(float);
+            for (int row = 0; row < b.rows; row++) {
+                float* f = ft + b.src + (size_t)row * b.ld;
+                float* l = lt + b.dst + (size_t)row * b.cols;
+                if (to_local) memcpy(l, f, bytes);
+                else memcpy(f, l, bytes);
             }
         }
-        foff += pl->full[t];
+        ft += pl->full[t];
     }
 }
 
@@ -121,21 +160,27 @@ static float normal_at(uint64_t seed, int t, size_t i) {
     return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));  /* Box-Muller */
 }
 
+float params_init_std(const ParamLayout* pl, int t, float* fill) {
+    *fill = (t == P_LN1W || t == P_LN2W || t == P_LNFW) ? 1.0f : 0.0f;
+    switch (t) {
+    case P_WTE: case P_WPE: case P_QKVW: case P_FCW: return 0.02f;
+    case P_ATTPROJW: case P_FCPROJW: return 0.02f / sqrtf(2.0f * (float)pl->s.L);  /* GPT-2's residual scaling */
+    default: return 0.0f;
+    }
+}
+
 float* params_init_full(const ParamLayout* pl, unsigned long long seed) {
     size_t total = params_full_count(pl);
     float* full = mallocCheck(total * sizeof(float));
     const GPTShape* s = &pl->s;
-    float std_resid = 0.02f / sqrtf(2.0f * (float)s->L);
     size_t off = 0;
     for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
         float* p = full + off;
         size_t n = pl->full[t];
-        int weight = t == P_WTE || t == P_WPE || t == P_QKVW || t == P_ATTPROJW || t == P_FCW || t == P_FCPROJW;
-        int gain = t == P_LN1W || t == P_LN2W || t == P_LNFW;
-        float std = (t == P_ATTPROJW || t == P_FCPROJW) ? std_resid : 0.02f;
+        float fill, std = params_init_std(pl, t, &fill);
         #pragma omp parallel for schedule(static)
         for (size_t i = 0; i < n; i++) {
-            p[i] = weight ? std * normal_at(seed, t, i) : (gain ? 1.0f : 0.0f);
+            p[i] = std > 0.0f ? std * normal_at(seed, t, i) : fill;
         }
         if (t == P_WTE) memset(p + (size_t)s->V * s->C, 0, (size_t)(s->Vp - s->V) * s->C * sizeof(float));
         off += n;

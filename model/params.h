@@ -14,13 +14,18 @@
  *   fcprojw   input columns [r*4C/P, (r+1)*4C/P)   (row-parallel)
  *   the rest  replicated (wpe, LayerNorms, attprojb, fcprojb)
  * Every shard is described as a list of rectangular blocks of the full
- * tensor, and ONE copy routine uses that description both to slice a full
- * model (init, load) and to assemble one from shards (save).
+ * tensor (ShardBlock, below), and every slicer walks that one list: the host
+ * copy routine that slices a full model (init, load) and assembles one from
+ * shards (save), and the device slicer of model/init_cuda.cu.
  */
 #ifndef PARAMS_H
 #define PARAMS_H
 
 #include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 #define NUM_PARAM_TENSORS 16
 enum { P_WTE, P_WPE, P_LN1W, P_LN1B, P_QKVW, P_QKVB, P_ATTPROJW, P_ATTPROJB,
@@ -48,14 +53,33 @@ int params_padded_vocab(int V, int P);
 void params_layout(ParamLayout* pl, GPTShape s, int P, int r);
 extern const char* PARAM_NAMES[NUM_PARAM_TENSORS];
 
+/* One rectangular block of this rank's shard of tensor t: `rows` x `cols`
+ * values starting at element `src` of the full tensor t (row pitch `ld`
+ * elements), stored row after row at element `dst` of the shard (that is,
+ * at local + pl->offset[t] + dst in the flat shard buffer). The blocks
+ * 0..params_shard_nblocks(pl, t)-1 tile the shard in storage order. */
+typedef struct {
+    size_t src, ld, dst;
+    int rows, cols;
+} ShardBlock;
+int params_shard_nblocks(const ParamLayout* pl, int t);
+ShardBlock params_shard_block(const ParamLayout* pl, int t, int i);
+
 /* Copy between a full model (llm.c layout, fp32, host) and this rank's
  * shards (flat, fp32, host). to_local=1 slices; 0 writes the shard into full. */
 void params_copy_shard(const ParamLayout* pl, float* full, float* local, int to_local);
 
-/* Full fp32 model initialised from seed, GPT-2 style: N(0, 0.02) weights,
- * residual projections scaled by 1/sqrt(2L), zero biases, unit LayerNorm
- * gains, zero padding rows. Each value depends only on (seed, tensor, index),
- * so any TP degree slices identical weights. Returns malloc'd floats. */
+/* GPT-2's init rule for tensor t, shared by the host and the device init:
+ * returns the std of its N(0, std) values (0.02; 0.02/sqrt(2L) for the
+ * residual projections attprojw and fcprojw), or 0 for a constant tensor,
+ * whose value goes to *fill (1 for LayerNorm gains, 0 for biases). On top of
+ * the rule, wte's padding rows V..Vp-1 are zero. */
+float params_init_std(const ParamLayout* pl, int t, float* fill);
+
+/* Full fp32 model initialised from seed by that rule on the host. Each value
+ * depends only on (seed, tensor, index) through a counter hash, so any TP
+ * degree slices identical weights. Returns malloc'd floats. The device init
+ * (model/init_cuda.h) draws other values from the same distributions. */
 float* params_init_full(const ParamLayout* pl, unsigned long long seed);
 
 /* llm.c model file (magic 20240326, version 3, fp32). Load checks the shape
@@ -68,4 +92,7 @@ int params_file_check(const char* path, const ParamLayout* pl, char* err, size_t
 /* Writes the full model atomically (path.tmp, then rename). */
 void params_save_full(const char* path, const ParamLayout* pl, const float* full);
 
+#ifdef __cplusplus
+}
+#endif
 #endif /* PARAMS_H */

@@ -6,7 +6,9 @@
  * padding matters; (2) the shards hold the right rows/columns (spot checks
  * against the formulas of DESIGN.md section 4); (3) init is a pure function
  * of the seed; (4) a saved model file loads back bit for bit, with a
- * different padded vocab re-padded.
+ * different padded vocab re-padded; (5) the shard-block list that every
+ * slicer walks (host and device) tiles each shard in storage order and,
+ * over the ranks, covers each full tensor exactly once.
  */
 #include <math.h>
 #include <stdio.h>
@@ -80,6 +82,45 @@ static void test_roundtrip(GPTShape s) {
     }
 }
 
+static void test_shard_blocks(GPTShape s) {
+    for (int P = 1; P <= 4; P++) {
+        if (s.NH % P) continue;
+        GPTShape sp = s;
+        sp.Vp = params_padded_vocab(s.V, P);
+        ParamLayout pl0;
+        params_layout(&pl0, sp, P, 0);
+        for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
+            unsigned char* hits = calloc(pl0.full[t], 1);   /* how many ranks hold each element */
+            for (int r = 0; r < P; r++) {
+                ParamLayout pl;
+                params_layout(&pl, sp, P, r);
+                int nb = params_shard_nblocks(&pl, t);
+                CHECK(pl.sharded[t] || nb == 1, "replicated %s is one block, got %d", PARAM_NAMES[t], nb);
+                size_t next = 0;   /* blocks follow each other in the shard */
+                for (int i = 0; i < nb; i++) {
+                    ShardBlock b = params_shard_block(&pl, t, i);
+                    CHECK(b.dst == next, "%s P=%d r=%d block %d at %zu, expected %zu", PARAM_NAMES[t], P, r, i, b.dst, next);
+                    CHECK(b.rows > 0 && b.cols > 0 && (size_t)b.cols <= b.ld &&
+                          b.src + (size_t)(b.rows - 1) * b.ld + (size_t)b.cols <= pl.full[t],
+                          "%s P=%d r=%d block %d lies outside the tensor", PARAM_NAMES[t], P, r, i);
+                    for (int row = 0; row < b.rows; row++) {
+                        for (int col = 0; col < b.cols; col++) hits[b.src + (size_t)row * b.ld + (size_t)col]++;
+                    }
+                    next += (size_t)b.rows * (size_t)b.cols;
+                }
+                CHECK(next == pl.local[t], "%s P=%d r=%d: blocks hold %zu values, shard %zu", PARAM_NAMES[t], P, r, next,
+                      pl.local[t]);
+            }
+            size_t wrong = 0;
+            unsigned char want = pl0.sharded[t] ? 1 : (unsigned char)P;
+            for (size_t i = 0; i < pl0.full[t]; i++) wrong += hits[i] != want;
+            CHECK(wrong == 0, "%s P=%d: %zu elements not held by exactly %s", PARAM_NAMES[t], P, wrong,
+                  pl0.sharded[t] ? "one rank" : "every rank");
+            free(hits);
+        }
+    }
+}
+
 static void test_init_stats(void) {
     GPTShape s = {64, 300, 384, 2, 4, 64};
     ParamLayout pl;
@@ -136,6 +177,8 @@ static void test_model_file(void) {
 int main(void) {
     test_roundtrip((GPTShape){16, 256, 256, 2, 4, 32});
     test_roundtrip((GPTShape){8, 1000, 1024, 3, 12, 48});     /* V not a multiple of 128, NH divisible by 1..4 */
+    test_shard_blocks((GPTShape){16, 256, 256, 2, 4, 32});
+    test_shard_blocks((GPTShape){8, 1000, 1024, 3, 12, 48});
     test_init_stats();
     test_model_file();
     if (failures) { printf("test_params: %d FAILED\n", failures); return 1; }
