@@ -54,8 +54,9 @@ $(BUILD)/compress: $(BUILD)/cpu/tools/compress_cli.o $(TOOL_OBJ)
 
 # ---- GPU build: the same C sources with -DOPS_BF16, plus the CUDA objects ----
 include model/cuda.mk
-GPU_CORE  = $(patsubst %.c,$(BUILD)/gpuc/%.o,$(CORE_SRC) comm/collectives_cuda.c) $(CUDA_OBJS) $(BUILD)/gpu/compress_cuda.o
-GPU_LIBS  = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 $(CUDA_LIBS) -lstdc++
+GPU_CORE  = $(patsubst %.c,$(BUILD)/gpuc/%.o,$(CORE_SRC) comm/collectives_cuda.c comm/comm_nccl.c) $(CUDA_OBJS) \
+            $(BUILD)/gpu/compress_cuda.o $(BUILD)/gpu/reduce_cuda.o
+GPU_LIBS  = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 $(CUDA_LIBS) -lnccl -lstdc++
 NVCC_ALL  = $(NVCCFLAGS) -Icompress -Icomm -Itrain -Idata
 
 $(BUILD)/gpuc/%.o: %.c
@@ -66,6 +67,11 @@ $(BUILD)/gpuc/%.o: %.c
 $(BUILD)/gpu/compress_cuda.o: compress/compress_cuda.cu compress/compress_cuda.h compress/compress.h compress/fp8.h
 	@mkdir -p $(BUILD)/gpu
 	$(NVCC) $(NVCC_ALL) -Xptxas -v -c $< -o $@ 2> $(@:.o=.ptxas) || { cat $(@:.o=.ptxas); exit 1; }
+
+# the NCCL backend's rank-order reduction (comm/reduce_cuda.cu)
+$(BUILD)/gpu/reduce_cuda.o: comm/reduce_cuda.cu comm/reduce_cuda.h $(CUDA_HDRS)
+	@mkdir -p $(BUILD)/gpu
+	$(NVCC) $(NVCC_ALL) -c $< -o $@
 
 $(BUILD)/train_gpu: $(BUILD)/gpuc/train/main.o $(GPU_CORE)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDFLAGS) $(GPU_LIBS) $(LDLIBS)

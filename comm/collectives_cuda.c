@@ -35,6 +35,10 @@
  *      arrived (no fp32 sum in memory). int8_group, which the fused kernel
  *      does not encode, goes through an fp32 sum (d_acc).
  *
+ *   5. With an NCCL communicator set (CollScratchDev.nccl) the same messages
+ *      go by ncclSend/ncclRecv between device buffers on a network stream,
+ *      ordered by events; no host loop, no staging (run_nccl).
+ *
  * K = 1 is the unpipelined reference point for the benchmark. min_sub keeps
  * sub-chunks from getting so small that launch and message overheads win.
  */
@@ -51,6 +55,7 @@
 
 #include "check.h"
 #include "collectives_cuda.h"
+#include "nccl_check.h"
 
 enum { TAG_RS = 0x5100, TAG_AG = 0x5100 + COLL_DEV_MAX_K }; /* + sub-chunk index */
 
@@ -77,6 +82,7 @@ void coll_scratch_dev_free(CollScratchDev* s) {
     if (s->h_st) CC_CHECK(cudaFreeHost(s->h_st));
     if (s->s_d2h) CC_CHECK(cudaStreamDestroy(s->s_d2h));
     if (s->s_h2d) CC_CHECK(cudaStreamDestroy(s->s_h2d));
+    if (s->s_net) CC_CHECK(cudaStreamDestroy(s->s_net));
     for (int i = 0; i < s->ev_cap; i++) CC_CHECK(cudaEventDestroy(s->ev[i]));
     free(s->ev);
     free(s->req);
@@ -84,10 +90,14 @@ void coll_scratch_dev_free(CollScratchDev* s) {
     int K = s->K;
     size_t min_sub = s->min_sub;
     int aware = s->cuda_aware;
+    void* nccl = s->nccl;
+    int unfused = s->unfused;
     memset(s, 0, sizeof(*s));
+    s->unfused = unfused;
     s->K = K; /* keep the settings: the struct can be used again */
     s->min_sub = min_sub;
     s->cuda_aware = aware;
+    s->nccl = nccl;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -187,7 +197,7 @@ static MPI_Request* rs_sreq(const Call* C, int k) { return &C->s->req[(size_t)(1
 static MPI_Request* ag_rreq(const Call* C, int k) { return &C->s->req[(size_t)(2 * C->K + k) * (C->P - 1)]; }
 static MPI_Request* ag_sreq(const Call* C, int k) { return &C->s->req[(size_t)(3 * C->K + k) * (C->P - 1)]; }
 
-enum { EV_END = 0, EV_STATS = 1, EV_FIXED = 2 };
+enum { EV_END = 0, EV_STATS = 1, EV_NET_END = 2, EV_FIXED = 3 };
 static cudaEvent_t ev_rs(const Call* C, int k) { return C->s->ev[EV_FIXED + k]; }
 static cudaEvent_t ev_rs_h2d(const Call* C, int k) { return C->s->ev[EV_FIXED + C->K + k]; }
 static cudaEvent_t ev_ag(const Call* C, int k) { return C->s->ev[EV_FIXED + 2 * C->K + k]; }
@@ -382,7 +392,9 @@ static void ensure_state(CollScratchDev* s, int P, int K, size_t bytes, size_t a
     if (!s->initialized) {
         CC_CHECK(cudaStreamCreateWithFlags(&s->s_d2h, cudaStreamNonBlocking));
         CC_CHECK(cudaStreamCreateWithFlags(&s->s_h2d, cudaStreamNonBlocking));
-        s->aware = s->cuda_aware < 0 ? coll_mpi_cuda_aware() : s->cuda_aware != 0;
+        CC_CHECK(cudaStreamCreateWithFlags(&s->s_net, cudaStreamNonBlocking));
+        /* NCCL moves device memory itself: no host mirror */
+        s->aware = s->nccl ? 1 : s->cuda_aware < 0 ? coll_mpi_cuda_aware() : s->cuda_aware != 0;
         s->initialized = 1;
     }
     /* growing: wait for everything queued (copies, kernels, the stats copy)
@@ -432,61 +444,47 @@ static void ensure_state(CollScratchDev* s, int P, int K, size_t bytes, size_t a
     }
 }
 
-static void coll_run(Call* C, CollStats* st) {
+/* sub-chunk k of every chunk: compress it for the reduce-scatter (on cs) */
+static void rs_encode_k(Call* C, int k) {
     CollScratchDev* s = C->s;
-    int P = C->P, r = C->r;
-    const CompressParams* pl = C->do_rs ? C->p_rs : C->p_ag;
-    size_t align = coll_align(pl);
-    if (C->do_rs && C->do_ag && coll_align(C->p_ag) != align)
-        FATAL("all-reduce halves use different group sizes (%zu vs %zu)", align, coll_align(C->p_ag));
-    if (P > COMPRESS_DEV_MAX_IN) FATAL("device collectives support up to %d ranks per group, not %d", COMPRESS_DEV_MAX_IN, P);
-    CompressWireLayout l_rs = compress_wire_layout(C->do_rs ? C->p_rs : C->p_ag);
-    CompressWireLayout l_ag = compress_wire_layout(C->do_ag ? C->p_ag : C->p_rs);
-    if (l_rs.gran != l_ag.gran) FATAL("all-reduce halves cut sub-chunks differently (%d vs %d)", l_rs.gran, l_ag.gran);
-
-    /* the cut: coll_chunk's, then K sub-chunks (the same K on every rank) */
-    C->b = mallocCheck(2 * sizeof(size_t) * (size_t)P);
-    C->c = C->b + P;
-    size_t cmax = 0;
-    for (int j = 0; j < P; j++) {
-        coll_chunk(C->n, P, j, align, &C->b[j], &C->c[j]);
-        if (C->c[j] > cmax) cmax = C->c[j];
+    for (int q = 0; q < C->P; q++) {
+        int jc = rank_at(C, q);
+        const Msg* m = rs_send(C, k, q);
+        CompressJobDev* jb = &C->jobs[q];
+        memset(jb, 0, sizeof(*jb));
+        jb->n = C->c[jc];
+        jb->e0 = m->e0;
+        jb->e1 = m->e1;
+        jb->x = C->x_rs + C->b[jc];
+        jb->out = wire_out_of(s->d_buf, m);
+        jb->stream = stream_of(C->stream, C->r, jc, 0);
+        jb->st = &s->d_st[jc];
     }
-    /* a zeroed CollScratchDev means the defaults (cuda_aware 0: staged) */
-    int K = s->K < 1 ? COLL_DEV_DEFAULT_K : (s->K > COLL_DEV_MAX_K ? COLL_DEV_MAX_K : s->K);
-    size_t min_sub = s->min_sub ? s->min_sub : 65536;
-    size_t kmax = (cmax + min_sub - 1) / min_sub;
-    if (kmax < 1) kmax = 1;
-    if ((size_t)K > kmax) K = (int)kmax;
-    C->K = K;
+    compress_jobs_encode_dev(C->p_rs, 1, C->jobs, C->P, C->cs);
+    CC_CHECK(cudaEventRecord(ev_rs(C, k), C->cs));
+}
 
-    if (C->do_ag && C->do_rs) {
-        if (!compress_dev_can_fuse(C->p_rs, C->p_ag)) C->ag_src = AG_VIA_F32;
-        else C->ag_src = compress_dev_two_pass(C->p_ag) ? AG_FUSED_TWO_PASS : AG_FUSED_ONE_PASS;
-    } else {
-        C->ag_src = AG_FROM_MINE;
+/* current scaling: the amax of every chunk before any of it is encoded */
+static void rs_amax_all(Call* C) {
+    if (!compress_dev_two_pass(C->p_rs)) return;
+    for (int j = 0; j < C->P; j++) {
+        CompressJobDev* jb = &C->jobs[j];
+        memset(jb, 0, sizeof(*jb));
+        jb->n = C->c[j];
+        jb->e0 = 0;
+        jb->e1 = C->c[j];
+        jb->x = C->x_rs + C->b[j];
+        jb->st = &C->s->d_st[j];
     }
+    compress_jobs_amax_dev(C->p_rs, 1, C->jobs, C->P, C->cs);
+}
 
-    /* lay out every message */
-    int nplan = 3 * K * P;
-    ensure_state(s, P, K, 0, 0, nplan);
-    C->plan = s->plan;
-    size_t cursor = 0;
-    for (int k = 0; k < K && C->do_rs; k++)
-        for (int q = 0; q < P; q++) place(&cursor, rs_send(C, k, q), &l_rs, C->c[rank_at(C, q)], K, k);
-    for (int k = 0; k < K && C->do_rs; k++)
-        for (int q = 0; q < P - 1; q++) place(&cursor, rs_recv(C, k, q), &l_rs, C->c[r], K, k);
-    for (int k = 0; k < K && C->do_ag; k++)
-        for (int q = 0; q < P; q++) place(&cursor, ag_msg(C, k, q), &l_ag, C->c[rank_at(C, q)], K, k);
-    ensure_state(s, P, K, cursor, C->ag_src == AG_VIA_F32 ? C->c[r] : 0, nplan);
-    C->plan = s->plan;
-    C->jobs = callocCheck((size_t)P + 1, sizeof(CompressJobDev));
+/* MPI transport: nonblocking point-to-point driven by a host progress loop
+ * (header comment, point 3) */
+static void run_mpi(Call* C) {
+    CollScratchDev* s = C->s;
+    int P = C->P, K = C->K;
     for (int i = 0; i < s->req_cap; i++) s->req[i] = MPI_REQUEST_NULL;
-
-    /* the previous call's kernels and copies are done with the buffers */
-    CC_CHECK(cudaStreamWaitEvent(C->cs, s->ev[EV_END], 0));
-    CC_CHECK(cudaStreamWaitEvent(s->s_h2d, s->ev[EV_END], 0));
-    compress_stats_dev_reset(s->d_st, P + 1, C->cs);
 
     /* every receive is posted before anything is sent */
     uint8_t* mb = mpi_base(C);
@@ -509,34 +507,9 @@ static void coll_run(Call* C, CollStats* st) {
 
     /* reduce-scatter: compress every sub-chunk of every chunk, in order of k */
     if (C->do_rs) {
-        if (compress_dev_two_pass(C->p_rs)) {
-            for (int j = 0; j < P; j++) {
-                CompressJobDev* jb = &C->jobs[j];
-                memset(jb, 0, sizeof(*jb));
-                jb->n = C->c[j];
-                jb->e0 = 0;
-                jb->e1 = C->c[j];
-                jb->x = C->x_rs + C->b[j];
-                jb->st = &s->d_st[j];
-            }
-            compress_jobs_amax_dev(C->p_rs, 1, C->jobs, P, C->cs);
-        }
+        rs_amax_all(C);
         for (int k = 0; k < K; k++) {
-            for (int q = 0; q < P; q++) {
-                int jc = rank_at(C, q);
-                const Msg* m = rs_send(C, k, q);
-                CompressJobDev* jb = &C->jobs[q];
-                memset(jb, 0, sizeof(*jb));
-                jb->n = C->c[jc];
-                jb->e0 = m->e0;
-                jb->e1 = m->e1;
-                jb->x = C->x_rs + C->b[jc];
-                jb->out = wire_out_of(s->d_buf, m);
-                jb->stream = stream_of(C->stream, r, jc, 0);
-                jb->st = &s->d_st[jc];
-            }
-            compress_jobs_encode_dev(C->p_rs, 1, C->jobs, P, C->cs);
-            CC_CHECK(cudaEventRecord(ev_rs(C, k), C->cs));
+            rs_encode_k(C, k);
             if (!s->aware && P > 1) {
                 CC_CHECK(cudaStreamWaitEvent(s->s_d2h, ev_rs(C, k), 0));
                 copy_span(C, rs_send(C, k, 0), rs_send(C, k, P - 2), cudaMemcpyDeviceToHost, s->s_d2h);
@@ -589,6 +562,123 @@ static void coll_run(Call* C, CollStats* st) {
     CC_CHECK(cudaEventRecord(s->ev[EV_END], C->cs));
     if (!s->aware) CC_CHECK(cudaStreamSynchronize(s->s_h2d));
     else CC_CHECK(cudaStreamSynchronize(C->cs));
+}
+
+/* NCCL transport: sub-chunk k of phase ph (0 reduce-scatter, 1 all-gather)
+ * goes to every peer and comes from every peer in one group of
+ * ncclSend/ncclRecv on the network stream, once its encode is done on cs;
+ * the "arrived" event tells cs when it may decode */
+static void nccl_exchange_k(Call* C, int ph, int k) {
+    CollScratchDev* s = C->s;
+    ncclComm_t nc = (ncclComm_t)s->nccl;
+    CC_CHECK(cudaStreamWaitEvent(s->s_net, ph == 0 ? ev_rs(C, k) : ev_ag(C, k), 0));
+    NCCL_CHECK(ncclGroupStart());
+    for (int q = 0; q < C->P - 1; q++) {
+        const Msg* out = ph == 0 ? rs_send(C, k, q) : ag_msg(C, k, C->P - 1);
+        const Msg* in = ph == 0 ? rs_recv(C, k, q) : ag_msg(C, k, q);
+        if (out->bytes) NCCL_CHECK(ncclSend(s->d_buf + out->off, out->bytes, ncclUint8, rank_at(C, q), nc, s->s_net));
+        if (in->bytes) NCCL_CHECK(ncclRecv(s->d_buf + in->off, in->bytes, ncclUint8, rank_at(C, q), nc, s->s_net));
+    }
+    NCCL_CHECK(ncclGroupEnd());
+    CC_CHECK(cudaEventRecord(ph == 0 ? ev_rs_h2d(C, k) : ev_ag_h2d(C, k), s->s_net));
+}
+
+/* With NCCL everything is stream-ordered, so the whole call is queued
+ * without waiting: cs runs encode 0..K-1, then reduce k as soon as message
+ * k has arrived (fused all-gather encode included), then decode k as soon as
+ * all-gather message k has arrived; the network stream moves message k
+ * while cs works on k+1. The host only waits at the end for the statistics. */
+static void run_nccl(Call* C) {
+    CollScratchDev* s = C->s;
+    int K = C->K;
+    if (C->do_rs) {
+        rs_amax_all(C);
+        for (int k = 0; k < K; k++) {
+            rs_encode_k(C, k);
+            nccl_exchange_k(C, 0, k);
+        }
+        if (!C->do_ag) stats_copy(C);
+        for (int k = 0; k < K; k++) {
+            CC_CHECK(cudaStreamWaitEvent(C->cs, ev_rs_h2d(C, k), 0));
+            rs_reduce_k(C, k);
+            if (C->do_ag && C->ag_src == AG_FUSED_ONE_PASS) nccl_exchange_k(C, 1, k);
+        }
+    }
+    if (C->do_ag) {
+        if (!C->do_rs || C->ag_src != AG_FUSED_ONE_PASS) {
+            ag_encode_all(C);
+            for (int k = 0; k < K; k++) nccl_exchange_k(C, 1, k);
+        }
+        stats_copy(C);
+        for (int k = 0; k < K; k++) {
+            CC_CHECK(cudaStreamWaitEvent(C->cs, ev_ag_h2d(C, k), 0));
+            ag_decode_k(C, k);
+        }
+    }
+    /* the sends read d_buf until they are done: the next call's kernels
+     * (stream order after EV_END) must wait for them too */
+    CC_CHECK(cudaEventRecord(s->ev[EV_NET_END], s->s_net));
+    CC_CHECK(cudaStreamWaitEvent(C->cs, s->ev[EV_NET_END], 0));
+    CC_CHECK(cudaEventRecord(s->ev[EV_END], C->cs));
+}
+
+static void coll_run(Call* C, CollStats* st) {
+    CollScratchDev* s = C->s;
+    int P = C->P, r = C->r;
+    const CompressParams* pl = C->do_rs ? C->p_rs : C->p_ag;
+    size_t align = coll_align(pl);
+    if (C->do_rs && C->do_ag && coll_align(C->p_ag) != align)
+        FATAL("all-reduce halves use different group sizes (%zu vs %zu)", align, coll_align(C->p_ag));
+    if (P > COMPRESS_DEV_MAX_IN) FATAL("device collectives support up to %d ranks per group, not %d", COMPRESS_DEV_MAX_IN, P);
+    CompressWireLayout l_rs = compress_wire_layout(C->do_rs ? C->p_rs : C->p_ag);
+    CompressWireLayout l_ag = compress_wire_layout(C->do_ag ? C->p_ag : C->p_rs);
+    if (l_rs.gran != l_ag.gran) FATAL("all-reduce halves cut sub-chunks differently (%d vs %d)", l_rs.gran, l_ag.gran);
+
+    /* the cut: coll_chunk's, then K sub-chunks (the same K on every rank) */
+    C->b = mallocCheck(2 * sizeof(size_t) * (size_t)P);
+    C->c = C->b + P;
+    size_t cmax = 0;
+    for (int j = 0; j < P; j++) {
+        coll_chunk(C->n, P, j, align, &C->b[j], &C->c[j]);
+        if (C->c[j] > cmax) cmax = C->c[j];
+    }
+    /* a zeroed CollScratchDev means the defaults (cuda_aware 0: staged) */
+    int K = s->K < 1 ? COLL_DEV_DEFAULT_K : (s->K > COLL_DEV_MAX_K ? COLL_DEV_MAX_K : s->K);
+    size_t min_sub = s->min_sub ? s->min_sub : 65536;
+    size_t kmax = (cmax + min_sub - 1) / min_sub;
+    if (kmax < 1) kmax = 1;
+    if ((size_t)K > kmax) K = (int)kmax;
+    C->K = K;
+
+    if (C->do_ag && C->do_rs) {
+        if (s->unfused || !compress_dev_can_fuse(C->p_rs, C->p_ag)) C->ag_src = AG_VIA_F32;
+        else C->ag_src = compress_dev_two_pass(C->p_ag) ? AG_FUSED_TWO_PASS : AG_FUSED_ONE_PASS;
+    } else {
+        C->ag_src = AG_FROM_MINE;
+    }
+
+    /* lay out every message */
+    int nplan = 3 * K * P;
+    ensure_state(s, P, K, 0, 0, nplan);
+    C->plan = s->plan;
+    size_t cursor = 0;
+    for (int k = 0; k < K && C->do_rs; k++)
+        for (int q = 0; q < P; q++) place(&cursor, rs_send(C, k, q), &l_rs, C->c[rank_at(C, q)], K, k);
+    for (int k = 0; k < K && C->do_rs; k++)
+        for (int q = 0; q < P - 1; q++) place(&cursor, rs_recv(C, k, q), &l_rs, C->c[r], K, k);
+    for (int k = 0; k < K && C->do_ag; k++)
+        for (int q = 0; q < P; q++) place(&cursor, ag_msg(C, k, q), &l_ag, C->c[rank_at(C, q)], K, k);
+    ensure_state(s, P, K, cursor, C->ag_src == AG_VIA_F32 ? C->c[r] : 0, nplan);
+    C->plan = s->plan;
+    C->jobs = callocCheck((size_t)P + 1, sizeof(CompressJobDev));
+
+    /* the previous call's kernels and copies are done with the buffers */
+    CC_CHECK(cudaStreamWaitEvent(C->cs, s->ev[EV_END], 0));
+    CC_CHECK(cudaStreamWaitEvent(s->s_h2d, s->ev[EV_END], 0));
+    compress_stats_dev_reset(s->d_st, P + 1, C->cs);
+
+    if (s->nccl) run_nccl(C);
+    else run_mpi(C);
 
     if (st) {
         CC_CHECK(cudaEventSynchronize(s->ev[EV_STATS]));

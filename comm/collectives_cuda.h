@@ -15,7 +15,8 @@
  * scale is delayed or absent; with current dual scaling the whole sum's amax
  * is needed first, so the all-gather starts after the reduce-scatter).
  * Device pointers go to MPI directly when it is CUDA-aware
- * (MPIX_Query_cuda_support), otherwise through pinned host buffers.
+ * (MPIX_Query_cuda_support), otherwise through pinned host buffers; or the
+ * messages go by NCCL send/recv when the scratch holds an NCCL communicator.
  * Design and measurements: compress/CUDA.md.
  */
 #ifndef COLLECTIVES_CUDA_H
@@ -49,6 +50,10 @@ typedef struct CollScratchDev {
     size_t min_sub;     /* fewest elements per sub-chunk: K shrinks for small tensors (default 65536) */
     int cuda_aware;     /* -1: ask MPI (MPIX_Query_cuda_support); 0: stage through pinned host
                            memory; 1: hand device pointers to MPI */
+    int unfused;        /* 1: the all-reduce sums into fp32 and encodes the all-gather in a
+                           separate pass, never fused into the reduce (for the benchmark) */
+    void* nccl;         /* NULL: MPI moves the messages; else an ncclComm_t of the same group
+                           with the same rank order: NCCL send/recv of device buffers */
     /* state (owned by the collectives; zero it or call coll_scratch_dev_init) */
     int initialized, aware;
     uint8_t* d_buf;     /* device: every message of a call, laid out by the plan */
@@ -59,7 +64,7 @@ typedef struct CollScratchDev {
     CompressStatsDev* d_st; /* per call: P reduce-scatter chunks + 1 all-gather chunk */
     CompressStatsDev* h_st; /* pinned copy */
     int st_cap;
-    cudaStream_t s_d2h, s_h2d;
+    cudaStream_t s_d2h, s_h2d, s_net; /* copies down / up (MPI), NCCL's transfers */
     cudaEvent_t* ev;
     int ev_cap;
     MPI_Request* req;

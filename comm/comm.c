@@ -35,6 +35,7 @@ void comm_init(Comm* c, int tp, int dp) {
     MPI_CHECK(MPI_Comm_set_errhandler(c->tp_comm, MPI_ERRORS_RETURN));
     MPI_CHECK(MPI_Comm_set_errhandler(c->dp_comm, MPI_ERRORS_RETURN));
     c->dump_step = -1;
+    c->fuse = 1; /* comm_setup_sites reads comm.fuse */
     c->train_mode = 1;
 }
 
@@ -46,6 +47,7 @@ void comm_free(Comm* c) {
     ops_free(c->dev_f32);
     if (c->dscratch) coll_scratch_dev_free(c->dscratch);
     free(c->dscratch);
+    comm_nccl_free(c);
 #endif
     coll_scratch_free(&c->scratch);
     MPI_Comm_free(&c->tp_comm);
@@ -94,6 +96,10 @@ void tp_allreduce_small(Comm* c, float* x, size_t n, MPI_Op op) {
     if (c->tp_size == 1) return;
     if (op != MPI_MAX && op != MPI_SUM) FATAL("tp_allreduce_small supports MPI_MAX and MPI_SUM only");
 #ifdef OPS_BF16
+    if (c->nccl_tp) {
+        comm_nccl_allreduce_small(c, x, n, op);
+        return;
+    }
     float* h = comm_host_buffer(c, n);
     ops_to_host(h, x, n * sizeof(float));
     allgather_reduce(c->tp_comm, h, n, MPI_FLOAT, op);
@@ -110,6 +116,12 @@ double comm_sum_double(MPI_Comm comm, double v) {
 
 void dp_allreduce_mean(Comm* c, float* x, size_t n) {
     if (c->dp_size == 1) return;
+#ifdef OPS_BF16
+    if (c->nccl_dp) {
+        comm_nccl_dp_mean(c, x, n);
+        return;
+    }
+#endif
     CompressParams exact;
     compress_params_default(&exact, CM_NONE);
 #ifdef OPS_BF16

@@ -15,7 +15,8 @@
  *
  * Buffers handed to tp_exchange / tp_allreduce_small / dp_allreduce_mean
  * live in backend memory (host for the CPU build, device for the GPU
- * build); comm stages them to host when needed.
+ * build); comm stages them to host when needed - or, in the GPU build with
+ * comm.backend "nccl", moves them with NCCL (comm/comm_nccl.c).
  */
 #ifndef COMM_H
 #define COMM_H
@@ -112,6 +113,8 @@ typedef struct {
     int stats_every;        /* sample rel_err every this many steps (0 = never) */
     int calib_steps;        /* auto group size: calibrate over the first K steps */
     int train_mode;         /* 1: count stats (train step); 0: eval/sampling */
+    int pipeline_depth;     /* comm.pipeline_depth and comm.fuse: the GPU collectives' */
+    int fuse;               /* pipeline depth K and fused all-gather encode */
     int dump_step;          /* dump site inputs at this step (-1 = never) */
     char dump_sites[256];
     char dump_dir[512];
@@ -127,6 +130,10 @@ typedef struct {
     float* dev_f32;         /* device fp32 copy of an exchange, for staging */
     size_t dev_cap;
     struct CollScratchDev* dscratch; /* the device collectives' buffers and streams */
+    struct ncclComm* nccl_tp;        /* comm.backend "nccl" (comm_nccl_init): the groups' */
+    struct ncclComm* nccl_dp;        /* NCCL communicators; NULL with the MPI backend */
+    float* dev_gather;               /* device scratch of the NCCL backend's reductions */
+    size_t dev_gather_cap;
 #endif
     CollScratch scratch;
 } Comm;
@@ -150,6 +157,18 @@ void dp_allreduce_mean(Comm* c, float* x, size_t n);
 float* comm_host_buffer(Comm* c, size_t n);
 /* Sum of a host double over a communicator (losses, norms). */
 double comm_sum_double(MPI_Comm comm, double v);
+
+#ifdef OPS_BF16
+/* ---- the NCCL backend (comm/comm_nccl.c, GPU build) ------------------------- */
+/* After ops_init (the device is chosen): NCCL communicators for the TP and DP
+ * groups, bootstrapped over MPI. Collective; 0 ok, or -1 with one line in err
+ * (the same verdict on every rank), e.g. when ranks of a group share a GPU. */
+int comm_nccl_init(Comm* c, char* err, size_t errlen);
+void comm_nccl_free(Comm* c);
+/* the NCCL versions of tp_allreduce_small / dp_allreduce_mean (same bits) */
+void comm_nccl_allreduce_small(Comm* c, float* x, size_t n, MPI_Op op);
+void comm_nccl_dp_mean(Comm* c, float* x, size_t n);
+#endif
 
 /* The site index of (kind, layer), and its name. */
 int comm_site_index(const Comm* c, SiteKind kind, int layer);

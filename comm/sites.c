@@ -59,7 +59,19 @@ void comm_setup_sites(Comm* c, int L, const Config* cfg) {
     snprintf(c->dump_sites, sizeof(c->dump_sites), "%s", cfg->compress.dump_sites);
     snprintf(c->dump_dir, sizeof(c->dump_dir), "%s", cfg->compress.dump_dir[0] ? cfg->compress.dump_dir : cfg->log.dir);
     c->seed = (uint64_t)cfg->train.seed;
+    c->pipeline_depth = cfg->comm.pipeline_depth;
+    c->fuse = cfg->comm.fuse;
 
+    /* The wire of the sites that are not compressed: fp32 on the CPU build.
+     * The GPU build's activations are bf16, so a bf16 wire carries them
+     * exactly, and the all-gather's rounding of the fp32 sum to bf16 is the
+     * rounding the bf16 output needs anyway: the same bits as an fp32 wire
+     * at half the bytes (tests/test_coll_gpu.c, "bf16 wire == fp32 wire"). */
+#ifdef OPS_BF16
+    const CompressMethod exact_wire = CM_BF16;
+#else
+    const CompressMethod exact_wire = CM_NONE;
+#endif
     CompressMethod m;
     if (compress_method_parse(cfg->compress.method, &m) != 0) FATAL("compress.method: unknown method '%s'", cfg->compress.method);
     for (int i = 0; i < c->nsites; i++) {
@@ -79,7 +91,7 @@ void comm_setup_sites(Comm* c, int L, const Config* cfg) {
         if (s->layer == L - 1 && cfg->compress.skip_last_layer) on = 0;
         s->compressed = on;
 
-        compress_params_default(&s->p, on ? m : CM_NONE);
+        compress_params_default(&s->p, on ? m : exact_wire);
         if (on) {
             s->p.format = parse_format(bwd ? cfg->compress.format_bwd : cfg->compress.format_fwd);
             if (cfg->compress.group_size > 0) s->p.group_size = cfg->compress.group_size;
@@ -227,6 +239,9 @@ static void allreduce(Comm* c, const CompressParams* p_rs, const CompressParams*
     if (!c->dscratch) {
         c->dscratch = callocCheck(1, sizeof(CollScratchDev));
         coll_scratch_dev_init(c->dscratch);
+        c->dscratch->nccl = c->nccl_tp; /* NULL: MPI */
+        if (c->pipeline_depth > 0) c->dscratch->K = c->pipeline_depth;
+        c->dscratch->unfused = !c->fuse;
     }
     coll_allreduce_dev(c->tp_comm, p_rs, p_ag, x, n, stream, c->dscratch, st, (cudaStream_t)ops_cuda_stream());
 #else

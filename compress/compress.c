@@ -1,6 +1,6 @@
 /*
  * compress/compress.c - the compress.h interface: parameters, wire layouts,
- * and the methods that are not the FP8 group pipeline (none, cast, int8_group).
+ * and the methods that are not the FP8 group pipeline (none, bf16, cast, int8_group).
  *
  * Wire layout of one chunk of n values (G = group_size, ng = ceil(n / G);
  * fp32 values little-endian, as on every host and GPU we run on):
@@ -11,6 +11,7 @@
  *   fp8_group   [ng exponent bytes][n fp8]               ng + n
  *   int8_group  [ng fp32 group steps][n int8]            4 ng + n
  *   taco        [fp32 chunk scale][ng exponent bytes][n fp8]   4 + ng + n
+ *   bf16        [n bf16]                                 2n, round to nearest even
  *
  * The taco layout is fixed whatever its switches: a disabled part is still
  * sent, holding its neutral value (scale 1.0f, exponent byte 127), so the
@@ -25,13 +26,14 @@
 #include <math.h>
 #include <string.h>
 
+#include "bf16.h"
 #include "check.h"
 #include "hadamard.h"
 #include "rng.h"
 #include "taco.h"
 
-static const char* METHOD_NAMES[] = {"none", "cast", "fp8_tensor", "fp8_group", "int8_group", "taco"};
-#define NUM_METHODS ((int)(sizeof(METHOD_NAMES) / sizeof(METHOD_NAMES[0])))
+static const char* METHOD_NAMES[CM_NUM_METHODS] = {"none", "cast", "fp8_tensor", "fp8_group", "int8_group", "taco", "bf16"};
+#define NUM_METHODS ((int)CM_NUM_METHODS)
 
 /* fp8_tensor has no groups on the wire; the pipeline still walks the chunk in
  * blocks, which with hadamard and adaptive off cannot change a single bit. */
@@ -72,7 +74,7 @@ static int method_uses_groups(CompressMethod m) { return m == CM_FP8_GROUP || m 
 
 const char* compress_params_error(const CompressParams* p) {
     if ((int)p->method < 0 || (int)p->method >= NUM_METHODS)
-        return "unknown compression method (use none, cast, fp8_tensor, fp8_group, int8_group or taco)";
+        return "unknown compression method (use none, bf16, cast, fp8_tensor, fp8_group, int8_group or taco)";
     if (p->format != FP8_E4M3 && p->format != FP8_E5M2) return "unknown fp8 format (use e4m3 or e5m2)";
     if (method_uses_groups(p->method) &&
         (p->group_size < 16 || p->group_size > TACO_GROUP_MAX || !hadamard_is_pow2(p->group_size)))
@@ -115,6 +117,8 @@ size_t compress_bound(const CompressParams* p, size_t n) {
     case CM_FP8_GROUP: return num_groups(p, n) + n;
     case CM_INT8_GROUP: return 4 * num_groups(p, n) + n;
     case CM_TACO: return 4 + num_groups(p, n) + n;
+    case CM_BF16: return 2 * n;
+    case CM_NUM_METHODS: break;
     }
     return 0;
 }
@@ -126,6 +130,7 @@ double compress_error_bound(const CompressParams* p) {
     double u = ldexp(1.0, -(fp8_mantissa_bits(p->format) + 1)) * (p->stochastic ? 2.0 : 1.0);
     switch (p->method) {
     case CM_NONE: return 0.0;
+    case CM_BF16: return ldexp(1.0, -8); /* 8 significand bits, RNE: half an ulp */
     case CM_INT8_GROUP: {
         /* every element but the group's largest is off by at most half a step
          * (a whole step for SR), the largest is ~exact and is >= 127 steps */
@@ -257,6 +262,16 @@ size_t compress(const CompressParams* p, const float* x, size_t n, uint64_t stre
         if (n) memcpy(out, x, 4 * n);
         s.amax = amax_finite(x, n, &s.nonfinite);
         break;
+    case CM_BF16:
+        s.amax = amax_finite(x, n, &s.nonfinite);
+        for (size_t i = 0; i < n; i++) {
+            uint32_t b;
+            memcpy(&b, &x[i], 4);
+            uint16_t h = bf16_from_bits(b);
+            memcpy(out + 2 * i, &h, 2);
+            s.saturated += (uint64_t)bf16_overflows(b);
+        }
+        break;
     case CM_CAST:
         s.amax = amax_finite(x, n, &s.nonfinite);
         cast_encode(p, x, n, stream, out, &s);
@@ -278,6 +293,7 @@ size_t compress(const CompressParams* p, const float* x, size_t n, uint64_t stre
         if (p->method == CM_FP8_GROUP) s.amax = amax_finite(x, n, NULL);
         break;
     }
+    case CM_NUM_METHODS: break; /* rejected by params_check */
     }
     if (st) *st = s;
     return compress_bound(p, n);
@@ -290,6 +306,15 @@ static void decompress_into(const CompressParams* p, const uint8_t* in, size_t n
         for (size_t i = 0; i < n; i++) {
             float v;
             memcpy(&v, in + 4 * i, 4);
+            if (accumulate) out[i] += v;
+            else out[i] = v;
+        }
+        break;
+    case CM_BF16:
+        for (size_t i = 0; i < n; i++) {
+            uint16_t h;
+            memcpy(&h, in + 2 * i, 2);
+            float v = bf16_to_f32(h);
             if (accumulate) out[i] += v;
             else out[i] = v;
         }
@@ -316,6 +341,7 @@ static void decompress_into(const CompressParams* p, const uint8_t* in, size_t n
         taco_decode(&c, scale, exps, codes, n, out, accumulate);
         break;
     }
+    case CM_NUM_METHODS: break; /* rejected by params_check */
     }
 }
 

@@ -25,7 +25,9 @@
 extern "C" {
 #endif
 
-typedef enum { CM_NONE, CM_CAST, CM_FP8_TENSOR, CM_FP8_GROUP, CM_INT8_GROUP, CM_TACO } CompressMethod;
+/* CM_BF16 is the exact path's wire on the GPU: activations are bf16 there,
+ * so a bf16 wire loses nothing and halves the fp32 wire's bytes. */
+typedef enum { CM_NONE, CM_CAST, CM_FP8_TENSOR, CM_FP8_GROUP, CM_INT8_GROUP, CM_TACO, CM_BF16, CM_NUM_METHODS } CompressMethod;
 
 typedef struct {
     CompressMethod method;
@@ -55,7 +57,7 @@ typedef struct {
 #define COMPRESS_HEADROOM_DELAYED 2.0f
 
 void compress_params_default(CompressParams* p, CompressMethod m);   /* fills sensible defaults */
-const char* compress_method_name(CompressMethod m);                  /* "none","cast","fp8_tensor","fp8_group","int8_group","taco" */
+const char* compress_method_name(CompressMethod m);                  /* "none","cast","fp8_tensor","fp8_group","int8_group","taco","bf16" */
 int compress_method_parse(const char* s, CompressMethod* out);        /* 0 ok, -1 unknown */
 /* NULL if p is usable, else a message naming the bad field (for config validation). */
 const char* compress_params_error(const CompressParams* p);

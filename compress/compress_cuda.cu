@@ -50,8 +50,10 @@
 #include <curand_kernel.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "bf16.h"
 #include "compress_cuda.h"
 #include "hadamard.h"
 extern "C" {
@@ -74,7 +76,7 @@ constexpr int MAX_IN = COMPRESS_DEV_MAX_IN;
 constexpr int MAX_JOBS = COMPRESS_DEV_MAX_JOBS;
 typedef unsigned long long u64;
 
-enum Family { FAM_FP8 = 0, FAM_INT8 = 1, FAM_NONE = 2 };
+enum Family { FAM_FP8 = 0, FAM_INT8 = 1, FAM_NONE = 2 }; /* FAM_NONE: raw fp32 or bf16 words (Codec.eb 4 or 2) */
 
 /* Everything a kernel needs to know about a method, resolved on the host
  * from CompressParams exactly as compress.c's taco_cfg_of does. */
@@ -349,6 +351,38 @@ __device__ __forceinline__ void store_words16(uint8_t* p, int nv, const unsigned
     }
 }
 
+/* 16 bf16 halves (32 bytes) at p as 8 words (element 2k in the low half of
+ * word k), first nv valid; the bytes of any alignment */
+__device__ __forceinline__ void load_halves16(const uint8_t* p, int nv, unsigned (&w)[UNIT / 2]) {
+    if (nv == UNIT && ((uintptr_t)p & 15u) == 0) {
+        const uint4 a = __ldg(reinterpret_cast<const uint4*>(p)), b = __ldg(reinterpret_cast<const uint4*>(p) + 1);
+        w[0] = a.x; w[1] = a.y; w[2] = a.z; w[3] = a.w; w[4] = b.x; w[5] = b.y; w[6] = b.z; w[7] = b.w;
+    } else {
+#pragma unroll
+        for (int k = 0; k < UNIT / 2; k++) {
+            const unsigned lo = 2 * k < nv ? (unsigned)p[4 * k] | ((unsigned)p[4 * k + 1] << 8) : 0u;
+            const unsigned hi = 2 * k + 1 < nv ? (unsigned)p[4 * k + 2] | ((unsigned)p[4 * k + 3] << 8) : 0u;
+            w[k] = lo | (hi << 16);
+        }
+    }
+}
+__device__ __forceinline__ void store_halves16(uint8_t* p, int nv, const unsigned (&w)[UNIT / 2]) {
+    if (nv == UNIT && ((uintptr_t)p & 15u) == 0) {
+        uint4* a = reinterpret_cast<uint4*>(p);
+        a[0] = make_uint4(w[0], w[1], w[2], w[3]);
+        a[1] = make_uint4(w[4], w[5], w[6], w[7]);
+    } else {
+#pragma unroll
+        for (int j = 0; j < UNIT; j++) {
+            if (j < nv) {
+                const unsigned h = (w[j >> 1] >> (16 * (j & 1))) & 0xFFFFu;
+                p[2 * j] = (uint8_t)h;
+                p[2 * j + 1] = (uint8_t)(h >> 8);
+            }
+        }
+    }
+}
+
 /* unit u of an fp32 or bf16 tensor as fp32 (bf16 -> fp32 is exact: the bits
  * shifted up by 16); elements past nv read as 0 */
 template <bool BF16>
@@ -379,6 +413,55 @@ __device__ __forceinline__ void load_x16(const void* x, unsigned u, int nv, floa
 #pragma unroll
             for (int j = 0; j < UNIT; j++) v[j] = j < nv ? p[j] : 0.0f;
         }
+    }
+}
+
+/* Unit u's input as raw words, loaded now and converted later (raw_to_x16),
+ * so a loop can keep the next unit's loads in flight while it computes on
+ * this one: 8 words for bf16, 16 for fp32. Same values as load_x16. */
+template <bool BF16>
+struct Raw16 {
+    unsigned w[BF16 ? UNIT / 2 : UNIT];
+};
+template <bool BF16>
+__device__ __forceinline__ void load_raw16(const void* x, unsigned u, int nv, Raw16<BF16>& r) {
+    if (BF16) {
+        const uint16_t* p = static_cast<const uint16_t*>(x) + (size_t)UNIT * u;
+        if (nv == UNIT && ((uintptr_t)p & 15u) == 0) {
+            const uint4 a = __ldg(reinterpret_cast<const uint4*>(p)), b = __ldg(reinterpret_cast<const uint4*>(p) + 1);
+            r.w[0] = a.x; r.w[1] = a.y; r.w[2] = a.z; r.w[3] = a.w;
+            r.w[4] = b.x; r.w[5] = b.y; r.w[6] = b.z; r.w[7] = b.w;
+        } else {
+#pragma unroll
+            for (int k = 0; k < UNIT / 2; k++)
+                r.w[k] = (2 * k < nv ? (unsigned)p[2 * k] : 0u) | ((2 * k + 1 < nv ? (unsigned)p[2 * k + 1] : 0u) << 16);
+        }
+    } else {
+        const float* p = static_cast<const float*>(x) + (size_t)UNIT * u;
+        if (nv == UNIT && ((uintptr_t)p & 15u) == 0) {
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const float4 t = __ldg(reinterpret_cast<const float4*>(p) + k);
+                r.w[4 * k] = __float_as_uint(t.x); r.w[4 * k + 1] = __float_as_uint(t.y);
+                r.w[4 * k + 2] = __float_as_uint(t.z); r.w[4 * k + 3] = __float_as_uint(t.w);
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < UNIT; j++) r.w[j] = j < nv ? __float_as_uint(p[j]) : 0u;
+        }
+    }
+}
+template <bool BF16>
+__device__ __forceinline__ void raw_to_x16(const Raw16<BF16>& r, float (&v)[UNIT]) {
+    if (BF16) {
+#pragma unroll
+        for (int k = 0; k < UNIT / 2; k++) {
+            v[2 * k] = __uint_as_float(r.w[k] << 16);
+            v[2 * k + 1] = __uint_as_float(r.w[k] & 0xFFFF0000u);
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < UNIT; j++) v[j] = __uint_as_float(r.w[j]);
     }
 }
 
@@ -856,15 +939,46 @@ __device__ __forceinline__ void int8_encode_unit(const Codec& c, const float (&v
     store_bytes16(o.codes, u, o.sp, nv, w, lane);
 }
 
-/* none: the fp32 bits as they are */
-__device__ __forceinline__ void none_encode_unit(const float (&v)[UNIT], int nv, unsigned u, const ORange& o, TStats& ts) {
+/* none: the fp32 bits as they are (eb = 4); bf16: rounded to nearest even
+ * by bf16.h's integer rule, the CPU's bytes exactly (eb = 2) */
+__device__ __forceinline__ void raw_encode_unit(const Codec& c, const float (&v)[UNIT], int nv, unsigned u, const ORange& o,
+                                                TStats& ts) {
     const Scan sc = scan_finite(v);
     ts.nf += __popc(sc.nfmask);
     ts.amax = fmaxf(ts.amax, __uint_as_float(sc.amax_u));
-    unsigned w[UNIT];
+    if (c.eb == 4) {
+        unsigned w[UNIT];
 #pragma unroll
-    for (int j = 0; j < UNIT; j++) w[j] = __float_as_uint(v[j]);
-    store_words16(o.codes + (size_t)UNIT * 4 * (u - o.sp.u0), nv, w);
+        for (int j = 0; j < UNIT; j++) w[j] = __float_as_uint(v[j]);
+        store_words16(o.codes + (size_t)UNIT * 4 * (u - o.sp.u0), nv, w);
+    } else {
+        unsigned w[UNIT / 2];
+#pragma unroll
+        for (int k = 0; k < UNIT / 2; k++) {
+            const unsigned b0 = __float_as_uint(v[2 * k]), b1 = __float_as_uint(v[2 * k + 1]);
+            w[k] = (unsigned)bf16_from_bits(b0) | ((unsigned)bf16_from_bits(b1) << 16);
+            ts.sat += (unsigned)bf16_overflows(b0) + (unsigned)bf16_overflows(b1); /* slots past nv hold 0 */
+        }
+        store_halves16(o.codes + (size_t)UNIT * 2 * (u - o.sp.u0), nv, w);
+    }
+}
+
+/* unit lu of a raw (none / bf16) input as fp32 */
+__device__ __forceinline__ void raw_decode_unit(const Codec& c, const uint8_t* codes, unsigned lu, int nv, float (&d)[UNIT]) {
+    if (c.eb == 4) {
+        unsigned w[UNIT];
+        load_words16(codes + (size_t)UNIT * 4 * lu, nv, w);
+#pragma unroll
+        for (int j = 0; j < UNIT; j++) d[j] = __uint_as_float(w[j]);
+    } else {
+        unsigned w[UNIT / 2];
+        load_halves16(codes + (size_t)UNIT * 2 * lu, nv, w);
+#pragma unroll
+        for (int k = 0; k < UNIT / 2; k++) {
+            d[2 * k] = __uint_as_float(w[k] << 16);
+            d[2 * k + 1] = __uint_as_float(w[k] & 0xFFFF0000u);
+        }
+    }
 }
 
 template <int FAM, int FMT, bool SR>
@@ -872,7 +986,7 @@ __device__ __forceinline__ void encode_unit(const Codec& c, float (&v)[UNIT], in
                                             int lane, TStats& ts) {
     if constexpr (FAM == FAM_FP8) fp8_encode_unit<FMT, SR>(c, v, nv, u, o, kc, lane, ts);
     else if constexpr (FAM == FAM_INT8) int8_encode_unit(c, v, nv, u, o, lane, ts);
-    else none_encode_unit(v, nv, u, o, ts);
+    else raw_encode_unit(c, v, nv, u, o, ts);
 }
 
 /* the chunk scale exponent k_c of taco.c step 4 (0 without dual scale) */
@@ -905,7 +1019,10 @@ __global__ void __launch_bounds__(THREADS, COMPRESS_MIN_BLOCKS) k_amax(const Cod
     flush_scale_amax(tam, J.st);
 }
 
-template <int FAM, int FMT, bool SR, bool BF16>
+/* PF: the loads of the warp's next unit are issued before this unit is
+ * encoded (one unit of raw words in registers), so the memory latency hides
+ * behind the encode instead of stalling every iteration. */
+template <int FAM, int FMT, bool SR, bool BF16, bool PF>
 __global__ void __launch_bounds__(THREADS, SR ? COMPRESS_MIN_BLOCKS - 2 : FAM == FAM_INT8 ? COMPRESS_MIN_BLOCKS - 1 : COMPRESS_MIN_BLOCKS)
     k_compress(const Codec c, const __grid_constant__ CLaunch L) {
     const CJob& J = L.job[blockIdx.y];
@@ -916,12 +1033,35 @@ __global__ void __launch_bounds__(THREADS, SR ? COMPRESS_MIN_BLOCKS - 2 : FAM ==
     const ORange o = {J.exps, J.codes, sp, J.stream};
     TStats ts = {0u, 0u, 0.0f};
     const unsigned nunits = sp.u1 - sp.u0, stride = gridDim.x * THREADS;
-    for (unsigned t0 = blockIdx.x * THREADS + (threadIdx.x & ~31u); t0 < nunits; t0 += stride) {
-        const unsigned u = sp.u0 + t0 + lane;
-        const int nv = unit_valid(u, sp);
-        float v[UNIT];
-        load_x16<BF16>(J.x, u, nv, v);
-        encode_unit<FAM, FMT, SR>(c, v, nv, u, o, kc, lane, ts);
+    unsigned t0 = blockIdx.x * THREADS + (threadIdx.x & ~31u); /* the warp's first unit: uniform loop tests */
+    if (PF) {
+        Raw16<BF16> next;
+        unsigned u = sp.u0 + t0 + lane;
+        int nv = 0;
+        if (t0 < nunits) {
+            nv = unit_valid(u, sp);
+            load_raw16<BF16>(J.x, u, nv, next);
+        }
+        for (; t0 < nunits; t0 += stride) {
+            float v[UNIT];
+            raw_to_x16<BF16>(next, v);
+            const unsigned uc = u;
+            const int nvc = nv;
+            if (t0 + stride < nunits) {
+                u = sp.u0 + t0 + stride + lane;
+                nv = unit_valid(u, sp);
+                load_raw16<BF16>(J.x, u, nv, next);
+            }
+            encode_unit<FAM, FMT, SR>(c, v, nvc, uc, o, kc, lane, ts);
+        }
+    } else {
+        for (; t0 < nunits; t0 += stride) {
+            const unsigned u = sp.u0 + t0 + lane;
+            const int nv = unit_valid(u, sp);
+            float v[UNIT];
+            load_x16<BF16>(J.x, u, nv, v);
+            encode_unit<FAM, FMT, SR>(c, v, nv, u, o, kc, lane, ts);
+        }
     }
     flush_stats(ts, J.st);
 }
@@ -991,11 +1131,8 @@ __global__ void __launch_bounds__(THREADS, SR ? DECOMPRESS_MIN_BLOCKS - 1 : DECO
         }
         if (ci.fam == FAM_NONE) {
             for (int i = 0; i < J.nin; i++) {
-                unsigned w[UNIT];
-                load_words16(L.in[J.in_first + i].codes + (size_t)UNIT * 4 * lu, nv, w);
                 float d[UNIT];
-#pragma unroll
-                for (int j = 0; j < UNIT; j++) d[j] = __uint_as_float(w[j]);
+                raw_decode_unit(ci, L.in[J.in_first + i].codes, lu, nv, d);
                 accumulate(acc, d, i == 0 && init == INIT_FIRST);
             }
         } else {
@@ -1098,6 +1235,8 @@ static Codec codec_of(const CompressParams* p, const char* who) {
     c.eb = 1;
     switch (p->method) {
     case CM_NONE: c.fam = FAM_NONE; c.eb = 4; break;
+    case CM_BF16: c.fam = FAM_NONE; c.eb = 2; break;
+    case CM_NUM_METHODS: break; /* rejected by compress_params_error */
     case CM_CAST: c.fam = FAM_FP8; c.cast = 1; break;
     case CM_FP8_TENSOR: c.fam = FAM_FP8; c.dual = 1; c.hdr = 4; c.stats_amax_r = 1; break;
     case CM_FP8_GROUP: c.fam = FAM_FP8; c.adaptive = 1; c.G = p->group_size; c.gb = 1; break;
@@ -1216,9 +1355,21 @@ int compress_dev_can_fuse(const CompressParams* p_in, const CompressParams* p_ou
 
 typedef void (*CKernel)(Codec, CLaunch);
 
+/* COMPRESS_PREFETCH=0 in the environment selects the kernels without the
+ * next-unit prefetch (for the benchmark's A/B; both give the same bytes) */
+static bool compress_prefetch(void) {
+    static int on = -1;
+    if (on < 0) {
+        const char* e = getenv("COMPRESS_PREFETCH");
+        on = !(e && e[0] == '0');
+    }
+    return on != 0;
+}
 template <int FAM, int FMT, bool SR>
 static const void* compress_kernel_in(int bf16) {
-    return bf16 ? (const void*)k_compress<FAM, FMT, SR, true> : (const void*)k_compress<FAM, FMT, SR, false>;
+    if (compress_prefetch())
+        return bf16 ? (const void*)k_compress<FAM, FMT, SR, true, true> : (const void*)k_compress<FAM, FMT, SR, false, true>;
+    return bf16 ? (const void*)k_compress<FAM, FMT, SR, true, false> : (const void*)k_compress<FAM, FMT, SR, false, false>;
 }
 static const void* compress_kernel(const Codec& c, int bf16) {
     if (c.fam == FAM_NONE) return compress_kernel_in<FAM_NONE, 0, false>(bf16);

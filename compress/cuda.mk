@@ -28,13 +28,13 @@ CMP_HDRS     = compress/compress_cuda.h compress/compress.h compress/fp8.h compr
 CMP_REF      = $(patsubst %.c,build/gpu/cref/%.o,compress/compress.c compress/taco.c compress/fp8.c \
                compress/hadamard.c comm/collectives.c common/check.c)
 COMPRESS_CUDA_OBJS = build/gpu/compress_cuda.o
-CMP_CUDART   = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart
+CMP_CUDART   = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lnccl
 
 build/gpu/compress_cuda.o: compress/compress_cuda.cu $(CMP_HDRS)
 	@mkdir -p build/gpu
 	$(NVCC) $(CMP_NVFLAGS) -Xptxas -v -c $< -o $@ 2> $(@:.o=.ptxas) || { cat $(@:.o=.ptxas); exit 1; }
 
-build/gpu/collectives_cuda.o: comm/collectives_cuda.c comm/collectives_cuda.h comm/comm.h $(CMP_HDRS)
+build/gpu/collectives_cuda.o: comm/collectives_cuda.c comm/collectives_cuda.h comm/comm.h comm/nccl_check.h $(CMP_HDRS)
 	@mkdir -p build/gpu
 	mpicc $(CMP_CFLAGS) -c $< -o $@
 
@@ -54,7 +54,7 @@ build/gpu/test_coll_gpu: tests/test_coll_gpu.c build/gpu/collectives_cuda.o $(CO
 build/gpu/bench_compress_gpu: tools/bench_compress_gpu.cu build/gpu/collectives_cuda.o $(COMPRESS_CUDA_OBJS) $(CMP_REF)
 	$(NVCC) $(CMP_NVFLAGS) -c tools/bench_compress_gpu.cu -o build/gpu/bench_compress_gpu.o
 	$(NVCC) $(CUDA_ARCH) -o $@ build/gpu/bench_compress_gpu.o build/gpu/collectives_cuda.o $(COMPRESS_CUDA_OBJS) \
-	  $(CMP_REF) $(MPI_LIBS)
+	  $(CMP_REF) $(MPI_LIBS) -L$(CUDA_HOME)/lib64 -lnccl
 
 compress-ptxas: $(COMPRESS_CUDA_OBJS)
 	sh tools/ptxas_report.sh < build/gpu/compress_cuda.ptxas > build/gpu/compress_ptxas.txt
@@ -68,6 +68,7 @@ EMU_CXXFLAGS = -std=c++17 -O2 -Wall -Wextra -Wno-unknown-pragmas -ffp-contract=o
 EMU_REF      = $(patsubst %.c,$(EMU_C)/%.o,compress/compress.c compress/taco.c compress/fp8.c compress/hadamard.c \
                comm/collectives.c common/check.c)
 EMU_DEPS     = tests/cuda_emu/cuda_emu.h tests/cuda_emu/cuda_runtime.h tests/cuda_emu/curand_kernel.h $(CMP_HDRS)
+EMU_NCCL     = $(EMU_C)/tests/cuda_emu/nccl_emu.o
 
 $(EMU_C)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -81,11 +82,11 @@ $(EMU_C)/compress_cuda.o: compress/compress_cuda.cu $(EMU_DEPS)
 $(EMU_C)/test_compress_gpu_emu: tests/test_compress_gpu.cu $(EMU_C)/compress_cuda.o $(EMU_C)/cuda_emu.o $(EMU_REF)
 	g++ $(EMU_CXXFLAGS) -x c++ -c tests/test_compress_gpu.cu -o $(EMU_C)/test_compress_gpu.o
 	g++ -o $@ $(EMU_C)/test_compress_gpu.o $(EMU_C)/compress_cuda.o $(EMU_C)/cuda_emu.o $(EMU_REF) $(MPI_LIBS) -lm
-$(EMU_C)/test_coll_gpu_emu: tests/test_coll_gpu.c comm/collectives_cuda.c comm/collectives_cuda.h $(EMU_C)/compress_cuda.o \
-                            $(EMU_C)/cuda_emu.o $(EMU_REF)
+$(EMU_C)/test_coll_gpu_emu: tests/test_coll_gpu.c comm/collectives_cuda.c comm/collectives_cuda.h comm/nccl_check.h \
+                            $(EMU_C)/compress_cuda.o $(EMU_C)/cuda_emu.o $(EMU_NCCL) $(EMU_REF)
 	mpicc $(CMP_CFLAGS) -c comm/collectives_cuda.c -o $(EMU_C)/collectives_cuda.o
 	mpicc $(CMP_CFLAGS) -DCC_EMU_BUILD -c tests/test_coll_gpu.c -o $(EMU_C)/test_coll_gpu.o
 	mpicc -o $@ $(EMU_C)/test_coll_gpu.o $(EMU_C)/collectives_cuda.o $(EMU_C)/compress_cuda.o $(EMU_C)/cuda_emu.o \
-	  $(EMU_REF) -lstdc++ -lm
+	  $(EMU_NCCL) $(EMU_REF) -lstdc++ -lm
 
 .PHONY: compress-ptxas

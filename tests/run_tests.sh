@@ -23,6 +23,8 @@ if [ -d "${CUDA_HOME:-/usr/local/cuda}/include" ]; then
         build/emu-compress/test_coll_gpu_emu
     run test_compress_gpu_emulated build/emu-compress/test_compress_gpu_emu --quick
     run test_coll_gpu_emulated_np2 $MPIRUN -np 2 build/emu-compress/test_coll_gpu_emu --quick
+    # the same collectives with their messages on NCCL (emulated over MPI: tests/cuda_emu/nccl_emu.c)
+    run test_coll_gpu_emulated_nccl_np3 $MPIRUN -np 3 build/emu-compress/test_coll_gpu_emu --quick --nccl
 fi
 echo "multi-rank tests"
 for p in 2 3 4; do run "test_collectives_np$p" $MPIRUN -np $p build/test_collectives; done

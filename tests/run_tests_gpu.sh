@@ -6,7 +6,11 @@
 #                       10 steps track within bf16 tolerance
 #   gpu_tp_equivalence  TP=1 vs TP=2 (two ranks sharing the GPU)
 #   gpu_determinism     two identical GPU runs give bit-identical losses
+#   test_init_gpu       the device weight init: TP degrees bit-identical, distribution rules
+#   gpu_init_device     model.init=device end to end: TP=1 and TP=2 track; "auto" picks the
+#                       device for a GPT-2 350M-shaped model
 #   (and the compression kernels' tests when they are built)
+#   the NCCL backend (tests/test_nccl_gpu.sh): with 2+ GPUs bit-identical to MPI
 set -u
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
@@ -52,12 +56,32 @@ t_gpu_taco() {
     python3 tests/compare_logs.py $T/gpu_taco/log.jsonl $T/gpu_none/log.jsonl --key loss --rtol 3e-2 --from-step 50
 }
 
+# model.init=device: both TP degrees slice the same full model drawn on the device, so they
+# start identical and track as gpu_tp does; "auto" picks the device from 300M parameters on
+t_gpu_init_device() {
+    timeout 600 $MPIRUN -np 1 build/train_gpu "${GPT[@]}" --set parallel.tp=1 --set model.init=device --set log.dir=$T/init_dev1 \
+        > $T/init_dev1.out || return 1
+    grep "^init:" $T/init_dev1.out
+    grep -q "^init: device (cuRAND Philox)" $T/init_dev1.out || return 1
+    timeout 600 $MPIRUN -np 2 build/train_gpu "${GPT[@]}" --set parallel.tp=2 --set model.init=device \
+        --set log.dir=$T/init_dev2 > /dev/null || return 1
+    python3 tests/compare_logs.py $T/init_dev2/log.jsonl $T/init_dev1/log.jsonl --key loss --rtol 1e-2 || return 1
+    timeout 600 $MPIRUN -np 1 build/train_gpu "${GPT[@]}" --set parallel.tp=1 --set model.n_layer=24 --set model.d_model=1024 \
+        --set model.n_head=16 --set model.max_seq_len=1024 --set model.vocab_size=50257 --set train.steps=0 \
+        --set log.dir=$T/init_auto > $T/init_auto.out || return 1
+    grep "^init:" $T/init_auto.out
+    grep -q "^init: device (cuRAND Philox), 354.9M params" $T/init_auto.out
+}
+
 echo "GPU tests"
 run test_ops_gpu build/gpu/test_ops_gpu
+run test_init_gpu build/gpu/test_init_gpu
+run gpu_init_device t_gpu_init_device
 run gpu_vs_cpu t_gpu_vs_cpu
 run gpu_tp_equivalence t_gpu_tp
 run gpu_determinism t_gpu_determinism
 run gpu_taco_tracks_none t_gpu_taco
 for t in build/gpu/test_compress_gpu; do [ -x $t ] && run "$(basename $t)" $t; done
 for p in 2 4; do [ -x build/gpu/test_coll_gpu ] && run "test_coll_gpu_np$p" $MPIRUN -np $p build/gpu/test_coll_gpu; done
+source tests/test_nccl_gpu.sh
 summary

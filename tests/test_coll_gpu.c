@@ -15,7 +15,9 @@
  *   all-gather      from fp32 and from bf16 input == the host's, rounded.
  * min_sub is set small so that small tensors are pipelined too. Rank 0
  * prints one row per method pair; exit status 0 iff all pass on all ranks.
- * Options: --quick (fewer sizes, for the emulator).
+ * Options: --quick (fewer sizes, for the emulator); --nccl (the messages go
+ * by NCCL send/recv instead of MPI: needs one GPU per rank, or the emulator,
+ * whose NCCL is tests/cuda_emu/nccl_emu.c).
  */
 #include <math.h>
 #include <mpi.h>
@@ -28,6 +30,7 @@
 
 #include "check.h"
 #include "collectives_cuda.h"
+#include "nccl_check.h"
 #include "comm.h"
 #include "compress.h"
 
@@ -46,6 +49,15 @@ static void fill(float* x, size_t n, int r, int salt, int nonfinite) {
         x[i] = (float)(i % 97 == 5 ? 20.0 * g : g);
         if (nonfinite && i % 1009 == 17) x[i] = (i % 2) ? NAN : -INFINITY;
     }
+}
+
+/* Every copy in stream order on cs, then wait: cudaMemcpy from pageable
+ * memory may return before its DMA lands, and it is not ordered with the
+ * non-blocking stream the collectives run on (so a kernel could read a half
+ * copied input, or a copy back overtake the kernel writing it). */
+static void copy_sync(void* dst, const void* src, size_t bytes, enum cudaMemcpyKind kind, cudaStream_t cs) {
+    CC_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, cs));
+    CC_CHECK(cudaStreamSynchronize(cs));
 }
 
 static uint16_t f2bf(float f) {
@@ -155,7 +167,12 @@ int main(int argc, char** argv) {
     MPI_CHECK(MPI_Init(&argc, &argv));
     MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
     MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &P));
-    int quick = argc > 1 && !strcmp(argv[1], "--quick");
+    int quick = 0, use_nccl = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) quick = 1;
+        else if (!strcmp(argv[i], "--nccl")) use_nccl = 1;
+        else FATAL("unknown option %s (use --quick, --nccl)", argv[i]);
+    }
     int ndev = 0;
     CC_CHECK(cudaGetDeviceCount(&ndev));
     if (ndev < 1) FATAL("no CUDA device");
@@ -163,17 +180,25 @@ int main(int argc, char** argv) {
     cudaStream_t cs;
     CC_CHECK(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
 #ifdef CC_EMU_BUILD
-    const int aware_ok = 1; /* emulated device memory is host memory */
+    const int aware_ok = !use_nccl; /* emulated device memory is host memory */
 #else
-    const int aware_ok = coll_mpi_cuda_aware();
+    const int aware_ok = !use_nccl && coll_mpi_cuda_aware();
 #endif
+    ncclComm_t nccl = NULL;
+    if (use_nccl) {
+        ncclUniqueId id;
+        if (rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+        MPI_CHECK(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD));
+        NCCL_CHECK(ncclCommInitRank(&nccl, P, id, rank));
+    }
     if (rank == 0)
-        printf("test_coll_gpu: %d ranks, %d device(s), MPI CUDA-aware: %s\n", P, ndev,
-               coll_mpi_cuda_aware() ? "yes" : "no (device-pointer mode tested only under the emulator)");
+        printf("test_coll_gpu: %d ranks, %d device(s), transport %s\n", P, ndev,
+               use_nccl ? "NCCL send/recv" : coll_mpi_cuda_aware() ? "MPI, CUDA-aware" : "MPI (device-pointer mode tested only under the emulator)");
 
-    Pair pairs[16];
+    Pair pairs[24];
     int np = 0;
     pairs[np++] = (Pair){"none", params(CM_NONE, 64, FP8_E4M3, 0, 0), params(CM_NONE, 64, FP8_E4M3, 0, 0), 1};
+    pairs[np++] = (Pair){"bf16", params(CM_BF16, 64, FP8_E4M3, 0, 0), params(CM_BF16, 64, FP8_E4M3, 0, 0), 1};
     pairs[np++] = (Pair){"taco", params(CM_TACO, 64, FP8_E4M3, 0, 0), params(CM_TACO, 64, FP8_E4M3, 0, 0), 0};
     pairs[np++] = (Pair){"taco G=16 nonfinite", params(CM_TACO, 16, FP8_E4M3, 0, 0), params(CM_TACO, 16, FP8_E4M3, 0, 0), 1};
     pairs[np++] = (Pair){"taco G=256 e5m2", params(CM_TACO, 256, FP8_E5M2, 0, 0), params(CM_TACO, 256, FP8_E5M2, 0, 0), 0};
@@ -186,6 +211,7 @@ int main(int argc, char** argv) {
     pairs[np++] = (Pair){"int8_group (unfused)", params(CM_INT8_GROUP, 64, FP8_E4M3, 0, 0), params(CM_INT8_GROUP, 64, FP8_E4M3, 0, 0), 0};
     pairs[np++] = (Pair){"cast", params(CM_CAST, 64, FP8_E4M3, 0, 0), params(CM_CAST, 64, FP8_E4M3, 0, 0), 0};
     pairs[np++] = (Pair){"taco -> fp8_group", params(CM_TACO, 64, FP8_E4M3, 0, 0), params(CM_FP8_GROUP, 64, FP8_E4M3, 0, 0), 0};
+    pairs[np++] = (Pair){"fp8_tensor -> bf16", params(CM_FP8_TENSOR, 64, FP8_E4M3, 0, 0), params(CM_BF16, 64, FP8_E4M3, 0, 0), 0};
     pairs[np++] = (Pair){"fp8_tensor -> none", params(CM_FP8_TENSOR, 64, FP8_E4M3, 0, 0), params(CM_NONE, 64, FP8_E4M3, 0, 0), 0};
     pairs[np++] = (Pair){"taco-had -> taco-dual", params(CM_TACO, 64, FP8_E4M3, 0, 0), params(CM_TACO, 64, FP8_E4M3, 0, 0), 0};
     pairs[np - 1].rs.hadamard = 0;
@@ -220,6 +246,7 @@ int main(int argc, char** argv) {
             ds[a][k].K = Ks[k];
             ds[a][k].min_sub = 256;
             ds[a][k].cuda_aware = a;
+            ds[a][k].nccl = nccl;
         }
 
     int salt = 0;
@@ -246,10 +273,10 @@ int main(int argc, char** argv) {
                     CollStats sh = {0}, sd = {0};
                     coll_allreduce(MPI_COMM_WORLD, &pr->rs, &pr->ag, xh, n, stream, &hs, &sh);
                     for (size_t i = 0; i < n; i++) ref[i] = f2bf(xh[i]);
-                    CC_CHECK(cudaMemcpy(d_x, xb, n * 2, cudaMemcpyHostToDevice));
+                    copy_sync(d_x, xb, n * 2, cudaMemcpyHostToDevice, cs);
                     coll_allreduce_dev(MPI_COMM_WORLD, &pr->rs, &pr->ag, d_x, n, stream, s, &sd, cs);
                     CC_CHECK(cudaStreamSynchronize(cs));
-                    CC_CHECK(cudaMemcpy(got, d_x, n * 2, cudaMemcpyDeviceToHost));
+                    copy_sync(got, d_x, n * 2, cudaMemcpyDeviceToHost, cs);
                     long e = diff_bf16(ref, got, n);
                     int st_ok = stats_equal(&sh, &sd);
                     if (e >= 0) snprintf(msg, sizeof(msg), "rank %d element %ld: host 0x%04x device 0x%04x", rank, e, ref[e], got[e]);
@@ -262,17 +289,17 @@ int main(int argc, char** argv) {
                     coll_chunk(n, P, rank, coll_align(&pr->rs), &mb, &mcnt);
                     CollStats rh = {0}, rd = {0}, rd2 = {0};
                     coll_reduce_scatter(MPI_COMM_WORLD, &pr->rs, xf, n, hout, stream + 1, &hs, &rh);
-                    CC_CHECK(cudaMemcpy(d_x, xb, n * 2, cudaMemcpyHostToDevice));
+                    copy_sync(d_x, xb, n * 2, cudaMemcpyHostToDevice, cs);
                     coll_reduce_scatter_dev(MPI_COMM_WORLD, &pr->rs, d_x, n, d_out, 0, stream + 1, s, &rd, cs);
                     CC_CHECK(cudaStreamSynchronize(cs));
-                    CC_CHECK(cudaMemcpy(dout, d_out, mcnt * 4, cudaMemcpyDeviceToHost));
+                    copy_sync(dout, d_out, mcnt * 4, cudaMemcpyDeviceToHost, cs);
                     e = diff_f32(hout, dout, mcnt);
                     if (e >= 0 || stats_equal(&rh, &rd)) snprintf(msg, sizeof(msg), "rank %d element %ld", rank, e);
                     else stats_diff(msg, sizeof(msg), rank, &rh, &rd);
                     record("reduce-scatter fp32", e < 0 && stats_equal(&rh, &rd), msg, what);
                     coll_reduce_scatter_dev(MPI_COMM_WORLD, &pr->rs, d_x, n, d_out, 1, stream + 1, s, &rd2, cs);
                     CC_CHECK(cudaStreamSynchronize(cs));
-                    CC_CHECK(cudaMemcpy(got, d_out, mcnt * 2, cudaMemcpyDeviceToHost));
+                    copy_sync(got, d_out, mcnt * 2, cudaMemcpyDeviceToHost, cs);
                     for (size_t i = 0; i < mcnt; i++) ref[i] = f2bf(hout[i]);
                     e = diff_bf16(ref, got, mcnt);
                     snprintf(msg, sizeof(msg), "rank %d element %ld", rank, e);
@@ -282,10 +309,10 @@ int main(int argc, char** argv) {
                     CollStats gh = {0}, gd = {0};
                     coll_all_gather(MPI_COMM_WORLD, &pr->ag, hout, n, xh, stream + 2, &hs, &gh);
                     for (size_t i = 0; i < n; i++) ref[i] = f2bf(xh[i]);
-                    CC_CHECK(cudaMemcpy(d_mine, hout, (mcnt ? mcnt : 1) * 4, cudaMemcpyHostToDevice));
+                    copy_sync(d_mine, hout, (mcnt ? mcnt : 1) * 4, cudaMemcpyHostToDevice, cs);
                     coll_all_gather_dev(MPI_COMM_WORLD, &pr->ag, d_mine, 0, n, d_x, stream + 2, s, &gd, cs);
                     CC_CHECK(cudaStreamSynchronize(cs));
-                    CC_CHECK(cudaMemcpy(got, d_x, n * 2, cudaMemcpyDeviceToHost));
+                    copy_sync(got, d_x, n * 2, cudaMemcpyDeviceToHost, cs);
                     e = diff_bf16(ref, got, n);
                     snprintf(msg, sizeof(msg), "rank %d element %ld", rank, e);
                     record("all-gather from fp32", e < 0 && stats_equal(&gh, &gd), msg, what);
@@ -297,10 +324,10 @@ int main(int argc, char** argv) {
                     }
                     coll_all_gather(MPI_COMM_WORLD, &pr->ag, mine_f, n, xh, stream + 3, &hs, NULL);
                     for (size_t i = 0; i < n; i++) ref[i] = f2bf(xh[i]);
-                    CC_CHECK(cudaMemcpy(d_mine, mine_b, (mcnt ? mcnt : 1) * 2, cudaMemcpyHostToDevice));
+                    copy_sync(d_mine, mine_b, (mcnt ? mcnt : 1) * 2, cudaMemcpyHostToDevice, cs);
                     coll_all_gather_dev(MPI_COMM_WORLD, &pr->ag, d_mine, 1, n, d_x, stream + 3, s, NULL, cs);
                     CC_CHECK(cudaStreamSynchronize(cs));
-                    CC_CHECK(cudaMemcpy(got, d_x, n * 2, cudaMemcpyDeviceToHost));
+                    copy_sync(got, d_x, n * 2, cudaMemcpyDeviceToHost, cs);
                     e = diff_bf16(ref, got, n);
                     snprintf(msg, sizeof(msg), "rank %d element %ld", rank, e);
                     record("all-gather from bf16", e < 0, msg, what);
@@ -309,6 +336,30 @@ int main(int argc, char** argv) {
                 }
             }
         }
+    }
+
+    /* The exact path of the GPU trainer sends bf16 instead of fp32: its
+     * inputs are bf16 (exact in bf16) and the all-gather's rounding of the
+     * fp32 sum to bf16 is the rounding of the output, so the two wires must
+     * give the same bits (NaN equals NaN), at half the bytes. */
+    for (int si = 0; si < nsizes; si++) {
+        size_t n = sizes[si];
+        CompressParams none = params(CM_NONE, 64, FP8_E4M3, 0, 0), bf = params(CM_BF16, 64, FP8_E4M3, 0, 0);
+        fill(xf, n, rank, 900 + si, 1);
+        for (size_t i = 0; i < n; i++) xb[i] = f2bf(xf[i]);
+        CollStats s32 = {0}, s16 = {0};
+        copy_sync(d_x, xb, n * 2, cudaMemcpyHostToDevice, cs);
+        coll_allreduce_dev(MPI_COMM_WORLD, &none, &none, d_x, n, 7, &ds[0][2], &s32, cs);
+        copy_sync(ref, d_x, n * 2, cudaMemcpyDeviceToHost, cs);
+        copy_sync(d_x, xb, n * 2, cudaMemcpyHostToDevice, cs);
+        coll_allreduce_dev(MPI_COMM_WORLD, &bf, &bf, d_x, n, 7, &ds[0][2], &s16, cs);
+        copy_sync(got, d_x, n * 2, cudaMemcpyDeviceToHost, cs);
+        long e = diff_bf16(ref, got, n);
+        char what[64], msg[160];
+        snprintf(what, sizeof(what), "n=%zu", n);
+        snprintf(msg, sizeof(msg), "rank %d element %ld; bytes fp32 %llu bf16 %llu", rank, e, (unsigned long long)s32.bytes_sent,
+                 (unsigned long long)s16.bytes_sent);
+        record("bf16 wire == fp32 wire", e < 0 && 2 * s16.bytes_sent == s32.bytes_sent, msg, what);
     }
 
     int failed = 0;
@@ -325,6 +376,7 @@ int main(int argc, char** argv) {
     for (int a = 0; a < 2; a++)
         for (int k = 0; k < 4; k++) coll_scratch_dev_free(&ds[a][k]);
     coll_scratch_free(&hs);
+    if (nccl) NCCL_CHECK(ncclCommDestroy(nccl));
     CC_CHECK(cudaFree(d_x));
     CC_CHECK(cudaFree(d_out));
     CC_CHECK(cudaFree(d_mine));

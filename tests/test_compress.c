@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bf16.h"
 #include "compress.h"
 #include "rng.h"
 
@@ -121,6 +122,7 @@ typedef struct {
 
 static const Config CONFIGS[] = {
     {"none", CM_NONE, 1, 1, 1, 0, FP8_E4M3},
+    {"bf16", CM_BF16, 1, 1, 1, 0, FP8_E4M3},
     {"cast", CM_CAST, 1, 1, 1, 0, FP8_E4M3},
     {"cast_e5m2", CM_CAST, 1, 1, 1, 0, FP8_E5M2},
     {"fp8_tensor", CM_FP8_TENSOR, 1, 1, 1, 0, FP8_E4M3},
@@ -243,8 +245,8 @@ static void test_nonfinite(void) {
             if (!bad_slot) spread += !isfinite(y[i]);
         }
         CHECK(spread == 0, "%s: NaN/inf spread to %d other elements", CONFIGS[ci].name, spread);
-        if (p.method == CM_NONE) {
-            CHECK(isnan(y[5]) && y[130] == INFINITY && y[131] == -INFINITY, "none keeps NaN and inf");
+        if (p.method == CM_NONE || p.method == CM_BF16) {
+            CHECK(isnan(y[5]) && y[130] == INFINITY && y[131] == -INFINITY, "%s keeps NaN and inf", CONFIGS[ci].name);
         } else if (p.method == CM_CAST) {
             /* the bare codec: NaN stays NaN, inf saturates */
             CHECK(isnan(y[5]) && y[130] == fp8_max(p.format) && y[131] == -fp8_max(p.format), "cast: NaN/inf");
@@ -431,8 +433,69 @@ static void test_taco_beats_tensor(void) {
     free(yc);
 }
 
+/* bf16.h's integer rounding against the definition: the nearer of the two
+ * bf16 neighbours of x (computed in double, where both and their midpoint
+ * are exact), ties to the even one; overflow past the largest bf16 to inf. */
+static uint16_t bf16_reference(float x) {
+    uint32_t b;
+    memcpy(&b, &x, 4);
+    uint16_t lo = (uint16_t)(b >> 16); /* truncation: the neighbour toward zero */
+    if ((b & 0xFFFFu) == 0) return lo;
+    uint16_t hi = (uint16_t)(lo + 1); /* away from zero (a carry moves the exponent: still the next value) */
+    double dx = fabs((double)x), dl = fabs((double)bf16_to_f32(lo));
+    double dh = (hi & 0x7FFFu) == 0x7F80u ? ldexp(1.0, 128) : fabs((double)bf16_to_f32(hi)); /* past max: as if 2^128 */
+    if (dx - dl < dh - dx) return lo;
+    if (dh - dx < dx - dl) return hi;
+    return (lo & 1u) ? hi : lo;
+}
+
+static void test_bf16_rounding(void) {
+    long bad = 0;
+    uint32_t first = 0;
+    uint64_t s = 99;
+    /* every bf16 value's neighbourhood (the exact midpoints and one off
+     * either side), plus random bit patterns */
+    for (uint32_t h = 0; h < 0x10000u; h++) {
+        const uint32_t lows[] = {0x0000u, 0x0001u, 0x7FFFu, 0x8000u, 0x8001u, 0xFFFFu};
+        for (int k = 0; k < 6; k++) {
+            uint32_t b = (h << 16) | lows[k];
+            float x;
+            memcpy(&x, &b, 4);
+            if (isnan(x)) continue;
+            if (bf16_from_bits(b) != bf16_reference(x) && !bad++) first = b;
+        }
+    }
+    for (int i = 0; i < 4000000; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        uint32_t b = (uint32_t)(s >> 32);
+        float x;
+        memcpy(&x, &b, 4);
+        if (isnan(x)) continue;
+        if (bf16_from_bits(b) != bf16_reference(x) && !bad++) first = b;
+    }
+    CHECK(bad == 0, "bf16 rounding: %ld patterns differ from round-to-nearest-even, first 0x%08x", bad, first);
+    /* every NaN becomes the canonical 0x7FC0, even one with only low payload bits */
+    CHECK(bf16_from_bits(0x7F800001u) == 0x7FC0u && bf16_from_bits(0xFF800001u) == 0x7FC0u &&
+              bf16_from_bits(0xFFC00000u) == 0x7FC0u && bf16_from_bits(0x7FFFFFFFu) == 0x7FC0u,
+          "bf16 NaN");
+    CHECK(bf16_from_bits(0x7F800000u) == 0x7F80u && bf16_overflows(0x7F7FFFFFu) && !bf16_overflows(0x7F7F7FFFu) &&
+              !bf16_overflows(0x7F800000u),
+          "bf16 inf / overflow");
+    /* on the wire: compress == bf16_from_f32 of each element, decode is exact */
+    float x[257], y[257];
+    fill(x, 257, D_OUTLIERS, 4);
+    CompressParams p;
+    compress_params_default(&p, CM_BF16);
+    uint8_t wire[514];
+    CHECK(compress(&p, x, 257, 0, wire, NULL) == 514, "bf16 size");
+    decompress(&p, wire, 257, y);
+    int ok = 1;
+    for (int i = 0; i < 257; i++) ok &= y[i] == bf16_to_f32(bf16_from_f32(x[i]));
+    CHECK(ok, "bf16 wire decodes to the rounded values");
+}
+
 static void test_api(void) {
-    for (int m = CM_NONE; m <= CM_TACO; m++) {
+    for (int m = 0; m < CM_NUM_METHODS; m++) {
         CompressMethod got;
         CHECK(compress_method_parse(compress_method_name((CompressMethod)m), &got) == 0 && got == (CompressMethod)m,
               "name/parse round trip for %d", m);
@@ -458,6 +521,8 @@ static void test_api(void) {
     CHECK(compress_bound(&p, 130) == 4 + 130, "fp8_tensor bound");
     p.method = CM_NONE;
     CHECK(compress_bound(&p, 130) == 520, "none bound");
+    p.method = CM_BF16;
+    CHECK(compress_bound(&p, 130) == 260, "bf16 bound");
     /* the taco switches do not change the baselines */
     float x[300], y1[300], y2[300];
     fill(x, 300, D_OUTLIERS, 1);
@@ -476,6 +541,7 @@ static void test_api(void) {
 
 int main(void) {
     test_api();
+    test_bf16_rounding();
     test_philox();
     test_sweep();
     test_nonfinite();

@@ -207,6 +207,7 @@ static void add_cfg(const char* name, CompressMethod m, Fp8Format f, int sr, int
 
 static void build_cfgs(void) {
     add_cfg("none", CM_NONE, FP8_E4M3, 0, 1, 1, 1, 0);
+    add_cfg("bf16", CM_BF16, FP8_E4M3, 0, 1, 1, 1, 0);
     add_cfg("cast", CM_CAST, FP8_E4M3, 0, 1, 1, 1, 0);
     add_cfg("cast_e5m2", CM_CAST, FP8_E5M2, 0, 1, 1, 1, 0);
     add_cfg("cast_sr", CM_CAST, FP8_E4M3, 1, 1, 1, 1, 0);
@@ -467,8 +468,8 @@ static void check_reduce(const Cfg& c, int G, int dist, size_t n, int P, uint64_
     record("reduce", "bf16 output", e < 0, "%s: element %ld", what, e);
 
     /* fused recompress of the sum, into several output methods */
-    CompressParams outs[6];
-    const char* out_names[6] = {"same", "delayed", "fp8_group", "none", "cast_e5m2", "int8_group(unfused)"};
+    CompressParams outs[7];
+    const char* out_names[7] = {"same", "delayed", "fp8_group", "none", "cast_e5m2", "int8_group(unfused)", "bf16"};
     outs[0] = p;
     outs[1] = p;
     outs[1].delayed = 1;
@@ -480,7 +481,8 @@ static void check_reduce(const Cfg& c, int G, int dist, size_t n, int P, uint64_
     outs[4].format = FP8_E5M2;
     compress_params_default(&outs[5], CM_INT8_GROUP);
     outs[5].group_size = G;
-    for (int o = 0; o < 6; o++) {
+    compress_params_default(&outs[6], CM_BF16);
+    for (int o = 0; o < 7; o++) {
         const CompressParams* po = &outs[o];
         size_t ob = compress_bound(po, n);
         std::vector<uint8_t> ref(ob + 1), gw(ob + 1);

@@ -59,6 +59,7 @@ static void test_defaults(void) {
     CHECK(rc == 0, "defaults do not validate: %s", err);
     CHECK(c.model.n_layer == 4 && c.model.n_head == 4 && c.model.d_model == 128, "model defaults");
     CHECK(c.model.max_seq_len == 128 && c.model.vocab_size == 256 && c.model.init_from[0] == '\0', "model defaults");
+    CHECK(strcmp(c.model.init, "auto") == 0, "model.init '%s'", c.model.init);
     CHECK(strcmp(c.data.train, "datasets/bible/bible_train.bin") == 0, "data.train '%s'", c.data.train);
     CHECK(strcmp(c.data.val, "datasets/bible/bible_val.bin") == 0, "data.val '%s'", c.data.val);
     CHECK(c.train.batch_size == 8 && c.train.seq_len == 64 && c.train.steps == 200, "train defaults");
@@ -94,7 +95,7 @@ static const char* good_json =
     "  \"compress\": { \"method\": \"taco\", \"group_size\": \"auto\", \"hadamard\": false,\n"
     "                \"rounding\": \"stochastic\", \"format_fwd\": \"e5m2\", \"dump_step\": 5,\n"
     "                \"dump_sites\": \"attn_out_fwd\" },\n"
-    "  \"comm\": { \"backend\": \"nccl\" },\n"
+    "  \"comm\": { \"backend\": \"mpi\", \"pipeline_depth\": 2, \"fuse\": false },\n"
     "  \"log\": { \"dir\": \"runs/taco\", \"every\": 10 },\n"
     "  \"checkpoint\": { \"every\": 100, \"resume\": true }\n"
     "}\n";
@@ -118,7 +119,8 @@ static void test_good_file(void) {
           "compress from file");
     CHECK(strcmp(c.compress.rounding, "stochastic") == 0 && strcmp(c.compress.format_fwd, "e5m2") == 0, "enums");
     CHECK(c.compress.dump_step == 5 && strcmp(c.compress.dump_sites, "attn_out_fwd") == 0, "dump");
-    CHECK(strcmp(c.comm.backend, "nccl") == 0 && c.log.every == 10, "comm/log");
+    CHECK(strcmp(c.comm.backend, "mpi") == 0 && c.comm.pipeline_depth == 2 && !c.comm.fuse && c.log.every == 10,
+          "comm/log");
     CHECK(strcmp(c.checkpoint.dir, "runs/taco/ckpt") == 0, "checkpoint.dir derived from log.dir: '%s'",
           c.checkpoint.dir);
     CHECK(c.checkpoint.every == 100 && c.checkpoint.resume == 1, "checkpoint");
@@ -172,6 +174,11 @@ static void test_sets(void) {
     const char* fix[] = {"train.lr=0.01"};
     rc = config_load(&c, bad, 1, (char**)fix, err, sizeof(err));
     CHECK(rc == 0 && c.train.lr == 0.01f, "--set over a bad file value: %s", err);
+    /* model.init: host and auto in every build; a file's "device" (GPU build only) replaced by --set */
+    const char* dev = write_tmp("init_device.json", "{\"model\": {\"init\": \"device\"}}");
+    const char* host[] = {"model.init=host"};
+    rc = config_load(&c, dev, 1, (char**)host, err, sizeof(err));
+    CHECK(rc == 0 && strcmp(c.model.init, "host") == 0, "--set model.init=host over a file's device: %s", err);
 }
 
 static void test_roundtrip(void) {
@@ -258,6 +265,13 @@ static void test_errors(void) {
     expect_set_error("comm.backend=gloo", "comm.backend", NULL);
     expect_set_error("compress.scale=later", "compress.scale", NULL);
     expect_set_error("compress.rounding=up", "compress.rounding", NULL);
+    expect_set_error("model.init=gpu", "model.init", "host/device/auto");
+    /* this test is built for the CPU build, where "device" has no device to run on */
+    expect_set_error("model.init=device", "model.init: \"device\" needs the GPU build", "build/train_gpu");
+    expect_set_error("comm.backend=nccl", "comm.backend: \"nccl\" needs the GPU build", "build/train_gpu");
+    expect_set_error("comm.pipeline_depth=0", "comm.pipeline_depth", "1");
+    p = write_tmp("init_device2.json", "{\"model\": {\"init\": \"device\"}}");
+    expect_error("model.init device from a file", p, 0, NULL, "model.init", "init_device2.json");
 
     /* checks across keys */
     expect_set_error("model.d_model=130", "model.d_model", "model.n_head");

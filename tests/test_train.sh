@@ -79,6 +79,8 @@ t_config_errors() {
     printf 'not a shard at all, just text' > $T/bad_shard.bin
     expect_error "bad_shard.bin" $c --set data.train=$T/bad_shard.bin || return 1
     expect_error "compress.method" $c --set compress.method=zip || return 1
+    expect_error "model.init: \"device\" needs the GPU build" $c --set model.init=device || return 1
+    expect_error 'comm.backend: "nccl" needs the GPU build' $c --set comm.backend=nccl || return 1
     expect_error "no config" || return 1
     # a model file of another shape: the error names the field
     expect_error "model.n_layer is 2 in the file but 3" $c "${SMALL[@]}" --set model.n_layer=3 --set model.init_from=$T/ev_a/ckpt/model_00000010.bin || return 1

@@ -3,7 +3,7 @@
  * the pipelined compressed all-reduce are, as tables.
  *
  * Kernel mode (default, one GPU):
- *   bench_compress_gpu [--sizes 4,16,64,256] [--reps N] [--csv FILE]
+ *   bench_compress_gpu [--sizes 4,16,64,256] [--reps N] [--csv FILE] [--only NAME-PART]
  * For bf16 tensors of the given sizes in MB (shape rows x 768), the median
  * time over N calls (after warm-up; CUDA events; inputs and outputs rotate
  * over enough buffers to span 4x the L2 cache, so the cache does not flatter)
@@ -17,12 +17,15 @@
  * in the same run (cudaMemcpyAsync: 2 x size / time).
  *
  * MPI mode (ranks may share one GPU):
- *   mpirun -np P bench_compress_gpu --mpi [--sizes 1,4,16,64,256] [--reps N] [--K k]
+ *   mpirun -np P bench_compress_gpu --mpi [--sizes 1,4,16,64,256] [--reps N] [--K k] [--nccl]
  * time of one in-place all-reduce of a bf16 tensor (max over ranks, median
- * over N): compressed (taco, current and delayed scaling) and exact (method
- * none through the same pipelined path, and plain MPI_Allreduce of the tensor
- * staged as fp32 through pinned host memory), each with the pipeline depth K
- * (default 4) and K = 1 (no overlap), and the speedups.
+ * over N): compressed (taco, current and delayed scaling) and exact through
+ * the same pipelined path (a bf16 wire - the trainer's exact path, bit-equal
+ * to an fp32 wire at half the bytes - and the fp32 wire), plus plain
+ * MPI_Allreduce of the tensor staged as fp32 through pinned host memory; each
+ * with the pipeline depth K (default 4) and K = 1 (no overlap), the fused
+ * all-gather encode off, and the speedups over MPI_Allreduce and over the
+ * exact bf16 path. --nccl: the messages go by NCCL (one GPU per rank).
  */
 #define OMPI_SKIP_MPICXX 1 /* MPI's C API only (its C++ bindings do not build warning-free) */
 #define MPICH_SKIP_MPICXX 1
@@ -44,6 +47,7 @@
 #include "collectives_cuda.h"
 #include "compress.h"
 #include "compress_cuda.h"
+#include "nccl_check.h"
 
 static const int COLS = 768; /* the hidden size of the tensors (shape rows x 768) */
 
@@ -144,7 +148,7 @@ static CompressParams mk(CompressMethod m, int G, int delayed, int sr) {
 
 /* ---- kernel mode ---------------------------------------------------------------------- */
 
-static int bench_kernels(std::vector<int> sizes, int reps, const char* csv) {
+static int bench_kernels(std::vector<int> sizes, int reps, const char* csv, const char* only) {
     print_header("kernels");
     cudaStream_t s;
     CC_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -153,6 +157,7 @@ static int bench_kernels(std::vector<int> sizes, int reps, const char* csv) {
     const double l2 = (double)prop.l2CacheSize;
     std::vector<Method> methods = {
         {"none (fp32 wire)", mk(CM_NONE, 64, 0, 0)},
+        {"bf16 wire", mk(CM_BF16, 64, 0, 0)},
         {"fp8_tensor current", mk(CM_FP8_TENSOR, 64, 0, 0)},
         {"fp8_tensor delayed", mk(CM_FP8_TENSOR, 64, 1, 0)},
         {"fp8_group G=128", mk(CM_FP8_GROUP, 128, 0, 0)},
@@ -187,6 +192,7 @@ static int bench_kernels(std::vector<int> sizes, int reps, const char* csv) {
         printf("%6d  %-22s %-13s %10.1f %9.1f %8s\n", mb, "cudaMemcpy D2D", "copy", copy_ms * 1e3, copy_gbps, "1.00");
         if (fc) fprintf(fc, "%d,copy,copy,%.2f,%.1f,1.0\n", mb, copy_ms * 1e3, copy_gbps);
         for (const Method& m : methods) {
+            if (only && !strstr(m.name, only)) continue;
             const size_t wb = compress_bound(&m.p, n);
             const int P_MAX = 4;
             std::vector<uint8_t*> w((size_t)R * P_MAX);
@@ -240,27 +246,39 @@ static int bench_kernels(std::vector<int> sizes, int reps, const char* csv) {
 
 /* ---- MPI mode ----------------------------------------------------------------------------- */
 
-static int bench_mpi(std::vector<int> sizes, int reps, int K) {
+static int bench_mpi(std::vector<int> sizes, int reps, int K, int use_nccl) {
     int rank, P, ndev;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &P);
     CC_CHECK(cudaGetDeviceCount(&ndev));
     CC_CHECK(cudaSetDevice(rank % ndev));
+    ncclComm_t nccl = NULL;
+    if (use_nccl) {
+        ncclUniqueId id;
+        if (rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+        MPI_Bcast(&id, (int)sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+        NCCL_CHECK(ncclCommInitRank(&nccl, P, id, rank));
+    }
     if (rank == 0) {
         print_header("mpi");
-        printf("%d ranks on %d GPU(s); MPI CUDA-aware: %s; pipeline depth K = %d (and 1)\n", P, ndev,
-               coll_mpi_cuda_aware() ? "yes" : "no (staged through pinned host memory)", K);
+        printf("%d ranks on %d GPU(s); transport: %s; pipeline depth K = %d (and 1)\n", P, ndev,
+               use_nccl ? "NCCL send/recv" : coll_mpi_cuda_aware() ? "MPI, CUDA-aware" : "MPI, staged through pinned host memory", K);
     }
     cudaStream_t s;
     CC_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    CollScratchDev sk, s1;
+    CollScratchDev sk, s1, su;
     coll_scratch_dev_init(&sk);
     coll_scratch_dev_init(&s1);
+    coll_scratch_dev_init(&su);
     sk.K = K;
     s1.K = 1;
-    const CompressParams taco = mk(CM_TACO, 64, 0, 0), taco_d = mk(CM_TACO, 64, 1, 0), none = mk(CM_NONE, 64, 0, 0);
+    su.K = K;
+    su.unfused = 1;
+    sk.nccl = s1.nccl = su.nccl = nccl;
+    const CompressParams taco = mk(CM_TACO, 64, 0, 0), taco_d = mk(CM_TACO, 64, 1, 0), none = mk(CM_NONE, 64, 0, 0),
+                         bf = mk(CM_BF16, 64, 0, 0);
     if (rank == 0)
-        printf("%6s  %-32s %10s %9s %9s\n", "MB", "all-reduce", "ms", "vs MPI", "vs none");
+        printf("%6s  %-34s %10s %9s %9s\n", "MB", "all-reduce", "ms", "vs MPI", "vs exact");
     for (int mb : sizes) {
         const size_t n = ((size_t)mb << 20) / 2 / COLS * COLS;
         uint16_t* x = NULL;
@@ -299,19 +317,21 @@ static int bench_mpi(std::vector<int> sizes, int reps, int K) {
             const char* name;
             const CompressParams* p;
             CollScratchDev* sc;
-        } rows[] = {{"none (exact, same path) K", &none, &sk}, {"none (exact, same path) K=1", &none, &s1},
-                    {"taco G=64 current K", &taco, &sk},        {"taco G=64 current K=1", &taco, &s1},
-                    {"taco G=64 delayed K", &taco_d, &sk},      {"taco G=64 delayed K=1", &taco_d, &s1}};
-        double t_none = 0.0;
-        if (rank == 0) printf("%6d  %-32s %10.3f %9s %9s\n", mb, "MPI_Allreduce fp32 (staged)", t_mpi, "1.00", "");
+        } rows[] = {{"exact, bf16 wire K", &bf, &sk},        {"exact, bf16 wire K=1", &bf, &s1},
+                    {"exact, fp32 wire K", &none, &sk},      {"taco G=64 current K", &taco, &sk},
+                    {"taco G=64 current K=1", &taco, &s1},   {"taco G=64 current unfused K", &taco, &su},
+                    {"taco G=64 delayed K", &taco_d, &sk},   {"taco G=64 delayed K=1", &taco_d, &s1},
+                    {"taco G=64 delayed unfused K", &taco_d, &su}};
+        double t_exact = 0.0;
+        if (rank == 0) printf("%6d  %-34s %10.3f %9s %9s\n", mb, "MPI_Allreduce fp32 (staged)", t_mpi, "1.00", "");
         for (const Row& rw : rows) {
             double t = wall([&]() { coll_allreduce_dev(MPI_COMM_WORLD, rw.p, rw.p, x, n, 7, rw.sc, NULL, s); });
-            if (rw.p == &none && rw.sc == &sk) t_none = t;
+            if (rw.p == &bf && rw.sc == &sk) t_exact = t;
             if (rank == 0) {
                 char name[48]; /* "... K" rows run with the chosen depth */
-                if (rw.sc == &sk) snprintf(name, sizeof(name), "%s=%d", rw.name, K);
+                if (rw.sc != &s1) snprintf(name, sizeof(name), "%s=%d", rw.name, K);
                 else snprintf(name, sizeof(name), "%s", rw.name);
-                printf("%6d  %-32s %10.3f %9.2f %9.2f\n", mb, name, t, t_mpi / t, t_none > 0 ? t_none / t : 1.0);
+                printf("%6d  %-34s %10.3f %9.2f %9.2f\n", mb, name, t, t_mpi / t, t_exact > 0 ? t_exact / t : 1.0);
             }
         }
         CC_CHECK(cudaFree(x));
@@ -321,29 +341,34 @@ static int bench_mpi(std::vector<int> sizes, int reps, int K) {
     if (rank == 0) printf("(ms = max over ranks, median of %d; 'vs' = speedup of that row over the baseline)\n", reps);
     coll_scratch_dev_free(&sk);
     coll_scratch_dev_free(&s1);
+    coll_scratch_dev_free(&su);
+    if (nccl) NCCL_CHECK(ncclCommDestroy(nccl));
     CC_CHECK(cudaStreamDestroy(s));
     return 0;
 }
 
 int main(int argc, char** argv) {
-    int mpi = 0, reps = 0, K = COLL_DEV_DEFAULT_K;
+    int mpi = 0, reps = 0, K = COLL_DEV_DEFAULT_K, use_nccl = 0;
     const char* sizes = NULL;
     const char* csv = NULL;
+    const char* only = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--mpi")) mpi = 1;
         else if (!strcmp(argv[i], "--sizes") && i + 1 < argc) sizes = argv[++i];
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--K") && i + 1 < argc) K = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--csv") && i + 1 < argc) csv = argv[++i];
+        else if (!strcmp(argv[i], "--nccl")) use_nccl = 1;
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
         else {
-            fprintf(stderr, "usage: %s [--mpi] [--sizes MB,MB,..] [--reps N] [--K k] [--csv FILE]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--mpi [--nccl]] [--sizes MB,MB,..] [--reps N] [--K k] [--csv FILE] [--only NAME-PART]\n", argv[0]);
             return 2;
         }
     }
     MPI_Init(&argc, &argv);
     int rc;
-    if (mpi) rc = bench_mpi(parse_sizes(sizes ? sizes : "1,4,16,64,256"), reps ? reps : 20, K);
-    else rc = bench_kernels(parse_sizes(sizes ? sizes : "4,16,64,256"), reps ? reps : 50, csv);
+    if (mpi) rc = bench_mpi(parse_sizes(sizes ? sizes : "1,4,16,64,256"), reps ? reps : 20, K, use_nccl);
+    else rc = bench_kernels(parse_sizes(sizes ? sizes : "4,16,64,256"), reps ? reps : 50, csv, only);
     MPI_Finalize();
     return rc;
 }

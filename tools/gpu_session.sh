@@ -3,6 +3,9 @@
 # build, the compression tests, every benchmark table. Output: $OUT (or build/gpu-session).
 #   tools/gpu_session.sh bench     tests of the kernels + all benchmark tables
 #   tools/gpu_session.sh parity    the GPU loss-parity experiment (short form)
+#   tools/gpu_session.sh test      make test-gpu, test_coll_gpu repeated (REPEATS, default 3), and
+#                                  an Nsight Compute profile of the compression kernels (when ncu
+#                                  is installed; PROFILE=0 skips it)
 set -u
 cd "$(dirname "$0")/.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-8}
@@ -29,6 +32,28 @@ bench)
     cat "$O/bench_gpu.md" "$O/predict.md"
     cp "$O"/bench_gpu.md "$O"/predict.md "$O"/bench_compress.txt "$O"/bench_compress_torch.txt "$O"/bench_allreduce_np*.txt \
        "$O"/test_coll_gpu_np4.log "$KEEP"/ 2>/dev/null
+    ;;
+test)
+    tests/run_tests_gpu.sh > "$O/test_gpu.log" 2>&1; echo "run_tests_gpu rc=$?"; tail -25 "$O/test_gpu.log"
+    for i in $(seq ${REPEATS:-3}); do
+        for p in 2 4; do
+            timeout 120 mpirun --oversubscribe -np $p build/gpu/test_coll_gpu > "$O/coll_rep$i.np$p.log" 2>&1
+            echo "test_coll_gpu repeat $i np=$p rc=$? $(grep -E 'rows failed' "$O/coll_rep$i.np$p.log")"
+            grep FAIL "$O/coll_rep$i.np$p.log" | head -3
+        done
+    done
+    NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null)
+    if [ -n "$NCU" ] && [ "${PROFILE:-1}" != 0 ]; then
+        for only in "taco G=64 delayed" "none (fp32"; do
+            timeout 200 "$NCU" --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+                --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis -c 40 \
+                build/gpu/bench_compress_gpu --sizes 64 --reps 1 --only "$only" > "$O/ncu_${only%% *}.txt" 2>&1
+            echo "ncu $only rc=$?"
+        done
+    fi
+    cp "$O"/test_gpu.log "$O"/ncu_*.txt "$KEEP"/ 2>/dev/null
+    cat "$O"/coll_rep*.log | grep -E "FAIL|rows failed" > "$KEEP/coll_repeats.txt"
+    tar czf "$KEEP/test_logs.tgz" build/test-logs-gpu "$O"/*.log 2>/dev/null; ls "$KEEP"
     ;;
 parity)
     timeout 560 python3 tools/parity.py configs/parity_gpu.json --binary build/train_gpu --root "$O" --name parity_gpu \

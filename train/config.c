@@ -10,9 +10,10 @@
  * Order of a load: defaults -> JSON file -> --set overrides (in order) ->
  * derived defaults -> per-key range checks -> checks across keys. Types are
  * checked when a value is applied (that is where we know its JSON type and
- * where it came from); ranges are checked once at the end, so a file value
- * that a --set replaces never causes an error, and the defaults are checked
- * by the same code.
+ * where it came from); ranges (and enum choices that only the GPU build
+ * has, e.g. model.init = "device") are checked once at the end, so a file
+ * value that a --set replaces never causes an error, and the defaults are
+ * checked by the same code.
  */
 #define _POSIX_C_SOURCE 200809L /* glob, stat */
 
@@ -46,8 +47,16 @@ typedef struct {
     double lo, hi;       /* valid range of numbers */
     int open;            /* CFG_LO_OPEN | CFG_HI_OPEN */
     const char* choices; /* enums: "a|b|c" */
+    const char* gpu_only; /* enums: the choices only the GPU build has, "a|b"; refused in the CPU build */
     const char* note;    /* why the range is what it is, shown in the error */
 } CfgKey;
+
+/* The GPU build (build/train_gpu) compiles this file with -DOPS_BF16. */
+#ifdef OPS_BF16
+#define CFG_GPU_BUILD 1
+#else
+#define CFG_GPU_BUILD 0
+#endif
 
 #define CFG_AT(m) .path = #m, .offset = offsetof(Config, m), .size = sizeof(((Config*)0)->m)
 #define K_INT(m, d, l, h) { CFG_AT(m), .type = CFG_INT, .def = d, .lo = l, .hi = h }
@@ -66,6 +75,7 @@ static const CfgKey cfg_keys[] = {
     { CFG_AT(model.vocab_size), .type = CFG_INT, .def = 256, .lo = 2, .hi = 65536,
       .note = "shards store token ids as uint16" },
     K_STR(model.init_from, ""),
+    { CFG_AT(model.init), .type = CFG_ENUM, .sdef = "auto", .choices = "host|device|auto", .gpu_only = "device" },
     K_STR(data.train, "datasets/bible/bible_train.bin"),
     K_STR(data.val, "datasets/bible/bible_val.bin"),
     K_STR(data.tokenizer, ""),
@@ -87,7 +97,7 @@ static const CfgKey cfg_keys[] = {
     K_INT(train.sample_len, 64, 1, NOMAX),
     K_INT(parallel.tp, 1, 1, NOMAX),
     K_INT(parallel.dp, 1, 1, NOMAX),
-    K_ENUM(compress.method, "none", "none|fp8_tensor|fp8_group|int8_group|taco"),
+    K_ENUM(compress.method, "none", "none|bf16|fp8_tensor|fp8_group|int8_group|taco"),
     K_ENUM(compress.format_fwd, "e4m3", "e4m3|e5m2"),
     K_ENUM(compress.format_bwd, "e4m3", "e4m3|e5m2"),
     K_GROUP(compress.group_size, 64),
@@ -107,7 +117,9 @@ static const CfgKey cfg_keys[] = {
     K_INT(compress.dump_step, -1, -1, NOMAX),
     K_STR(compress.dump_sites, ""),
     K_STR(compress.dump_dir, ""),
-    K_ENUM(comm.backend, "mpi", "mpi|nccl"),
+    { CFG_AT(comm.backend), .type = CFG_ENUM, .sdef = "mpi", .choices = "mpi|nccl", .gpu_only = "nccl" },
+    K_INT(comm.pipeline_depth, 4, 1, 64),
+    K_BOOL(comm.fuse, 1),
     K_STR(log.dir, "runs/default"),
     K_INT(log.every, 1, 1, NOMAX),
     K_STR(checkpoint.dir, ""), /* "" = log.dir + "/ckpt" */
@@ -542,7 +554,11 @@ static int cfg_check_range(const Config* c, const CfgKey* k, CfgSrc src, char* e
                         (k->open & CFG_LO_OPEN) ? '(' : '[', k->lo, k->hi, (k->open & CFG_HI_OPEN) ? ')' : ']',
                         note, where);
     }
-    return 0; /* booleans, strings and enums were fully checked when applied */
+    if (k->type == CFG_ENUM && !CFG_GPU_BUILD && k->gpu_only && cfg_choice_ok(k->gpu_only, (const char*)p)) {
+        return check_errorf(err, errlen, "config error: %s: \"%s\" needs the GPU build (build/train_gpu, from make "
+                        "gpu); this is the CPU build%s", k->path, (const char*)p, where);
+    }
+    return 0; /* booleans, strings and other enums were fully checked when applied */
 }
 
 /* Checks that involve more than one key. */

@@ -37,6 +37,7 @@ typedef struct {
     struct {
         int n_layer, n_head, d_model, max_seq_len, vocab_size;
         char init_from[CFG_PATH]; /* llm.c model file to start from; "" = random init from train.seed */
+        char init[8]; /* random init on "host" | "device" (GPU build only) | "auto" (GPU build: device from 300M params) */
     } model;
     struct {
         char train[CFG_PATH], val[CFG_PATH]; /* shard path or glob */
@@ -68,6 +69,8 @@ typedef struct {
     } compress;
     struct {
         char backend[16]; /* "mpi" | "nccl" */
+        int pipeline_depth; /* GPU exchanges: sub-chunks per rank chunk in flight (1 = no overlap) */
+        int fuse;           /* GPU all-reduce: decode + sum + re-encode in one kernel (0: via an fp32 sum) */
     } comm;
     struct {
         char dir[CFG_PATH];

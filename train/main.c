@@ -150,16 +150,18 @@ int main(int argc, char** argv) {
           config_check_world(&cfg, world_size, err, sizeof(err)) != 0;
     agree_or_exit(bad, err);
     free(sets);
-    if (strcmp(cfg.comm.backend, "mpi") != 0) {
-        snprintf(err, sizeof(err), "error: comm.backend: '%s' is not available in this build yet; use \"mpi\"",
-                 cfg.comm.backend);
-        agree_or_exit(1, err);
-    }
 
     Comm comm;
     comm_init(&comm, cfg.parallel.tp, cfg.parallel.dp);
     comm_setup_sites(&comm, cfg.model.n_layer, &cfg);
     ops_init(local_rank());
+#ifdef OPS_BF16
+    if (strcmp(cfg.comm.backend, "nccl") == 0) { /* after ops_init: NCCL binds each rank to its current device
+                                                    (the CPU build's config refuses "nccl") */
+        bad = comm_nccl_init(&comm, err, sizeof(err)) != 0;
+        agree_or_exit(bad, err);
+    }
+#endif
     int B = cfg.train.batch_size, T = cfg.train.seq_len;
 
     /* ---- data ---- */
@@ -175,19 +177,29 @@ int main(int argc, char** argv) {
     bad = tokenizer_init(&tok, cfg.model.vocab_size, cfg.data.tokenizer[0] ? cfg.data.tokenizer : NULL, err, sizeof(err)) != 0;
     agree_or_exit(bad, err);
 
-    /* ---- model: one full model from the seed (or a file), then this rank's slice ---- */
+    /* ---- model: one full model from a file (model.init_from wins) or from the seed
+     * (host or device, per model.init), then this rank's slice ---- */
     GPTShape shape = {cfg.model.max_seq_len, cfg.model.vocab_size, params_padded_vocab(cfg.model.vocab_size, comm.tp_size),
                       cfg.model.n_layer, cfg.model.n_head, cfg.model.d_model};
     GPT model;
     gpt_init(&model, shape, comm.tp_size, comm.tp_rank, B, T);
+    double t_init = MPI_Wtime();
+    const char* init_how = "file";
     if (cfg.model.init_from[0]) {
         bad = params_file_check(cfg.model.init_from, &model.pl, err, sizeof(err)) != 0;
         agree_or_exit(bad, err);
+        float* full = params_load_full(cfg.model.init_from, &model.pl);
+        gpt_set_params(&model, full);
+        free(full);
+    } else {
+        init_how = gpt_init_random(&model, cfg.model.init, (unsigned long long)cfg.train.seed);
     }
-    float* full = cfg.model.init_from[0] ? params_load_full(cfg.model.init_from, &model.pl)
-                                         : params_init_full(&model.pl, (unsigned long long)cfg.train.seed);
-    gpt_set_params(&model, full);
-    free(full);
+    ops_sync();
+    if (world_rank == 0) {
+        printf("init: %s%s%s, %.1fM params, %.2f s\n", init_how, cfg.model.init_from[0] ? " " : "", cfg.model.init_from,
+               (double)params_full_count(&model.pl) / 1e6, MPI_Wtime() - t_init);
+        fflush(stdout);
+    }
 
     /* ---- resume ---- */
     char ckpt_dir[1100];
