@@ -64,7 +64,7 @@ $(BUILD)/gpuc/%.o: %.c
 	$(CC) $(CFLAGS) -DOPS_BF16 -I$(CUDA_HOME)/include -c $< -o $@
 
 # the fused FP8 compression kernels (compress/compress_cuda.cu)
-$(BUILD)/gpu/compress_cuda.o: compress/compress_cuda.cu compress/compress_cuda.h compress/compress.h compress/fp8.h
+$(BUILD)/gpu/compress_cuda.o: compress/compress_cuda.cu compress/compress_cuda.h compress/compress.h compress/fp8.h compress/bf16.h
 	@mkdir -p $(BUILD)/gpu
 	$(NVCC) $(NVCC_ALL) -Xptxas -v -c $< -o $@ 2> $(@:.o=.ptxas) || { cat $(@:.o=.ptxas); exit 1; }
 

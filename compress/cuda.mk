@@ -23,7 +23,7 @@ CMP_INC      = -Icommon -Icompress -Icomm -Imodel -Itrain
 CMP_NVFLAGS  = -O3 -std=c++17 $(CUDA_ARCH) -DOPS_BF16 $(CMP_INC) $(MPI_CFLAGS) -Xcompiler -Wall,-Wextra -Werror all-warnings
 # the CPU reference: IEEE, no contraction (compress/README.md)
 CMP_CFLAGS   = -std=c11 -O2 -Wall -Wextra -ffp-contract=off -D_GNU_SOURCE -DOPS_BF16 $(CMP_INC) -I$(CUDA_HOME)/include
-CMP_HDRS     = compress/compress_cuda.h compress/compress.h compress/fp8.h compress/hadamard.h compress/taco.h \
+CMP_HDRS     = compress/compress_cuda.h compress/compress.h compress/fp8.h compress/hadamard.h compress/taco.h compress/bf16.h \
                compress/rng.h common/check.h
 CMP_REF      = $(patsubst %.c,build/gpu/cref/%.o,compress/compress.c compress/taco.c compress/fp8.c \
                compress/hadamard.c comm/collectives.c common/check.c)
@@ -38,7 +38,7 @@ build/gpu/collectives_cuda.o: comm/collectives_cuda.c comm/collectives_cuda.h co
 	@mkdir -p build/gpu
 	mpicc $(CMP_CFLAGS) -c $< -o $@
 
-build/gpu/cref/%.o: %.c
+build/gpu/cref/%.o: %.c $(CMP_HDRS)
 	@mkdir -p $(dir $@)
 	mpicc $(CMP_CFLAGS) -c $< -o $@
 
@@ -70,7 +70,7 @@ EMU_REF      = $(patsubst %.c,$(EMU_C)/%.o,compress/compress.c compress/taco.c c
 EMU_DEPS     = tests/cuda_emu/cuda_emu.h tests/cuda_emu/cuda_runtime.h tests/cuda_emu/curand_kernel.h $(CMP_HDRS)
 EMU_NCCL     = $(EMU_C)/tests/cuda_emu/nccl_emu.o
 
-$(EMU_C)/%.o: %.c
+$(EMU_C)/%.o: %.c $(CMP_HDRS)
 	@mkdir -p $(dir $@)
 	mpicc $(CMP_CFLAGS) -c $< -o $@
 $(EMU_C)/cuda_emu.o: tests/cuda_emu/cuda_emu.cpp $(EMU_DEPS)

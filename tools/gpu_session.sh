@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # tools/gpu_session.sh - one device session's worth of GPU work, in one command:
 # build, the compression tests, every benchmark table. Output: $OUT (or build/gpu-session).
-#   tools/gpu_session.sh bench     tests of the kernels + all benchmark tables
+#   tools/gpu_session.sh bench     every benchmark table (= kernels, then train)
+#   tools/gpu_session.sh kernels   the compression kernels and the all-reduce tables
+#   tools/gpu_session.sh train     the end-to-end tables (tools/bench_gpu.sh) and the prediction
 #   tools/gpu_session.sh parity    the GPU loss-parity experiment (short form)
 #   tools/gpu_session.sh test      make test-gpu, test_coll_gpu repeated (REPEATS, default 3), and
 #                                  an Nsight Compute profile of the compression kernels (when ncu
@@ -13,25 +15,24 @@ O=build/gpu-session            # everything; the chosen files are copied to $KEE
 KEEP=${OUT:-$O}
 mkdir -p "$O" "$KEEP"
 make -j16 ${CJSON_PREFIX:+CJSON_PREFIX=$CJSON_PREFIX} all gpu > "$O/build.log" 2>&1 || { tail -30 "$O/build.log"; exit 1; }
-case "${1:-bench}" in
-bench)
-    build/gpu/test_compress_gpu > "$O/test_compress_gpu.log" 2>&1; echo "test_compress_gpu rc=$? $(grep -E 'FAILED|rows passed|all passed' "$O/test_compress_gpu.log" | tail -1)"
-    grep FAIL "$O/test_compress_gpu.log" | head -3
-    for p in 2 4; do
-        timeout 120 mpirun --oversubscribe -np $p build/gpu/test_coll_gpu > "$O/test_coll_gpu_np$p.log" 2>&1; echo "test_coll_gpu np=$p rc=$?"
-        grep FAIL "$O/test_coll_gpu_np$p.log" | head -3
-    done
-    timeout 120 build/gpu/bench_compress_gpu --csv "$O/kernels.csv" > "$O/bench_compress.txt" 2>&1
-    timeout 120 python3 tools/bench_compress_torch.py --cuda-csv "$O/kernels.csv" > "$O/bench_compress_torch.txt" 2>&1
-    for p in 2 4; do
-        timeout 150 mpirun --oversubscribe -np $p build/gpu/bench_compress_gpu --mpi --sizes 1,16,64,256 > "$O/bench_allreduce_np$p.txt" 2>&1
-    done
-    OUT="$O/train" STEPS=${STEPS:-25} timeout 330 tools/bench_gpu.sh > "$O/bench_gpu.md" 2>&1
-    python3 tools/predict_speedup.py --runs "$O/train" > "$O/predict.md" 2>&1
-    cat "$O/bench_compress_torch.txt" | tail -20; tail -15 "$O/bench_allreduce_np2.txt"; tail -15 "$O/bench_allreduce_np4.txt"
-    cat "$O/bench_gpu.md" "$O/predict.md"
-    cp "$O"/bench_gpu.md "$O"/predict.md "$O"/bench_compress.txt "$O"/bench_compress_torch.txt "$O"/bench_allreduce_np*.txt \
-       "$O"/test_coll_gpu_np4.log "$KEEP"/ 2>/dev/null
+MODE=${1:-bench}
+case "$MODE" in
+bench|kernels|train)
+    if [ "$MODE" != train ]; then  # the kernels and the collectives
+        timeout 150 build/gpu/bench_compress_gpu --csv "$O/kernels.csv" > "$O/bench_compress.txt" 2>&1
+        timeout 120 python3 tools/bench_compress_torch.py --cuda-csv "$O/kernels.csv" > "$O/bench_compress_torch.txt" 2>&1
+        for p in 2 4; do
+            timeout 150 mpirun --oversubscribe -np $p build/gpu/bench_compress_gpu --mpi --sizes 1,16,64,256 > "$O/bench_allreduce_np$p.txt" 2>&1
+        done
+        tail -20 "$O/bench_compress_torch.txt"; tail -42 "$O/bench_allreduce_np2.txt"; tail -42 "$O/bench_allreduce_np4.txt"
+        cp "$O"/bench_compress.txt "$O"/bench_compress_torch.txt "$O"/bench_allreduce_np*.txt "$KEEP"/ 2>/dev/null
+    fi
+    if [ "$MODE" != kernels ]; then  # end to end
+        OUT="$O/train" STEPS=${STEPS:-25} timeout 500 tools/bench_gpu.sh > "$O/bench_gpu.md" 2>&1
+        python3 tools/predict_speedup.py --runs "$O/train" > "$O/predict.md" 2>&1
+        cat "$O/bench_gpu.md" "$O/predict.md"
+        cp "$O"/bench_gpu.md "$O"/predict.md "$KEEP"/ 2>/dev/null
+    fi
     ;;
 test)
     tests/run_tests_gpu.sh > "$O/test_gpu.log" 2>&1; echo "run_tests_gpu rc=$?"; tail -25 "$O/test_gpu.log"
