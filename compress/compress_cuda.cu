@@ -383,42 +383,9 @@ __device__ __forceinline__ void store_halves16(uint8_t* p, int nv, const unsigne
     }
 }
 
-/* unit u of an fp32 or bf16 tensor as fp32 (bf16 -> fp32 is exact: the bits
- * shifted up by 16); elements past nv read as 0 */
-template <bool BF16>
-__device__ __forceinline__ void load_x16(const void* x, unsigned u, int nv, float (&v)[UNIT]) {
-    if (BF16) {
-        const uint16_t* p = static_cast<const uint16_t*>(x) + (size_t)UNIT * u;
-        if (nv == UNIT && ((uintptr_t)p & 15u) == 0) {
-            const uint4 a = __ldg(reinterpret_cast<const uint4*>(p)), b = __ldg(reinterpret_cast<const uint4*>(p) + 1);
-            const unsigned h[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-#pragma unroll
-            for (int k = 0; k < 8; k++) {
-                v[2 * k] = __uint_as_float(h[k] << 16);
-                v[2 * k + 1] = __uint_as_float(h[k] & 0xFFFF0000u);
-            }
-        } else {
-#pragma unroll
-            for (int j = 0; j < UNIT; j++) v[j] = j < nv ? __uint_as_float((unsigned)p[j] << 16) : 0.0f;
-        }
-    } else {
-        const float* p = static_cast<const float*>(x) + (size_t)UNIT * u;
-        if (nv == UNIT && ((uintptr_t)p & 15u) == 0) {
-#pragma unroll
-            for (int k = 0; k < 4; k++) {
-                const float4 t = __ldg(reinterpret_cast<const float4*>(p) + k);
-                v[4 * k] = t.x; v[4 * k + 1] = t.y; v[4 * k + 2] = t.z; v[4 * k + 3] = t.w;
-            }
-        } else {
-#pragma unroll
-            for (int j = 0; j < UNIT; j++) v[j] = j < nv ? p[j] : 0.0f;
-        }
-    }
-}
-
 /* Unit u's input as raw words, loaded now and converted later (raw_to_x16),
  * so a loop can keep the next unit's loads in flight while it computes on
- * this one: 8 words for bf16, 16 for fp32. Same values as load_x16. */
+ * this one: 8 words for bf16, 16 for fp32. load_x16 is both at once. */
 template <bool BF16>
 struct Raw16 {
     unsigned w[BF16 ? UNIT / 2 : UNIT];
@@ -463,6 +430,15 @@ __device__ __forceinline__ void raw_to_x16(const Raw16<BF16>& r, float (&v)[UNIT
 #pragma unroll
         for (int j = 0; j < UNIT; j++) v[j] = __uint_as_float(r.w[j]);
     }
+}
+
+/* unit u of an fp32 or bf16 tensor as fp32 (bf16 -> fp32 is exact: the bits
+ * shifted up by 16); elements past nv read as 0 */
+template <bool BF16>
+__device__ __forceinline__ void load_x16(const void* x, unsigned u, int nv, float (&v)[UNIT]) {
+    Raw16<BF16> r;
+    load_raw16<BF16>(x, u, nv, r);
+    raw_to_x16<BF16>(r, v);
 }
 
 __device__ __forceinline__ unsigned bf16x2_bits(float lo, float hi) {
