@@ -14,7 +14,8 @@
  *   recompress P   P wires -> wire of the sum (the fused all-gather step)
  * reported as effective bandwidth = (bytes read + bytes written) / time and as
  * a fraction of the device-to-device copy bandwidth of the same size measured
- * in the same run (cudaMemcpyAsync: 2 x size / time).
+ * in the same run (cudaMemcpyAsync: 2 x size / time). Wires are placed with
+ * their element bytes 16-byte aligned, as the collectives place them.
  *
  * MPI mode (ranks may share one GPU):
  *   mpirun -np P bench_compress_gpu --mpi [--sizes 1,4,16,64,256] [--reps N] [--K k] [--nccl]
@@ -195,8 +196,17 @@ static int bench_kernels(std::vector<int> sizes, int reps, const char* csv, cons
             if (only && !strstr(m.name, only)) continue;
             const size_t wb = compress_bound(&m.p, n);
             const int P_MAX = 4;
-            std::vector<uint8_t*> w((size_t)R * P_MAX);
-            for (auto& p : w) CC_CHECK(cudaMalloc((void**)&p, wb));
+            /* Every wire starts where its element bytes fall on 16 bytes, as the
+             * collectives place their messages (collectives_cuda.c, place()):
+             * the kernels' vector path. A wire at an arbitrary offset would time
+             * the unaligned path instead (tested, but not what the trainer runs). */
+            const CompressWireLayout wl = compress_wire_layout(&m.p);
+            const size_t pad = (16 - (wb - n * (size_t)wl.ebytes) % 16) % 16;
+            std::vector<uint8_t*> wbase((size_t)R * P_MAX), w((size_t)R * P_MAX);
+            for (size_t k = 0; k < w.size(); k++) {
+                CC_CHECK(cudaMalloc((void**)&wbase[k], wb + pad));
+                w[k] = wbase[k] + pad;
+            }
             CompressStatsDev* st = compress_stats_dev_alloc(1);
             auto report = [&](const char* op, double ms, double moved) {
                 double gbps = moved / (ms * 1e6);
@@ -225,12 +235,12 @@ static int bench_kernels(std::vector<int> sizes, int reps, const char* csv, cons
                     snprintf(op, sizeof(op), "recompress %d", P);
                     ms = time_ms([&](int i) {
                         decompress_reduce_recompress_dev(&m.p, (const uint8_t* const*)&w[(size_t)(i % R) * P_MAX], P, n, &m.p,
-                                                         (uint64_t)i, (uint8_t*)y[i % R], st, s);
+                                                         (uint64_t)i, (uint8_t*)y[i % R] + pad, st, s);
                     }, reps, 3, s);
                     report(op, ms, (double)P * wb + wb);
                 }
             }
-            for (auto& p : w) CC_CHECK(cudaFree(p));
+            for (auto& p : wbase) CC_CHECK(cudaFree(p));
             compress_stats_dev_free(st);
         }
         for (int r = 0; r < R; r++) {
