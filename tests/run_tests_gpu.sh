@@ -11,6 +11,7 @@
 #                       device for a GPT-2 350M-shaped model
 #   (and the compression kernels' tests when they are built)
 #   the NCCL backend (tests/test_nccl_gpu.sh): with 2+ GPUs bit-identical to MPI
+# `tests/run_tests_gpu.sh nccl` runs only the NCCL part.
 set -u
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
@@ -72,6 +73,12 @@ t_gpu_init_device() {
     grep "^init:" $T/init_auto.out
     grep -q "^init: device (cuRAND Philox), 354.9M params" $T/init_auto.out
 }
+
+if [ "${1:-}" = nccl ]; then  # only the NCCL backend's tests (a multi-GPU session's first command)
+    source tests/test_nccl_gpu.sh
+    summary
+    exit
+fi
 
 echo "GPU tests"
 run test_ops_gpu build/gpu/test_ops_gpu

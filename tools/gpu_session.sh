@@ -5,6 +5,7 @@
 #   tools/gpu_session.sh kernels   the compression kernels and the all-reduce tables
 #   tools/gpu_session.sh train     the end-to-end tables (tools/bench_gpu.sh) and the prediction
 #   tools/gpu_session.sh parity    the GPU loss-parity experiment (short form)
+#   tools/gpu_session.sh nccl      (2+ GPUs) the NCCL tests, NCCL all-reduce and MPI-vs-NCCL training tables
 #   tools/gpu_session.sh test      make test-gpu, test_coll_gpu repeated (REPEATS, default 3), and
 #                                  an Nsight Compute profile of the compression kernels (when ncu
 #                                  is installed; PROFILE=0 skips it)
@@ -55,6 +56,13 @@ test)
     cp "$O"/test_gpu.log "$O"/ncu_*.txt "$KEEP"/ 2>/dev/null
     cat "$O"/coll_rep*.log | grep -E "FAIL|rows failed" > "$KEEP/coll_repeats.txt"
     tar czf "$KEEP/test_logs.tgz" build/test-logs-gpu "$O"/*.log 2>/dev/null; ls "$KEEP"
+    ;;
+nccl)  # a machine with 2+ GPUs: the NCCL backend's tests, then its all-reduce and training tables
+    tests/run_tests_gpu.sh nccl > "$O/test_nccl.log" 2>&1; echo "run_tests_gpu nccl rc=$?"; tail -12 "$O/test_nccl.log"
+    timeout 150 mpirun --oversubscribe -np 2 build/gpu/bench_compress_gpu --mpi --nccl --sizes 1,16,64,256 > "$O/bench_allreduce_nccl_np2.txt" 2>&1
+    tail -42 "$O/bench_allreduce_nccl_np2.txt"
+    OUT="$O/train" STEPS=${STEPS:-20} PARTS=nccl timeout 300 tools/bench_gpu.sh > "$O/bench_nccl.md" 2>&1; cat "$O/bench_nccl.md"
+    cp "$O"/test_nccl.log "$O"/bench_allreduce_nccl_np2.txt "$O"/bench_nccl.md "$KEEP"/ 2>/dev/null
     ;;
 parity)
     timeout 560 python3 tools/parity.py configs/parity_gpu.json --binary build/train_gpu --root "$O" --name parity_gpu \
