@@ -60,8 +60,9 @@ extern "C" {
 #include "taco.h" /* TACO_EXP_MIN / TACO_EXP_MAX; its functions are not used here */
 }
 
-/* Every launch goes through LAUNCH; tests/cuda_emu defines its own to run the
- * same kernels on the CPU (compress/CUDA.md, "Running the kernels without a GPU"). */
+/* Every launch goes through LAUNCH; under the CPU emulator (tests/emu) its <<<>>>
+ * is rewritten into emu_launch like every other launch (compress/CUDA.md,
+ * "Running the kernels without a GPU"). */
 #ifndef LAUNCH
 #define LAUNCH(kernel, grid, block, stream, ...) kernel<<<(grid), (block), 0, (stream)>>>(__VA_ARGS__)
 #endif

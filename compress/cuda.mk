@@ -8,10 +8,10 @@
 #   build/gpu/test_compress_gpu         kernels vs the CPU reference, bit for bit (GPU)
 #   build/gpu/test_coll_gpu             device vs host collectives (mpirun -np 2 / 4; GPU)
 #   build/gpu/bench_compress_gpu        bandwidth tables; --mpi: the all-reduce benchmark (GPU)
-#   build/emu-compress/test_compress_gpu_emu, build/emu-compress/test_coll_gpu_emu
-#                                       the same two tests on the CPU emulator tests/cuda_emu
-#                                       (no GPU; run with --quick for a few minutes' check)
 #   compress-ptxas                      registers / spills of the kernels -> build/gpu/compress_ptxas.txt
+# The same two tests also run on the CPU under the emulator (no GPU; part of `make test`):
+# build/emu/test_compress_gpu_emu and build/emu/test_coll_gpu_emu, built by tests/emu/emu.mk
+# (`make -f tests/emu/emu.mk`) with the other emulated tests.
 # The exact commands are also in compress/CUDA.md ("Build and run").
 NVCC ?= nvcc
 CUDA_HOME ?= /usr/local/cuda
@@ -60,33 +60,5 @@ compress-ptxas: $(COMPRESS_CUDA_OBJS)
 	sh tools/ptxas_report.sh < build/gpu/compress_cuda.ptxas > build/gpu/compress_ptxas.txt
 	@cat build/gpu/compress_ptxas.txt
 	@! grep SPILLS build/gpu/compress_ptxas.txt || echo "note: spills above (only the SR / int8 variants are expected near their cap)"
-
-# ---- the CPU emulator builds (no GPU): the same sources compiled with g++ -----------
-EMU_C        = build/emu-compress
-EMU_CXXFLAGS = -std=c++17 -O2 -Wall -Wextra -Wno-unknown-pragmas -ffp-contract=off -Itests/cuda_emu \
-               -I$(CUDA_HOME)/include $(CMP_INC) $(MPI_CFLAGS)
-EMU_REF      = $(patsubst %.c,$(EMU_C)/%.o,compress/compress.c compress/taco.c compress/fp8.c compress/hadamard.c \
-               comm/collectives.c common/check.c)
-EMU_DEPS     = tests/cuda_emu/cuda_emu.h tests/cuda_emu/cuda_runtime.h tests/cuda_emu/curand_kernel.h $(CMP_HDRS)
-EMU_NCCL     = $(EMU_C)/tests/cuda_emu/nccl_emu.o
-
-$(EMU_C)/%.o: %.c $(CMP_HDRS)
-	@mkdir -p $(dir $@)
-	mpicc $(CMP_CFLAGS) -c $< -o $@
-$(EMU_C)/cuda_emu.o: tests/cuda_emu/cuda_emu.cpp $(EMU_DEPS)
-	@mkdir -p $(EMU_C)
-	g++ $(EMU_CXXFLAGS) -c $< -o $@
-$(EMU_C)/compress_cuda.o: compress/compress_cuda.cu $(EMU_DEPS)
-	@mkdir -p $(EMU_C)
-	g++ $(EMU_CXXFLAGS) -x c++ -c $< -o $@
-$(EMU_C)/test_compress_gpu_emu: tests/test_compress_gpu.cu $(EMU_C)/compress_cuda.o $(EMU_C)/cuda_emu.o $(EMU_REF)
-	g++ $(EMU_CXXFLAGS) -x c++ -c tests/test_compress_gpu.cu -o $(EMU_C)/test_compress_gpu.o
-	g++ -o $@ $(EMU_C)/test_compress_gpu.o $(EMU_C)/compress_cuda.o $(EMU_C)/cuda_emu.o $(EMU_REF) $(MPI_LIBS) -lm
-$(EMU_C)/test_coll_gpu_emu: tests/test_coll_gpu.c comm/collectives_cuda.c comm/collectives_cuda.h comm/nccl_check.h \
-                            $(EMU_C)/compress_cuda.o $(EMU_C)/cuda_emu.o $(EMU_NCCL) $(EMU_REF)
-	mpicc $(CMP_CFLAGS) -c comm/collectives_cuda.c -o $(EMU_C)/collectives_cuda.o
-	mpicc $(CMP_CFLAGS) -DCC_EMU_BUILD -c tests/test_coll_gpu.c -o $(EMU_C)/test_coll_gpu.o
-	mpicc -o $@ $(EMU_C)/test_coll_gpu.o $(EMU_C)/collectives_cuda.o $(EMU_C)/compress_cuda.o $(EMU_C)/cuda_emu.o \
-	  $(EMU_NCCL) $(EMU_REF) -lstdc++ -lm
 
 .PHONY: compress-ptxas

@@ -6,9 +6,10 @@
 #   build/gpu/test_init_gpu       the device weight init: TP degrees agree bit for bit, the
 #                                 distribution rules hold (needs a GPU to run; part of `make gpu`)
 #   build/gpu/bench_ops_gpu       a GPT-2 124M step through ops.h, timed op by op (GPU)
-#   build/emu/test_ops_gpu_emu    the same op test against the backend run on the CPU under
-#                                 tests/emu (no GPU needed: fit for `make test`, ~2 min on 2 cores)
 #   cuda-ptxas                    registers/spills of every kernel -> build/gpu/ptxas.txt
+# The same op test also runs on the CPU, against this backend under the CPU emulator
+# (no GPU needed; part of `make test`): build/emu/test_ops_gpu_emu, built by
+# tests/emu/emu.mk (`make -f tests/emu/emu.mk`) with the other emulated tests.
 # Expects CC (gcc) and mpicc on PATH; NVCC and CUDA_HOME may be overridden.
 NVCC ?= nvcc
 CUDA_HOME ?= /usr/local/cuda
@@ -60,11 +61,5 @@ gpu: build/gpu/test_init_gpu
 build/gpu/test_init_gpu: tests/test_init_gpu.cu tests/testing.h model/init_cuda.h model/gpt.h model/params.h build/train_gpu
 	$(NVCC) $(NVCCFLAGS) -Itests -Icomm -Icompress -Itrain -c $< -o $@.o
 	$(CC) $(CFLAGS) $@.o $(GPU_CORE) -o $@ $(LDFLAGS) $(GPU_LIBS) $(LDLIBS)
-
-# CPU-only: the whole backend under the CPU emulation of tests/emu, with the op test
-EMU_SRC := tests/emu/emu_cuda.h tests/emu/emu_cuda.cpp tests/emu/build_emu.sh tests/test_ops_gpu.cu tests/ops_ref.h \
-           tests/ops_ref.syms model/ops_cpu.c common/check.c $(wildcard model/*_cuda.cu) $(CUDA_HDRS)
-build/emu/test_ops_gpu_emu: $(EMU_SRC)
-	CUDA_HOME=$(CUDA_HOME) sh tests/emu/build_emu.sh
 
 .PHONY: cuda-ptxas

@@ -13,18 +13,17 @@ for t in test_fp8 test_hadamard test_compress test_ops test_data test_config tes
     run "$t" "build/$t"
 done
 if [ -d "${CUDA_HOME:-/usr/local/cuda}/include" ]; then
-    # the CUDA backend's kernels, run thread by thread under a CPU emulation of
-    # the GPU (tests/emu): catches indexing, barrier and layout bugs without a GPU
+    # the CUDA code run thread by thread under the CPU emulator of the GPU
+    # (tests/emu, built by tests/emu/emu.mk): catches indexing, barrier,
+    # divergence, layout and exactness bugs without a GPU. The model's ops,
+    # the compression kernels (bit for bit vs the CPU), the device collectives
+    # (MPI, and NCCL emulated over MPI by tests/emu/nccl_emu.c)
     echo "CUDA kernels under CPU emulation"
-    run build_cuda_emulation sh tests/emu/build_emu.sh
+    run build_cuda_emulation make -s -j"$(nproc)" -f tests/emu/emu.mk
     OMP_NUM_THREADS=2 run test_ops_gpu_emulated build/emu/test_ops_gpu_emu
-    # the compression kernels and device collectives under their emulator (tests/cuda_emu)
-    run build_compress_emulation make -s -f compress/cuda.mk build/emu-compress/test_compress_gpu_emu \
-        build/emu-compress/test_coll_gpu_emu
-    run test_compress_gpu_emulated build/emu-compress/test_compress_gpu_emu --quick
-    run test_coll_gpu_emulated_np2 $MPIRUN -np 2 build/emu-compress/test_coll_gpu_emu --quick
-    # the same collectives with their messages on NCCL (emulated over MPI: tests/cuda_emu/nccl_emu.c)
-    run test_coll_gpu_emulated_nccl_np3 $MPIRUN -np 3 build/emu-compress/test_coll_gpu_emu --quick --nccl
+    run test_compress_gpu_emulated build/emu/test_compress_gpu_emu --quick
+    run test_coll_gpu_emulated_np2 $MPIRUN -np 2 build/emu/test_coll_gpu_emu --quick
+    run test_coll_gpu_emulated_nccl_np3 $MPIRUN -np 3 build/emu/test_coll_gpu_emu --quick --nccl
 fi
 echo "multi-rank tests"
 for p in 2 3 4; do run "test_collectives_np$p" $MPIRUN -np $p build/test_collectives; done

@@ -17,7 +17,7 @@
  * prints one row per method pair; exit status 0 iff all pass on all ranks.
  * Options: --quick (fewer sizes, for the emulator); --nccl (the messages go
  * by NCCL send/recv instead of MPI: needs one GPU per rank, or the emulator,
- * whose NCCL is tests/cuda_emu/nccl_emu.c).
+ * whose NCCL is tests/emu/nccl_emu.c).
  */
 #include <math.h>
 #include <mpi.h>

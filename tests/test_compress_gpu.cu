@@ -693,7 +693,7 @@ int main(int argc, char** argv) {
     TCHECK(cudaGetDeviceProperties(&prop, 0));
     printf("device: %s (sm_%d%d)\n", prop.name, prop.major, prop.minor);
 #else
-    printf("device: CPU emulator (tests/cuda_emu)\n");
+    printf("device: CPU emulator (tests/emu)\n");
 #endif
     build_cfgs();
     bufs_init((1u << 20) + 64);

@@ -40,7 +40,7 @@
  *                           (memory encoder position layernorm matmul
  *                           elementwise attention crossentropy adamw norms)
  * The same source also runs on the CPU against the emulated backend
- * (tests/emu/build_emu.sh), which is how it was checked before any GPU run.
+ * (tests/emu/emu.mk), which is how it was checked before any GPU run.
  */
 #include <math.h>
 #include <stdint.h>

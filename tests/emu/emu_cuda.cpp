@@ -1,434 +1,852 @@
 /*
- * tests/emu/emu_cuda.cpp - the CPU side of tests/emu/emu_cuda.h: the SIMT
- * scheduler and warp primitives, and the CUDA runtime and cuBLASLt functions
- * the backend calls, implemented on host memory.
+ * tests/emu/emu_cuda.cpp - the CPU side of tests/emu/emu_cuda.h (which says
+ * what the emulator is for and what it is not): the SIMT scheduler, the warp
+ * primitives, and the CUDA runtime and cuBLASLt functions the backend, the
+ * compression kernels and the device collectives call, on host memory.
  *
- * The runtime calls act at once (the "device" is host memory, a stream is a
- * token); cudaMalloc'd blocks carry guard zones checked by cudaFree, so an
- * out-of-bounds write by any kernel is caught. cuBLASLt is emulated from its documented semantics: column-major
- * D = alpha op(A) op(B) + beta C (+ bias per row of D with the BIAS
- * epilogue), A/B bf16, C/D bf16 or fp32, fp32 accumulation; C is not read
- * when beta == 0. The heuristic call checks that the layouts agree with
- * m, n, k and the transposes - the part of matmul_cuda.cu most likely to be
- * wrong - and fails loudly if they do not.
+ * Scheduler. A block's threads are fibers (a ten-instruction register switch
+ * on x86-64, ucontext elsewhere and under AddressSanitizer). Each pass
+ * resumes a random non-empty subset of the warps that can run, each from a
+ * random lane on; a fiber runs until it parks (warp collective, barrier) or
+ * finishes. After each pass every warp whose lanes are all parked at a warp
+ * collective is checked (same collective, same offset, full mask, no lane
+ * exited) and resolved; when nothing can run, a barrier with the whole block
+ * at it is released, and anything else is a deadlock, reported as such.
+ *
+ * Runtime. Calls act at once (the "device" is host memory, streams and
+ * events are tokens, checked for validity). cudaMalloc'd blocks carry guard
+ * zones from their exact end (checked after every launch, at cudaFree, and
+ * against runtime copies); a build with -fsanitize=address allocates exact
+ * sizes instead, for the sanitizer to see. cuBLASLt is emulated from its
+ * documented semantics: column-major D = alpha op(A) op(B) + beta C (+ bias
+ * per row of D with the BIAS epilogue), A/B bf16, C/D bf16 or fp32, fp32
+ * accumulation; C is not read when beta == 0. The heuristic call checks that
+ * the layouts agree with m, n, k and the transposes - the part of
+ * matmul_cuda.cu most likely to be wrong - and fails loudly if they do not.
  */
 #include "emu_cuda.h" /* first: it defines the CUDA keywords before the CUDA headers do */
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <ucontext.h>
+#include <unistd.h>
 
 #include <deque>
 #include <map>
+#include <set>
 #include <vector>
 
 #include <cublasLt.h>
 
-dim3 threadIdx, blockIdx, blockDim, gridDim;
+uint3 threadIdx, blockIdx;
+dim3 blockDim, gridDim;
 
-static void emu_fail(const char* what) {
-    fprintf(stderr, "emu_cuda: %s (block %u,%u,%u thread %u,%u,%u)\n", what, blockIdx.x, blockIdx.y, blockIdx.z,
-            threadIdx.x, threadIdx.y, threadIdx.z);
-    exit(2);
-}
+/* Fiber switches: glibc's swapcontext makes a signal-mask system call on
+ * every switch, and the emulator switches at every shuffle. On x86-64 a
+ * ten-instruction switch of the callee-saved registers (plus the x87 and SSE
+ * control words) does the same job; sanitizer builds and other machines
+ * keep ucontext, which AddressSanitizer understands. */
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+#define EMU_FAST_SWITCH 1
+extern "C" void emu_switch(void** save_sp, void* new_sp);
+asm(R"(
+    .text
+    .globl emu_switch
+    .type emu_switch, @function
+emu_switch:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    subq $16, %rsp
+    stmxcsr 8(%rsp)
+    fnstcw (%rsp)
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    fldcw (%rsp)
+    ldmxcsr 8(%rsp)
+    addq $16, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size emu_switch, .-emu_switch
+)");
+#endif
 
-/* ---- scheduler ---------------------------------------------------------------------- */
-#define MAX_THREADS 1024
-#define MAX_WARPS (MAX_THREADS / 32)
-#define STACK_BYTES (128 * 1024)
-#define SMEM_BYTES (228 * 1024)
+namespace {
 
-struct Coroutine {
-    ucontext_t uc;
-    char* stack;
-    bool done;
-};
-static Coroutine g_co[MAX_THREADS];
-static ucontext_t g_sched;
-static int g_cur, g_nthreads;
-static EmuBody g_body;
-static void* g_ctx;
-alignas(16) static unsigned char g_smem[SMEM_BYTES];
-
-unsigned char* emu_dynamic_smem() { return g_smem; }
-
-static uint64_t g_rng = 0x853C49E6748FEA9Bull;
-static uint64_t emu_rand() {
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return g_rng >> 11;
-}
-
-static void co_entry() {
-    g_body(g_ctx);
-    g_co[g_cur].done = true; /* returning resumes uc_link, the scheduler */
-}
-static void emu_yield() { swapcontext(&g_co[g_cur].uc, &g_sched); }
-
-static void set_thread_coords(int t) {
-    threadIdx = dim3((unsigned)t % blockDim.x, ((unsigned)t / blockDim.x) % blockDim.y,
-                     (unsigned)t / (blockDim.x * blockDim.y));
-}
-static int linear_tid() { return g_cur; }
-static int lane_id() { return g_cur & 31; }
-static int warp_id() { return g_cur >> 5; }
-
-/* a collective completes when n participants arrived; the last computes for all */
-struct Coll {
-    int arrived = 0, kind = -1;
-    unsigned gen = 0;
-};
-static Coll g_warp_coll[MAX_WARPS], g_block_coll;
-
-template <typename F>
-static void collective(Coll& c, int n, int kind, F last) {
-    if (c.arrived == 0) c.kind = kind;
-    else if (c.kind != kind) emu_fail("threads reached different collectives (divergence)");
-    const unsigned gen = c.gen;
-    if (++c.arrived == n) {
-        last();
-        c.arrived = 0;
-        c.gen++;
-        return;
-    }
-    while (c.gen == gen) emu_yield();
-}
-/* a warp collective needs the whole warp present in the block */
-static int warp_size_here() {
-    int w0 = warp_id() * 32;
-    int n = g_nthreads - w0;
-    if (n < 32) emu_fail("warp collective in a partial warp is not emulated");
-    return 32;
-}
+enum { EMU_SMS = 4, EMU_OCC = 2, MAX_THREADS = 1024, STACK = 256 * 1024, SMEM_BYTES = 228 * 1024 };
+enum { RUN = 0, WAIT_WARP, WAIT_BAR, DONE };
 
 struct Copy {
     void* dst;
     const void* src;
     bool valid;
 };
-struct AsyncState {
+
+struct Fiber {
+    ucontext_t ctx;
+    void* sp; /* saved stack pointer (fast switch) */
+    char* stack;
+    int state;
+    /* the collective it is parked at, its operands and result */
+    int op, param;
+    unsigned mask;
+    uint64_t val, res;
+    const __nv_bfloat16* addr; /* ldmatrix row */
+    uint32_t a[4], b[2], r[4];  /* mma A, B; ldmatrix result */
+    float c[4];                 /* mma accumulators in, then out */
+    /* cp.async: copies issued but not committed, committed groups not yet waited for */
     std::vector<Copy> open;
     std::deque<std::vector<Copy>> groups;
 };
-static AsyncState g_async[MAX_THREADS];
 
-static void init_coroutine(int t) {
-    Coroutine& c = g_co[t];
-    if (!c.stack && !(c.stack = (char*)malloc(STACK_BYTES))) emu_fail("out of memory for coroutine stacks");
-    getcontext(&c.uc);
-    c.uc.uc_stack.ss_sp = c.stack;
-    c.uc.uc_stack.ss_size = STACK_BYTES;
-    c.uc.uc_link = &g_sched;
-    makecontext(&c.uc, co_entry, 0);
-    c.done = false;
-    g_async[t] = AsyncState();
+std::vector<Fiber> fibers;
+#ifdef EMU_FAST_SWITCH
+void* sched_sp;
+#else
+ucontext_t sched_ctx;
+#endif
+int cur = -1, nthreads = 0;
+EmuBody body_fn;
+void* body_ctx;
+const char* launch_file = "?";
+int launch_line = 0;
+cudaError_t last_error = cudaSuccess;
+alignas(128) unsigned char g_smem[SMEM_BYTES];
+
+uint64_t g_rng = 0x853C49E6748FEA9Bull;
+uint64_t emu_rand() {
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return g_rng >> 11;
+}
+struct SeedFromEnv {
+    SeedFromEnv() {
+        const char* s = getenv("EMU_SEED");
+        if (s && *s) g_rng ^= strtoull(s, nullptr, 0) * 0x9E3779B97F4A7C15ull + 1;
+    }
+} seed_from_env;
+
+[[noreturn]] void emu_fail(const char* fmt, ...) {
+    fflush(stdout);
+    fprintf(stderr, "emu_cuda: ");
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    if (cur >= 0)
+        fprintf(stderr, " (kernel launched at %s:%d, block %u,%u,%u thread %u,%u,%u)\n", launch_file, launch_line,
+                blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x, threadIdx.y, threadIdx.z);
+    else if (nthreads)
+        fprintf(stderr, " (kernel launched at %s:%d, block %u,%u,%u)\n", launch_file, launch_line, blockIdx.x,
+                blockIdx.y, blockIdx.z);
+    else
+        fprintf(stderr, "\n");
+    fflush(stderr);
+    _exit(2); /* no atexit handlers: under mpirun, the job is taken down */
 }
 
-static void run_block() {
-    for (int t = 0; t < g_nthreads; t++) init_coroutine(t);
-    for (int w = 0; w < MAX_WARPS; w++) g_warp_coll[w] = Coll();
-    g_block_coll = Coll();
-    /* each pass resumes a random non-empty subset of the warps: warps drift
-     * apart between barriers, as on the hardware */
-    const int nwarps = (g_nthreads + 31) / 32;
-    std::vector<char> run(nwarps);
-    for (bool busy = true; busy;) {
-        busy = false;
-        bool any = false;
-        while (!any)
-            for (int w = 0; w < nwarps; w++) any |= (run[w] = (char)(emu_rand() & 1)) != 0;
-        for (int t = 0; t < g_nthreads; t++) {
-            if (g_co[t].done) continue;
-            busy = true;
-            if (!run[t >> 5]) continue;
-            g_cur = t;
-            set_thread_coords(t);
-            swapcontext(&g_sched, &g_co[t].uc);
-        }
+void set_thread_coords(int t) {
+    threadIdx = make_uint3((unsigned)t % blockDim.x, ((unsigned)t / blockDim.x) % blockDim.y,
+                           (unsigned)t / (blockDim.x * blockDim.y));
+}
+
+void to_scheduler(Fiber& f) {
+#ifdef EMU_FAST_SWITCH
+    emu_switch(&f.sp, sched_sp);
+#else
+    swapcontext(&f.ctx, &sched_ctx);
+#endif
+}
+
+void fiber_entry(int idx) {
+    body_fn(body_ctx);
+    fibers[idx].state = DONE;
+    to_scheduler(fibers[idx]);
+    emu_fail("a finished thread was resumed");
+}
+
+#ifdef EMU_FAST_SWITCH
+void fiber_trampoline(void) { fiber_entry(cur); }
+
+/* a fresh stack that emu_switch "returns" into fiber_trampoline from */
+void* fresh_stack(char* stack) {
+    uintptr_t top = ((uintptr_t)(stack + STACK)) & ~(uintptr_t)15;
+    void** sp = (void**)top;
+    *--sp = nullptr;                             /* the trampoline starts as if called: rsp = 8 mod 16 */
+    *--sp = (void*)fiber_trampoline;             /* ret address */
+    for (int i = 0; i < 6; i++) *--sp = nullptr; /* rbp rbx r12..r15 */
+    sp -= 2;                                     /* x87 control word, MXCSR: copy the current ones */
+    unsigned mxcsr;
+    unsigned short fcw;
+    asm volatile("stmxcsr %0" : "=m"(mxcsr));
+    asm volatile("fnstcw %0" : "=m"(fcw));
+    memcpy((char*)sp, &fcw, sizeof(fcw));
+    memcpy((char*)sp + 8, &mxcsr, sizeof(mxcsr));
+    return sp;
+}
+#endif
+
+void park(int state) {
+    if (cur < 0) emu_fail("a warp collective or __syncthreads outside a kernel");
+    Fiber& f = fibers[cur];
+    f.state = state;
+    to_scheduler(f);
+}
+
+const char* op_name(int op) {
+    switch (op) {
+        case EMU_SHFL_XOR: case EMU_SHFL_XOR64: return "__shfl_xor_sync";
+        case EMU_SHFL_UP: case EMU_SHFL_UP64: return "__shfl_up_sync";
+        case EMU_SHFL_DOWN: case EMU_SHFL_DOWN64: return "__shfl_down_sync";
+        case EMU_SHFL_IDX: case EMU_SHFL_IDX64: return "__shfl_sync";
+        case EMU_BALLOT: return "__ballot_sync";
+        case EMU_RED_ADD: return "__reduce_add_sync";
+        case EMU_RED_MAX: return "__reduce_max_sync";
+        case EMU_SYNCWARP: return "__syncwarp";
+        case EMU_LDSM: return "ldmatrix";
+        case EMU_LDSM_T: return "ldmatrix.trans";
+        case EMU_MMA: return "mma.sync";
+        default: return "?";
     }
 }
 
-/* dynamic shared memory limit per kernel, as cudaFuncSetAttribute raised it */
-static std::map<const void*, int> g_smem_limit;
-static cudaError_t g_last_error = cudaSuccess;
-
-void emu_run_grid(const void* fn, dim3 grid, dim3 block, size_t smem, EmuBody body, void* ctx) {
-    const size_t nthreads = (size_t)block.x * block.y * block.z;
-    int limit = 48 * 1024;
-    auto it = g_smem_limit.find(fn);
-    if (it != g_smem_limit.end()) limit = it->second;
-    if (nthreads == 0 || nthreads > MAX_THREADS || grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.y > 65535 ||
-        grid.z > 65535 || block.z > 64) {
-        g_last_error = cudaErrorInvalidConfiguration;
-        return;
-    }
-    if (smem > (size_t)limit || smem > SMEM_BYTES) {
-        g_last_error = cudaErrorInvalidValue; /* what the runtime says for too much dynamic shared memory */
-        return;
-    }
-    g_body = body;
-    g_ctx = ctx;
-    g_nthreads = (int)nthreads;
-    gridDim = grid;
-    blockDim = block;
-    for (unsigned z = 0; z < grid.z; z++)
-        for (unsigned y = 0; y < grid.y; y++)
-            for (unsigned x = 0; x < grid.x; x++) {
-                blockIdx = dim3(x, y, z);
-                memset(g_smem, 0xFF, smem ? smem : 16); /* NaN bytes: reads of unset data are loud */
-                run_block();
-            }
-}
-
-/* ---- primitives ---------------------------------------------------------------------- */
-struct WarpBuf {
-    const __nv_bfloat16* addr[32];
-    uint32_t r[32][4];
-    double vin[32], vout[32];
-    uint32_t a[32][4], b[32][2];
-    float c[32][4], d[32][4];
-};
-static WarpBuf g_wb[MAX_WARPS];
-
-void __syncthreads() {
-    collective(g_block_coll, g_nthreads, 100, [] {});
-}
-
-static double shfl_xor(double v, int o, int kind) {
-    WarpBuf& wb = g_wb[warp_id()];
-    wb.vin[lane_id()] = v;
-    collective(g_warp_coll[warp_id()], warp_size_here(), kind, [&] {
-        for (int l = 0; l < 32; l++) wb.vout[l] = wb.vin[l ^ o];
-    });
-    return wb.vout[lane_id()];
-}
-float emu_shfl_xor_f(float v, int o) { return (float)shfl_xor(v, o, 1); }
-double emu_shfl_xor_d(double v, int o) { return shfl_xor(v, o, 5); }
-
-static bool in_smem(const void* p, size_t bytes) {
-    const unsigned char* q = (const unsigned char*)p;
-    return q >= g_smem && q + bytes <= g_smem + SMEM_BYTES;
-}
-
-void cp_async16(void* smem, const void* gmem, bool valid) {
-    if (((uintptr_t)smem & 15) || ((uintptr_t)gmem & 15)) emu_fail("cp.async address not 16-byte aligned");
-    if (!in_smem(smem, 16)) emu_fail("cp.async destination outside shared memory");
-    if (emu_rand() & 1) { /* lands at once ... */
-        if (valid) memcpy(smem, gmem, 16);
-        else memset(smem, 0, 16);
-        return;
-    }
-    g_async[linear_tid()].open.push_back(Copy{smem, gmem, valid}); /* ... or at its wait */
-}
-void cp_async_commit() {
-    AsyncState& s = g_async[linear_tid()];
-    s.groups.push_back(s.open);
-    s.open.clear();
-}
-void emu_cp_async_wait(int n) {
-    AsyncState& s = g_async[linear_tid()];
-    while ((int)s.groups.size() > n) {
-        for (const Copy& c : s.groups.front()) {
-            if (c.valid) memcpy(c.dst, c.src, 16);
-            else memset(c.dst, 0, 16);
-        }
-        s.groups.pop_front();
-    }
-}
-
-static uint16_t bits16(__nv_bfloat16 h) {
+uint16_t bits16(__nv_bfloat16 h) {
     uint16_t u;
     memcpy(&u, &h, 2);
     return u;
 }
-
-/* ldmatrix.x4: lanes 8i..8i+7 give the rows of matrix i; register i of lane l
- * holds row l/4, elements 2(l%4), 2(l%4)+1 of matrix i (of its transpose
- * with .trans) */
-static void ldsm(uint32_t (&r)[4], const __nv_bfloat16* p, bool trans) {
-    if ((uintptr_t)p & 15) emu_fail("ldmatrix row address not 16-byte aligned");
-    if (!in_smem(p, 16)) emu_fail("ldmatrix row outside shared memory");
-    WarpBuf& wb = g_wb[warp_id()];
-    wb.addr[lane_id()] = p;
-    collective(g_warp_coll[warp_id()], warp_size_here(), trans ? 3 : 2, [&] {
-        for (int l = 0; l < 32; l++)
-            for (int i = 0; i < 4; i++) {
-                const __nv_bfloat16* const* rows = &wb.addr[8 * i];
-                uint16_t e0, e1;
-                if (!trans) {
-                    e0 = bits16(rows[l / 4][2 * (l % 4)]);
-                    e1 = bits16(rows[l / 4][2 * (l % 4) + 1]);
-                } else {
-                    e0 = bits16(rows[2 * (l % 4)][l / 4]);
-                    e1 = bits16(rows[2 * (l % 4) + 1][l / 4]);
-                }
-                wb.r[l][i] = (uint32_t)e0 | ((uint32_t)e1 << 16);
-            }
-    });
-    for (int i = 0; i < 4; i++) r[i] = wb.r[lane_id()][i];
-}
-void ldsm_x4(uint32_t (&r)[4], const __nv_bfloat16* p) { ldsm(r, p, false); }
-void ldsm_x4_t(uint32_t (&r)[4], const __nv_bfloat16* p) { ldsm(r, p, true); }
-
-static float bf_lo(uint32_t u) {
+float bf_lo(uint32_t u) {
     uint32_t x = u << 16;
     float f;
     memcpy(&f, &x, 4);
     return f;
 }
-static float bf_hi(uint32_t u) {
+float bf_hi(uint32_t u) {
     uint32_t x = u & 0xffff0000u;
     float f;
     memcpy(&f, &x, 4);
     return f;
 }
 
+/* ldmatrix.x4: lanes 8i..8i+7 give the rows of matrix i; register i of lane l
+ * holds row l/4, elements 2(l%4), 2(l%4)+1 of matrix i (of its transpose
+ * with .trans) */
+void resolve_ldsm(Fiber* w, bool trans) {
+    for (int l = 0; l < 32; l++)
+        for (int i = 0; i < 4; i++) {
+            const Fiber* rows = &w[8 * i];
+            uint16_t e0, e1;
+            if (!trans) {
+                e0 = bits16(rows[l / 4].addr[2 * (l % 4)]);
+                e1 = bits16(rows[l / 4].addr[2 * (l % 4) + 1]);
+            } else {
+                e0 = bits16(rows[2 * (l % 4)].addr[l / 4]);
+                e1 = bits16(rows[2 * (l % 4) + 1].addr[l / 4]);
+            }
+            w[l].r[i] = (uint32_t)e0 | ((uint32_t)e1 << 16);
+        }
+}
+
 /* mma.m16n8k16 (g = lane/4, t = lane%4), per the PTX ISA:
  *   A reg i, half h -> (row g + 8(i%2), col 2t + h + 8(i/2))
  *   B reg i, half h -> (k 2t + h + 8i, n g)
  *   C/D element e   -> (row g + 8(e/2), col 2t + e%2) */
-void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    WarpBuf& wb = g_wb[warp_id()];
-    const int ln = lane_id();
-    for (int i = 0; i < 4; i++) {
-        wb.a[ln][i] = a[i];
-        wb.c[ln][i] = d[i];
+void resolve_mma(Fiber* w) {
+    float A[16][16], B[16][8], C[16][8];
+    for (int l = 0; l < 32; l++) {
+        const int g = l / 4, t = l % 4;
+        for (int i = 0; i < 4; i++) {
+            A[g + 8 * (i % 2)][2 * t + 8 * (i / 2)] = bf_lo(w[l].a[i]);
+            A[g + 8 * (i % 2)][2 * t + 1 + 8 * (i / 2)] = bf_hi(w[l].a[i]);
+        }
+        for (int i = 0; i < 2; i++) {
+            B[2 * t + 8 * i][g] = bf_lo(w[l].b[i]);
+            B[2 * t + 1 + 8 * i][g] = bf_hi(w[l].b[i]);
+        }
+        for (int e = 0; e < 4; e++) C[g + 8 * (e / 2)][2 * t + e % 2] = w[l].c[e];
     }
-    wb.b[ln][0] = b0;
-    wb.b[ln][1] = b1;
-    collective(g_warp_coll[warp_id()], warp_size_here(), 4, [&] {
-        float A[16][16], B[16][8], C[16][8];
-        for (int l = 0; l < 32; l++) {
-            const int g = l / 4, t = l % 4;
-            for (int i = 0; i < 4; i++) {
-                A[g + 8 * (i % 2)][2 * t + 8 * (i / 2)] = bf_lo(wb.a[l][i]);
-                A[g + 8 * (i % 2)][2 * t + 1 + 8 * (i / 2)] = bf_hi(wb.a[l][i]);
-            }
-            for (int i = 0; i < 2; i++) {
-                B[2 * t + 8 * i][g] = bf_lo(wb.b[l][i]);
-                B[2 * t + 1 + 8 * i][g] = bf_hi(wb.b[l][i]);
-            }
-            for (int e = 0; e < 4; e++) C[g + 8 * (e / 2)][2 * t + e % 2] = wb.c[l][e];
+    for (int l = 0; l < 32; l++) {
+        const int g = l / 4, t = l % 4;
+        for (int e = 0; e < 4; e++) {
+            const int row = g + 8 * (e / 2), col = 2 * t + e % 2;
+            float s = C[row][col];
+            for (int k = 0; k < 16; k++) s += A[row][k] * B[k][col];
+            w[l].c[e] = s;
         }
-        for (int l = 0; l < 32; l++) {
-            const int g = l / 4, t = l % 4;
-            for (int e = 0; e < 4; e++) {
-                const int row = g + 8 * (e / 2), col = 2 * t + e % 2;
-                float s = C[row][col];
-                for (int k = 0; k < 16; k++) s += A[row][k] * B[k][col];
-                wb.d[l][e] = s;
-            }
-        }
-    });
-    for (int e = 0; e < 4; e++) d[e] = wb.d[ln][e];
+    }
 }
 
-/* ---- CUDA runtime -------------------------------------------------------------------- */
+/* Warp wi: if every lane is parked at a warp collective, check and resolve it.
+ * Returns true when the warp's lanes can run again. */
+bool resolve_warp(int wi) {
+    const int lo = 32 * wi, hi = std::min(lo + 32, nthreads);
+    int waiting = 0, done = 0;
+    for (int i = lo; i < hi; i++) {
+        const int s = fibers[i].state;
+        if (s == WAIT_WARP) waiting++;
+        else if (s == DONE) done++;
+        else return false; /* running, or at a barrier (a deadlock if nothing else moves: the caller says) */
+    }
+    if (!waiting) return false;
+    Fiber* w = &fibers[lo];
+    const int op = w[0].op;
+    /* report from the first parked lane */
+    for (int i = lo; i < hi; i++)
+        if (fibers[i].state == WAIT_WARP) {
+            cur = i;
+            set_thread_coords(i);
+            break;
+        }
+    if (done) emu_fail("%s while %d lane(s) of the warp have exited", op_name(fibers[cur].op), done);
+    if (hi - lo < 32) emu_fail("%s in a partial warp (%d threads): not emulated", op_name(op), hi - lo);
+    for (int l = 0; l < 32; l++) {
+        if (w[l].op != op) {
+            cur = lo + l;
+            set_thread_coords(cur);
+            emu_fail("divergent warp collective: lane 0 at %s, lane %d at %s", op_name(op), l, op_name(w[l].op));
+        }
+        const bool per_lane_param = op == EMU_SHFL_IDX || op == EMU_SHFL_IDX64;
+        if (!per_lane_param && w[l].param != w[0].param) {
+            cur = lo + l;
+            set_thread_coords(cur);
+            emu_fail("divergent warp collective: lane 0 at %s(%d), lane %d at %s(%d)", op_name(op), w[0].param, l,
+                     op_name(op), w[l].param);
+        }
+        if (w[l].mask != 0xffffffffu) {
+            cur = lo + l;
+            set_thread_coords(cur);
+            emu_fail("%s with mask 0x%08x: only full-warp masks are emulated", op_name(op), w[l].mask);
+        }
+    }
+    cur = -1;
+    switch (op) {
+        case EMU_LDSM: resolve_ldsm(w, false); break;
+        case EMU_LDSM_T: resolve_ldsm(w, true); break;
+        case EMU_MMA: resolve_mma(w); break;
+        case EMU_SYNCWARP: break;
+        case EMU_BALLOT: case EMU_RED_ADD: case EMU_RED_MAX: {
+            unsigned bal = 0, sum = 0, mx = 0;
+            for (int l = 0; l < 32; l++) {
+                const unsigned v = (unsigned)w[l].val;
+                if (v) bal |= 1u << l;
+                sum += v;
+                mx = std::max(mx, v);
+            }
+            for (int l = 0; l < 32; l++) w[l].res = op == EMU_BALLOT ? bal : op == EMU_RED_ADD ? sum : mx;
+            break;
+        }
+        default: /* shuffles: the source lane, or the lane's own value when it is out of range */
+            for (int l = 0; l < 32; l++) {
+                const int p = w[l].param;
+                int src = l;
+                switch (op) {
+                    case EMU_SHFL_XOR: case EMU_SHFL_XOR64: src = l ^ (p & 31); break;
+                    case EMU_SHFL_UP: case EMU_SHFL_UP64: src = l - p >= 0 ? l - p : l; break;
+                    case EMU_SHFL_DOWN: case EMU_SHFL_DOWN64: src = l + p < 32 ? l + p : l; break;
+                    case EMU_SHFL_IDX: case EMU_SHFL_IDX64: src = p & 31; break;
+                    default: emu_fail("unknown warp collective %d", op);
+                }
+                w[l].res = w[src].val;
+            }
+    }
+    for (int i = lo; i < hi; i++) fibers[i].state = RUN;
+    return true;
+}
+
+void init_fibers() {
+    if ((int)fibers.size() < nthreads) {
+        const size_t old = fibers.size();
+        fibers.resize(nthreads);
+        for (size_t i = old; i < fibers.size(); i++)
+            if (!(fibers[i].stack = (char*)malloc(STACK))) emu_fail("out of memory for thread stacks");
+    }
+    for (int i = 0; i < nthreads; i++) {
+        Fiber& f = fibers[i];
+#ifdef EMU_FAST_SWITCH
+        f.sp = fresh_stack(f.stack);
+#else
+        getcontext(&f.ctx);
+        f.ctx.uc_stack.ss_sp = f.stack;
+        f.ctx.uc_stack.ss_size = STACK;
+        f.ctx.uc_link = nullptr;
+        makecontext(&f.ctx, (void (*)())fiber_entry, 1, i);
+#endif
+        f.state = RUN;
+        f.open.clear();
+        f.groups.clear();
+    }
+}
+
+void run_fiber(int i) {
+    cur = i;
+    set_thread_coords(i);
+#ifdef EMU_FAST_SWITCH
+    emu_switch(&sched_sp, fibers[i].sp);
+#else
+    swapcontext(&sched_ctx, &fibers[i].ctx);
+#endif
+}
+
+void run_block() {
+    init_fibers();
+    const int nwarps = (nthreads + 31) / 32;
+    std::vector<int> runnable;
+    runnable.reserve(nwarps);
+    for (;;) {
+        /* the warps with a lane that can run; resume a random non-empty subset */
+        runnable.clear();
+        for (int w = 0; w < nwarps; w++) {
+            const int lo = 32 * w, hi = std::min(lo + 32, nthreads);
+            for (int i = lo; i < hi; i++)
+                if (fibers[i].state == RUN) {
+                    runnable.push_back(w);
+                    break;
+                }
+        }
+        if (!runnable.empty()) {
+            bool any = false;
+            for (int w : runnable) {
+                if (!(emu_rand() & 1)) continue;
+                any = true;
+                const int lo = 32 * w, n = std::min(lo + 32, nthreads) - lo, start = (int)(emu_rand() % (unsigned)n);
+                for (int k = 0; k < n; k++) {
+                    const int i = lo + (start + k) % n;
+                    if (fibers[i].state == RUN) run_fiber(i);
+                }
+            }
+            if (!any) {
+                const int w = runnable[emu_rand() % runnable.size()];
+                for (int i = 32 * w; i < std::min(32 * w + 32, nthreads); i++)
+                    if (fibers[i].state == RUN) run_fiber(i);
+            }
+            cur = -1;
+            for (int w = 0; w < nwarps; w++) resolve_warp(w);
+            continue;
+        }
+        /* nothing can run: every live thread is parked at a barrier or a warp collective */
+        bool resolved = false;
+        for (int w = 0; w < nwarps; w++) resolved |= resolve_warp(w);
+        if (resolved) continue;
+        int live = 0, at_bar = 0, at_warp = 0, first_bar = -1, first_warp = -1;
+        for (int i = 0; i < nthreads; i++) {
+            const int s = fibers[i].state;
+            if (s != DONE) live++;
+            if (s == WAIT_BAR && at_bar++ == 0) first_bar = i;
+            if (s == WAIT_WARP && at_warp++ == 0) first_warp = i;
+        }
+        if (!live) break;
+        if (at_bar == live && live == nthreads) {
+            for (int i = 0; i < nthreads; i++) fibers[i].state = RUN;
+            continue;
+        }
+        if (at_bar == live) {
+            cur = first_bar;
+            set_thread_coords(cur);
+            emu_fail("__syncthreads reached after %d thread(s) of the block exited", nthreads - live);
+        }
+        cur = first_warp >= 0 ? first_warp : first_bar;
+        set_thread_coords(cur);
+        if (at_bar)
+            emu_fail("deadlock: %d thread(s) at __syncthreads while %d wait at a warp collective (%s)", at_bar,
+                     at_warp, op_name(fibers[first_warp].op));
+        emu_fail("deadlock: threads wait at %s for lanes that never arrive", op_name(fibers[first_warp].op));
+    }
+    cur = -1;
+}
+
+/* ---- device allocations --------------------------------------------------------------- */
+/* Each block: [guard][bytes][guard from the exact end to the 256-byte rounding + GUARD] */
+enum { GUARD = 256 };
+const unsigned char GUARD_BYTE = 0xC3, FRESH_BYTE = 0xA5;
+struct Alloc {
+    size_t bytes, padded;
+    bool host;
+};
+std::map<uintptr_t, Alloc> g_allocs; /* by start address */
+std::set<cudaStream_t> g_streams;
+std::set<cudaEvent_t> g_events;
+std::map<const void*, int> g_smem_limit; /* dynamic shared memory per kernel, as cudaFuncSetAttribute raised it */
+
+#ifdef __SANITIZE_ADDRESS__
+const bool kGuards = false; /* exact-size blocks: AddressSanitizer sees every stray access */
+#else
+const bool kGuards = true;
+#endif
+
+bool guards_intact(uintptr_t p, const Alloc& a) {
+    if (!kGuards) return true;
+    const unsigned char* q = (const unsigned char*)p;
+    for (size_t i = 0; i < GUARD; i++)
+        if (q[-(ptrdiff_t)GUARD + (ptrdiff_t)i] != GUARD_BYTE) return false;
+    for (size_t i = a.bytes; i < a.padded + GUARD; i++)
+        if (q[i] != GUARD_BYTE) return false;
+    return true;
+}
+
+void check_all_guards(const char* when) {
+    for (const auto& kv : g_allocs)
+        if (!guards_intact(kv.first, kv.second))
+            emu_fail("%s: a write outside the %zu-byte block at %p (guard zone damaged)", when, kv.second.bytes,
+                     (void*)kv.first);
+}
+
+/* the allocation holding [p, p + n), or null when p is in none (host memory) */
+const Alloc* find_alloc(const void* p, uintptr_t* start) {
+    const uintptr_t q = (uintptr_t)p;
+    auto it = g_allocs.upper_bound(q);
+    if (it == g_allocs.begin()) return nullptr;
+    --it;
+    if (q >= it->first + it->second.padded + (kGuards ? GUARD : 0)) return nullptr;
+    *start = it->first;
+    return &it->second;
+}
+
+/* runtime copies and sets: a range that starts in a device block must end in it */
+void check_runtime_range(const void* p, size_t n, const char* what) {
+    uintptr_t s;
+    const Alloc* a = find_alloc(p, &s);
+    if (a && (uintptr_t)p + n > s + a->bytes)
+        emu_fail("%s of %zu bytes at offset %zu overruns its %zu-byte block", what, n, (size_t)((uintptr_t)p - s),
+                 a->bytes);
+}
+
+cudaError_t emu_alloc(void** p, size_t bytes, bool host) {
+    const size_t padded = (bytes + 255) / 256 * 256;
+    const size_t total = padded + (kGuards ? 2 * GUARD : 0);
+    unsigned char* base = nullptr;
+    if (posix_memalign((void**)&base, 256, total ? total : 1) != 0) return cudaErrorMemoryAllocation;
+    unsigned char* user = base + (kGuards ? GUARD : 0);
+    if (kGuards) memset(base, GUARD_BYTE, total);
+    memset(user, FRESH_BYTE, bytes); /* fresh memory is not zero: whoever needs zeros must set them */
+    *p = user;
+    g_allocs[(uintptr_t)user] = Alloc{bytes, kGuards ? padded : bytes, host};
+    return cudaSuccess;
+}
+
+cudaError_t emu_free(void* p, bool host) {
+    if (!p) return cudaSuccess;
+    auto it = g_allocs.find((uintptr_t)p);
+    if (it == g_allocs.end() || it->second.host != host)
+        emu_fail(host ? "cudaFreeHost of a pointer cudaMallocHost did not return"
+                      : "cudaFree of a pointer cudaMalloc did not return");
+    if (!guards_intact(it->first, it->second))
+        emu_fail("cudaFree: a write outside the %zu-byte block at %p (guard zone damaged)", it->second.bytes, p);
+    g_allocs.erase(it);
+    free((unsigned char*)p - (kGuards ? GUARD : 0));
+    return cudaSuccess;
+}
+
+void check_stream(cudaStream_t s, const char* what) {
+    if (s == 0 || s == cudaStreamLegacy || s == cudaStreamPerThread || g_streams.count(s)) return;
+    emu_fail("%s on a stream that cudaStreamCreate did not return (or that was destroyed)", what);
+}
+void check_event(cudaEvent_t e, const char* what) {
+    if (!g_events.count(e)) emu_fail("%s of an event that cudaEventCreate did not return (or that was destroyed)", what);
+}
+
+} /* namespace */
+
+/* ---- launches ----------------------------------------------------------------------------- */
+void emu_run_grid(const void* fn, const char* file, int line, dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                  EmuBody body, void* ctx) {
+    if (cur >= 0) emu_fail("a kernel launch from inside a kernel (dynamic parallelism) is not emulated");
+    check_stream(stream, "kernel launch");
+    const size_t nt = (size_t)block.x * block.y * block.z;
+    int limit = 48 * 1024;
+    auto it = g_smem_limit.find(fn);
+    if (it != g_smem_limit.end()) limit = it->second;
+    if (nt == 0 || nt > MAX_THREADS || block.z > 64 || grid.x == 0 || grid.y == 0 || grid.z == 0 ||
+        grid.x > 2147483647u || grid.y > 65535 || grid.z > 65535) {
+        last_error = cudaErrorInvalidConfiguration;
+        return;
+    }
+    if (smem > (size_t)limit || smem > SMEM_BYTES) {
+        last_error = cudaErrorInvalidValue; /* what the runtime says for too much dynamic shared memory */
+        return;
+    }
+    launch_file = file;
+    launch_line = line;
+    body_fn = body;
+    body_ctx = ctx;
+    nthreads = (int)nt;
+    gridDim = grid;
+    blockDim = block;
+    for (unsigned z = 0; z < grid.z; z++)
+        for (unsigned y = 0; y < grid.y; y++)
+            for (unsigned x = 0; x < grid.x; x++) {
+                blockIdx = make_uint3(x, y, z);
+                memset(g_smem, 0xFF, smem ? smem : 16); /* NaN bytes: reads of unset data are loud */
+                run_block();
+            }
+    check_all_guards("after the kernel");
+    nthreads = 0;
+}
+
+/* ---- warp collectives, barriers, shared and global memory ---------------------------------- */
+uint64_t emu_warp_op(int op, int param, uint64_t value, unsigned mask) {
+    if (cur < 0) emu_fail("%s outside a kernel", op_name(op));
+    Fiber& f = fibers[cur];
+    f.op = op;
+    f.param = param;
+    f.val = value;
+    f.mask = mask;
+    park(WAIT_WARP);
+    return fibers[cur].res;
+}
+
+void emu_syncthreads(void) { park(WAIT_BAR); }
+
+unsigned char* emu_dynamic_smem() { return g_smem; }
+
+static bool in_smem(const void* p, size_t bytes) {
+    const unsigned char* q = (const unsigned char*)p;
+    return q >= g_smem && q + bytes <= g_smem + SMEM_BYTES;
+}
+
+void emu_check_global(const void* p, size_t bytes, size_t align, const char* what) {
+    if ((uintptr_t)p % align) emu_fail("%s of %zu bytes at %p: not %zu-byte aligned", what, bytes, p, align);
+    uintptr_t s;
+    const Alloc* a = find_alloc(p, &s);
+    if (!a) emu_fail("%s of %zu bytes at %p: not in any cudaMalloc'd block", what, bytes, p);
+    if ((uintptr_t)p + bytes > s + a->bytes)
+        emu_fail("%s of %zu bytes at offset %zu of a %zu-byte block: out of bounds", what, bytes,
+                 (size_t)((uintptr_t)p - s), a->bytes);
+}
+
+void cp_async16(void* smem, const void* gmem, bool valid) {
+    if ((uintptr_t)smem & 15) emu_fail("cp.async destination not 16-byte aligned");
+    if (!in_smem(smem, 16)) emu_fail("cp.async destination outside dynamic shared memory");
+    if (valid) emu_check_global(gmem, 16, 16, "cp.async source");
+    else if ((uintptr_t)gmem & 15) emu_fail("cp.async source not 16-byte aligned");
+    if (emu_rand() & 1) { /* lands at once ... */
+        if (valid) memcpy(smem, gmem, 16);
+        else memset(smem, 0, 16);
+        return;
+    }
+    fibers[cur].open.push_back(Copy{smem, gmem, valid}); /* ... or at its wait */
+}
+void cp_async_commit() {
+    Fiber& f = fibers[cur];
+    f.groups.push_back(f.open);
+    f.open.clear();
+}
+void emu_cp_async_wait(int n) {
+    Fiber& f = fibers[cur];
+    while ((int)f.groups.size() > n) {
+        for (const Copy& c : f.groups.front()) {
+            if (c.valid) memcpy(c.dst, c.src, 16);
+            else memset(c.dst, 0, 16);
+        }
+        f.groups.pop_front();
+    }
+}
+
+static void ldsm(uint32_t (&r)[4], const __nv_bfloat16* p, bool trans) {
+    if ((uintptr_t)p & 15) emu_fail("ldmatrix row address not 16-byte aligned");
+    if (!in_smem(p, 16)) emu_fail("ldmatrix row outside dynamic shared memory");
+    fibers[cur].addr = p;
+    emu_warp_op(trans ? EMU_LDSM_T : EMU_LDSM, 0, 0, 0xffffffffu);
+    for (int i = 0; i < 4; i++) r[i] = fibers[cur].r[i];
+}
+void ldsm_x4(uint32_t (&r)[4], const __nv_bfloat16* p) { ldsm(r, p, false); }
+void ldsm_x4_t(uint32_t (&r)[4], const __nv_bfloat16* p) { ldsm(r, p, true); }
+
+void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    if (cur < 0) emu_fail("mma.sync outside a kernel");
+    Fiber& f = fibers[cur];
+    for (int i = 0; i < 4; i++) {
+        f.a[i] = a[i];
+        f.c[i] = d[i];
+    }
+    f.b[0] = b0;
+    f.b[1] = b1;
+    emu_warp_op(EMU_MMA, 0, 0, 0xffffffffu);
+    for (int e = 0; e < 4; e++) d[e] = fibers[cur].c[e];
+}
+
+/* ---- CUDA runtime ---------------------------------------------------------------------------- */
 extern "C" {
 
-cudaError_t cudaGetDeviceCount(int* count) {
+cudaError_t CUDARTAPI cudaGetDeviceCount(int* count) {
     *count = 1;
     return cudaSuccess;
 }
-cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
-cudaError_t cudaGetDevice(int* device) {
+cudaError_t CUDARTAPI cudaSetDevice(int device) { return device == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
+cudaError_t CUDARTAPI cudaGetDevice(int* device) {
     *device = 0;
     return cudaSuccess;
 }
-cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
+cudaError_t CUDARTAPI cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
     if (device != 0) return cudaErrorInvalidDevice;
     memset(prop, 0, sizeof(*prop));
-    strcpy(prop->name, "CPU emulation (tests/emu)");
+    strcpy(prop->name, "CPU emulator (tests/emu)");
     prop->major = 9;
     prop->minor = 0;
-    prop->multiProcessorCount = 132;
+    prop->multiProcessorCount = EMU_SMS;
+    prop->warpSize = 32;
+    prop->maxThreadsPerBlock = MAX_THREADS;
+    prop->sharedMemPerBlock = 48 * 1024;
     prop->sharedMemPerBlockOptin = 227 * 1024;
     return cudaSuccess;
 }
-cudaError_t cudaStreamCreate(cudaStream_t* s) {
-    static int token;
-    *s = (cudaStream_t)&token;
+cudaError_t CUDARTAPI cudaDeviceGetAttribute(int* value, enum cudaDeviceAttr attr, int device) {
+    if (device != 0) return cudaErrorInvalidDevice;
+    switch (attr) {
+        case cudaDevAttrMultiProcessorCount: *value = EMU_SMS; break;
+        case cudaDevAttrMaxThreadsPerBlock: *value = MAX_THREADS; break;
+        case cudaDevAttrWarpSize: *value = 32; break;
+        case cudaDevAttrComputeCapabilityMajor: *value = 9; break;
+        case cudaDevAttrComputeCapabilityMinor: *value = 0; break;
+        case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = 227 * 1024; break;
+        default: emu_fail("cudaDeviceGetAttribute: attribute %d not emulated", (int)attr);
+    }
     return cudaSuccess;
 }
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
-/* Device allocations carry a guard zone on each side, checked when freed:
- * a kernel writing out of bounds fails the run there. */
-#define GUARD_BYTES 256
-static std::map<void*, size_t> g_allocs;
-static bool guards_intact(unsigned char* p, size_t n) {
-    for (size_t i = 0; i < GUARD_BYTES; i++)
-        if (p[-(ptrdiff_t)GUARD_BYTES + (ptrdiff_t)i] != 0xC3 || p[n + i] != 0xC3) return false;
-    return true;
-}
-cudaError_t cudaMalloc(void** p, size_t bytes) {
-    const size_t n = (bytes + 255) / 256 * 256;
-    unsigned char* base = (unsigned char*)aligned_alloc(256, n + 2 * GUARD_BYTES);
-    if (!base) return cudaErrorMemoryAllocation;
-    memset(base, 0xC3, n + 2 * GUARD_BYTES);
-    memset(base + GUARD_BYTES, 0xA5, n); /* fresh device memory is not zero: ops_malloc must clear it */
-    *p = base + GUARD_BYTES;
-    g_allocs[*p] = n;
+cudaError_t CUDARTAPI cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* numBlocks, const void* func,
+                                                                             int blockSize, size_t dynamicSMemSize,
+                                                                             unsigned int flags) {
+    (void)flags;
+    if (!func || blockSize < 1 || blockSize > MAX_THREADS || dynamicSMemSize > SMEM_BYTES) return cudaErrorInvalidValue;
+    *numBlocks = EMU_OCC;
     return cudaSuccess;
 }
-cudaError_t cudaFree(void* p) {
-    if (!p) return cudaSuccess;
-    auto it = g_allocs.find(p);
-    if (it == g_allocs.end()) emu_fail("cudaFree of a pointer cudaMalloc did not return");
-    if (!guards_intact((unsigned char*)p, it->second)) emu_fail("a kernel wrote outside its allocation (guard zone damaged)");
-    g_allocs.erase(it);
-    free((unsigned char*)p - GUARD_BYTES);
-    return cudaSuccess;
+cudaError_t CUDARTAPI cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* numBlocks, const void* func, int blockSize,
+                                                                    size_t dynamicSMemSize) {
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(numBlocks, func, blockSize, dynamicSMemSize, 0);
 }
-cudaError_t cudaMallocHost(void** p, size_t bytes) { return cudaMalloc(p, bytes); }
-cudaError_t cudaFreeHost(void* p) { return cudaFree(p); }
-cudaError_t cudaMemsetAsync(void* p, int v, size_t bytes, cudaStream_t) {
-    memset(p, v, bytes);
-    return cudaSuccess;
-}
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind, cudaStream_t) {
-    memmove(dst, src, bytes);
-    return cudaSuccess;
-}
-cudaError_t cudaMemGetInfo(size_t* free_b, size_t* total_b) {
-    *free_b = *total_b = (size_t)1 << 34;
-    return cudaSuccess;
-}
-cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value) {
+cudaError_t CUDARTAPI cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value) {
     if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize) {
-        if (value > 227 * 1024) return cudaErrorInvalidValue;
+        if (value < 0 || value > 227 * 1024) return cudaErrorInvalidValue;
         g_smem_limit[func] = value;
     }
     return cudaSuccess;
 }
-cudaError_t cudaGetLastError(void) {
-    cudaError_t e = g_last_error;
-    g_last_error = cudaSuccess;
+cudaError_t CUDARTAPI cudaGetLastError(void) {
+    cudaError_t e = last_error;
+    last_error = cudaSuccess;
     return e;
 }
-const char* cudaGetErrorString(cudaError_t e) {
+cudaError_t CUDARTAPI cudaPeekAtLastError(void) { return last_error; }
+const char* CUDARTAPI cudaGetErrorString(cudaError_t e) {
     switch (e) {
         case cudaSuccess: return "no error";
         case cudaErrorInvalidValue: return "invalid argument";
         case cudaErrorInvalidConfiguration: return "invalid configuration argument";
         case cudaErrorMemoryAllocation: return "out of memory";
+        case cudaErrorInvalidDevice: return "invalid device ordinal";
         default: return "emulated CUDA error";
     }
 }
-const char* cudaGetErrorName(cudaError_t e) {
+const char* CUDARTAPI cudaGetErrorName(cudaError_t e) {
     switch (e) {
         case cudaSuccess: return "cudaSuccess";
         case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
         case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
         case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+        case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
         default: return "cudaErrorUnknown";
     }
+}
+
+cudaError_t CUDARTAPI cudaMalloc(void** p, size_t bytes) { return emu_alloc(p, bytes, false); }
+cudaError_t CUDARTAPI cudaFree(void* p) { return emu_free(p, false); }
+cudaError_t CUDARTAPI cudaMallocHost(void** p, size_t bytes) { return emu_alloc(p, bytes, true); }
+cudaError_t CUDARTAPI cudaFreeHost(void* p) { return emu_free(p, true); }
+cudaError_t CUDARTAPI cudaMemGetInfo(size_t* free_b, size_t* total_b) {
+    *free_b = *total_b = (size_t)1 << 34;
+    return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaMemset(void* p, int v, size_t n) {
+    check_runtime_range(p, n, "cudaMemset");
+    memset(p, v, n);
+    return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t s) {
+    check_stream(s, "cudaMemsetAsync");
+    return cudaMemset(p, v, n);
+}
+cudaError_t CUDARTAPI cudaMemcpy(void* d, const void* s, size_t n, enum cudaMemcpyKind k) {
+    (void)k;
+    check_runtime_range(d, n, "cudaMemcpy destination");
+    check_runtime_range(s, n, "cudaMemcpy source");
+    memmove(d, s, n);
+    return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaMemcpyAsync(void* d, const void* s, size_t n, enum cudaMemcpyKind k, cudaStream_t st) {
+    check_stream(st, "cudaMemcpyAsync");
+    return cudaMemcpy(d, s, n, k);
+}
+
+cudaError_t CUDARTAPI cudaStreamCreateWithFlags(cudaStream_t* s, unsigned int flags) {
+    (void)flags;
+    *s = (cudaStream_t) new char[16];
+    g_streams.insert(*s);
+    return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaStreamCreate(cudaStream_t* s) { return cudaStreamCreateWithFlags(s, 0); }
+cudaError_t CUDARTAPI cudaStreamDestroy(cudaStream_t s) {
+    if (!g_streams.erase(s)) emu_fail("cudaStreamDestroy of a stream that cudaStreamCreate did not return");
+    delete[] (char*)s;
+    return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaStreamSynchronize(cudaStream_t s) {
+    check_stream(s, "cudaStreamSynchronize");
+    return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flags) {
+    (void)flags;
+    check_stream(s, "cudaStreamWaitEvent");
+    check_event(e, "cudaStreamWaitEvent");
+    return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaDeviceSynchronize(void) { return cudaSuccess; }
+
+cudaError_t CUDARTAPI cudaEventCreateWithFlags(cudaEvent_t* e, unsigned int flags) {
+    (void)flags;
+    *e = (cudaEvent_t) new char[16];
+    g_events.insert(*e);
+    return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaEventCreate(cudaEvent_t* e) { return cudaEventCreateWithFlags(e, 0); }
+cudaError_t CUDARTAPI cudaEventDestroy(cudaEvent_t e) {
+    if (!g_events.erase(e)) emu_fail("cudaEventDestroy of an event that cudaEventCreate did not return");
+    delete[] (char*)e;
+    return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+    check_event(e, "cudaEventRecord");
+    check_stream(s, "cudaEventRecord");
+    return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaEventQuery(cudaEvent_t e) {
+    check_event(e, "cudaEventQuery");
+    return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaEventSynchronize(cudaEvent_t e) {
+    check_event(e, "cudaEventSynchronize");
+    return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
+    check_event(a, "cudaEventElapsedTime");
+    check_event(b, "cudaEventElapsedTime");
+    *ms = 0.0f;
+    return cudaSuccess;
 }
 
 } /* extern "C" */
 
 /* ---- cuBLASLt ---------------------------------------------------------------------------- */
+namespace {
 struct EmuDesc {
     cublasOperation_t ta = CUBLAS_OP_N, tb = CUBLAS_OP_N;
     cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
@@ -444,10 +862,30 @@ struct EmuLayout {
 };
 
 template <typename T>
-static void set_attr(T& dst, const void* buf, size_t size) {
+void set_attr(T& dst, const void* buf, size_t size) {
     if (size != sizeof(T)) emu_fail("cuBLASLt attribute with the wrong size");
     memcpy(&dst, buf, sizeof(T));
 }
+
+/* The shape checks cuBLASLt itself makes: op(A) is m x k, op(B) k x n, C and D m x n. */
+void check_shapes(const EmuDesc* e, const EmuLayout* a, const EmuLayout* b, const EmuLayout* c, const EmuLayout* d) {
+    const uint64_t m = c->rows, n = c->cols;
+    const uint64_t am = e->ta == CUBLAS_OP_N ? a->rows : a->cols, ak = e->ta == CUBLAS_OP_N ? a->cols : a->rows;
+    const uint64_t bk = e->tb == CUBLAS_OP_N ? b->rows : b->cols, bn = e->tb == CUBLAS_OP_N ? b->cols : b->rows;
+    if (am != m || bn != n || ak != bk || d->rows != m || d->cols != n)
+        emu_fail("cuBLASLt shapes disagree: op(A), op(B), C, D are not m x k, k x n, m x n");
+    if (a->type != CUDA_R_16BF || b->type != CUDA_R_16BF) emu_fail("cuBLASLt: only bf16 A/B are emulated");
+    if (c->type != d->type || (c->type != CUDA_R_16BF && c->type != CUDA_R_32F))
+        emu_fail("cuBLASLt: C/D type not emulated");
+    if (e->epi == CUBLASLT_EPILOGUE_BIAS && e->bias_type != CUDA_R_16BF) emu_fail("cuBLASLt: only bf16 bias is emulated");
+    if (e->epi != CUBLASLT_EPILOGUE_BIAS && e->epi != CUBLASLT_EPILOGUE_DEFAULT) emu_fail("cuBLASLt: epilogue not emulated");
+}
+
+float load_as_f32(const void* p, cudaDataType t, size_t i) {
+    if (t == CUDA_R_32F) return ((const float*)p)[i];
+    return __bfloat162float(((const __nv_bfloat16*)p)[i]);
+}
+} /* namespace */
 
 extern "C" {
 
@@ -475,7 +913,7 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMa
         case CUBLASLT_MATMUL_DESC_EPILOGUE: set_attr(e->epi, buf, size); break;
         case CUBLASLT_MATMUL_DESC_BIAS_POINTER: set_attr(e->bias, buf, size); break;
         case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: set_attr(e->bias_type, buf, size); break;
-        default: emu_fail("cuBLASLt descriptor attribute not emulated");
+        default: emu_fail("cuBLASLt descriptor attribute %d not emulated", (int)attr);
     }
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -498,20 +936,6 @@ cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) {
     return CUBLAS_STATUS_SUCCESS;
 }
 
-/* The shape checks cuBLASLt itself makes: op(A) is m x k, op(B) k x n, C and D m x n. */
-static void check_shapes(const EmuDesc* e, const EmuLayout* a, const EmuLayout* b, const EmuLayout* c,
-                         const EmuLayout* d) {
-    const uint64_t m = c->rows, n = c->cols;
-    const uint64_t am = e->ta == CUBLAS_OP_N ? a->rows : a->cols, ak = e->ta == CUBLAS_OP_N ? a->cols : a->rows;
-    const uint64_t bk = e->tb == CUBLAS_OP_N ? b->rows : b->cols, bn = e->tb == CUBLAS_OP_N ? b->cols : b->rows;
-    if (am != m || bn != n || ak != bk || d->rows != m || d->cols != n)
-        emu_fail("cuBLASLt shapes disagree: op(A), op(B), C, D are not m x k, k x n, m x n");
-    if (a->type != CUDA_R_16BF || b->type != CUDA_R_16BF) emu_fail("only bf16 A/B are emulated");
-    if (c->type != d->type || (c->type != CUDA_R_16BF && c->type != CUDA_R_32F)) emu_fail("C/D type not emulated");
-    if (e->epi == CUBLASLT_EPILOGUE_BIAS && e->bias_type != CUDA_R_16BF) emu_fail("only bf16 bias is emulated");
-    if (e->epi != CUBLASLT_EPILOGUE_BIAS && e->epi != CUBLASLT_EPILOGUE_DEFAULT) emu_fail("epilogue not emulated");
-}
-
 cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t a,
                                               cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
                                               cublasLtMatrixLayout_t dd, cublasLtMatmulPreference_t, int requested,
@@ -524,15 +948,12 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
     return CUBLAS_STATUS_SUCCESS;
 }
 
-static float load_as_f32(const void* p, cudaDataType t, size_t i) {
-    if (t == CUDA_R_32F) return ((const float*)p)[i];
-    return __bfloat162float(((const __nv_bfloat16*)p)[i]);
-}
-
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const void* alpha, const void* A,
                               cublasLtMatrixLayout_t Adesc, const void* B, cublasLtMatrixLayout_t Bdesc,
                               const void* beta, const void* C, cublasLtMatrixLayout_t Cdesc, void* D,
-                              cublasLtMatrixLayout_t Ddesc, const cublasLtMatmulAlgo_t*, void*, size_t, cudaStream_t) {
+                              cublasLtMatrixLayout_t Ddesc, const cublasLtMatmulAlgo_t*, void*, size_t,
+                              cudaStream_t stream) {
+    check_stream(stream, "cublasLtMatmul");
     const EmuDesc* e = (const EmuDesc*)desc;
     const EmuLayout *la = (const EmuLayout*)Adesc, *lb = (const EmuLayout*)Bdesc, *lc = (const EmuLayout*)Cdesc,
                     *ld = (const EmuLayout*)Ddesc;
@@ -560,6 +981,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
             if (ld->type == CUDA_R_32F) ((float*)D)[di] = out[i + j * m];
             else ((__nv_bfloat16*)D)[di] = __float2bfloat16_rn(out[i + j * m]);
         }
+    check_all_guards("after cublasLtMatmul");
     return CUBLAS_STATUS_SUCCESS;
 }
 

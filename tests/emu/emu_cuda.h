@@ -1,25 +1,71 @@
 /*
- * tests/emu/emu_cuda.h - just enough CUDA to run the backend's own kernels on
- * the CPU, for tests on machines without a GPU.
+ * tests/emu/emu_cuda.h - the CPU emulator of CUDA: just enough of it to run
+ * the project's own kernels, unchanged, on a machine without a GPU (CI), so
+ * that indexing, barrier, divergence, layout and exactness bugs fail
+ * `make test` rather than a GPU run. It runs
+ *   - the model's ops (model/ops_cuda.cu, matmul_cuda.cu, attention_cuda.cu)
+ *     under tests/test_ops_gpu.cu,
+ *   - the compression kernels (compress/compress_cuda.cu) under
+ *     tests/test_compress_gpu.cu, bit for bit against the CPU reference,
+ *   - the pipelined device collectives (comm/collectives_cuda.c, plain C)
+ *     under tests/test_coll_gpu.c, over MPI or over the NCCL of nccl_emu.c.
+ * tests/emu/emu.mk builds all three (build/emu/test_*_emu).
  *
- * Force-included (g++ -include) into every translation unit of an emulated
- * build; the CUDA sources are first passed through tests/emu/build_emu.sh,
- * which rewrites each `kernel<<<grid, block, smem, stream>>>(args)` into
- * `emu_launch(kernel, grid, block, smem, stream)(args)`. The real CUDA headers
- * supply the types (cudaError_t, __nv_bfloat16, cuBLASLt descriptors, ...);
- * tests/emu/emu_cuda.cpp defines the runtime and cuBLASLt functions the
- * backend calls, and the SIMT machinery below.
+ * The files: this header (force-included, g++ -include, into every C++
+ * translation unit of an emulated build); emu_cuda.cpp (the SIMT scheduler,
+ * the warp primitives, the CUDA runtime, cuBLASLt); curand_kernel.h (stands
+ * in for cuRAND's device header: this directory goes first on the include
+ * path); nccl_emu.c (NCCL over MPI, linked in place of libnccl). The real
+ * CUDA headers supply the types (cudaError_t, __nv_bfloat16, __nv_fp8_*,
+ * cuBLASLt descriptors, ...) and their host code (bf16 / fp8 conversions:
+ * NVIDIA's host reference); plain C files (collectives_cuda.c, the tests'
+ * C side) use the real <cuda_runtime_api.h> and link against emu_cuda.cpp.
  *
- * Execution model: the threads of a block are coroutines (ucontext) resumed
- * by a scheduler in random warp order; blocks run one after another. Warp
- * collectives (shfl.xor, ldmatrix, mma.sync) and __syncthreads complete when
- * all participants have arrived. cp.async copies land at random either at
- * issue or at the wait that retires them. Dynamic shared memory is NaN-filled
- * before each block. So missing barriers and waits, divergent collectives,
- * misaligned or out-of-range ldmatrix/cp.async addresses and reads of unset
- * shared memory all show up - within the limits of one CPU thread: true
- * concurrency, memory-model subtleties and the hardware's own behaviour are
- * not modelled (the fragment layouts follow the PTX ISA as we read it).
+ * One way to launch: the `<<<...>>>` syntax, rewritten by emu.mk before
+ * compiling (sed): `k<<<grid, block, smem, stream>>>(args)` becomes
+ * `emu_launch(k, grid, block, smem, stream)(args)`, with `#line` keeping
+ * messages on the original file and line. compress_cuda.cu's launches go
+ * through its LAUNCH macro, whose default definition is a `<<<>>>` launch:
+ * the emulator does not define LAUNCH, so that definition is rewritten like
+ * every other launch. emu_launch records the launch's file:line (it is a
+ * macro), which every error message then names.
+ *
+ * Execution model. The blocks of a launch run one after another; the threads
+ * of a block are coroutines on one OS thread, resumed by a scheduler that
+ * picks a random subset of the warps at each pass (lanes in a random
+ * rotation), so warps drift apart between barriers as on the hardware. A
+ * thread runs until it parks at a rendezvous or finishes:
+ *   - warp collectives (__shfl_{xor,up,down,}_sync, __ballot_sync,
+ *     __reduce_{add,max}_sync, __syncwarp, ldmatrix, mma.sync) complete when
+ *     all 32 lanes of the warp are parked there; lanes at DIFFERENT
+ *     collectives (or a different shuffle offset), a collective after some
+ *     lanes exited, a mask other than 0xffffffff, or a collective in a
+ *     partial warp stop the run with an error;
+ *   - __syncthreads completes when every thread of the block is there; a
+ *     barrier after some threads exited, or threads waiting at a barrier
+ *     while others wait at a warp collective (a deadlock on the GPU), stop
+ *     the run with an error.
+ * Memory: device memory is host memory. cudaMalloc'd blocks are filled with
+ * 0xA5 (fresh device memory is not zero) and carry guard zones from their
+ * exact end, checked after every launch and at cudaFree (an out-of-bounds
+ * write names the launch); __ldg and cp.async sources must lie inside an
+ * allocation and be aligned (an out-of-bounds read is caught too). Dynamic
+ * shared memory is NaN-filled (0xFF bytes) before each block; cp.async
+ * copies land at random either at issue or at the wait that retires them.
+ * Launches fail as the runtime would (bad grid/block, more dynamic shared
+ * memory than the kernel's attribute allows). Streams and events are
+ * synchronous. The device: "sm_90", 4 multiprocessors, 2 resident blocks per
+ * SM (few, so that grid-stride loops take several turns in small tests).
+ * Floating point: the host's IEEE arithmetic (build with -ffp-contract=off),
+ * fmaf for __fmaf_rn, exp2f for ex2.approx. The scheduling is pseudo-random
+ * with a fixed seed (EMU_SEED=n in the environment picks another).
+ *
+ * What it cannot show: timing, true concurrency and the memory model (one
+ * thread runs at a time; races between blocks, atomics' interleavings),
+ * stream ordering, the hardware's own rounding (the GPU tests check the fp8
+ * conversion exhaustively) and instruction layouts beyond our reading of the
+ * PTX ISA (ldmatrix / mma fragments). Static __shared__ arrays are plain
+ * static storage: they keep the previous block's contents (not poisoned).
  */
 #ifndef EMU_CUDA_H
 #define EMU_CUDA_H
@@ -31,7 +77,7 @@
 #define __forceinline__ inline
 #define __noinline__
 #define __launch_bounds__(...)
-#define __shared__ static /* one instance per kernel, shared by the block's coroutines */
+#define __shared__ static /* blocks run one after another: one instance, shared by the block's threads */
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -42,36 +88,56 @@
 #include <algorithm>
 #include <cmath>
 
-using std::isfinite;
-using std::max;
-using std::min;
+#define CUDA_EMU 1
+#define CC_EMU 1      /* tests/test_compress_gpu.cu: skips the hardware fp8 conversion check */
+#define ATT_EMULATE 1 /* model/attention_kernels.cuh: the PTX wrappers come from here */
 
-#define __log2f log2f
+/* ---- thread coordinates (set by the scheduler before a thread runs) ------------------ */
+extern uint3 threadIdx, blockIdx;
+extern dim3 blockDim, gridDim;
+enum { warpSize = 32 };
 
-/* cuda_runtime.h has this overload for nvcc only: kernels are passed by pointer */
-template <class T>
-static inline cudaError_t cudaFuncSetAttribute(T* entry, cudaFuncAttribute attr, int value) {
-    return ::cudaFuncSetAttribute((const void*)entry, attr, value);
+/* ---- rendezvous -------------------------------------------------------------------------- */
+enum EmuWarpOp {
+    EMU_SHFL_XOR = 1, EMU_SHFL_UP, EMU_SHFL_DOWN, EMU_SHFL_IDX, /* 32-bit values */
+    EMU_SHFL_XOR64, EMU_SHFL_UP64, EMU_SHFL_DOWN64, EMU_SHFL_IDX64, /* 64-bit values */
+    EMU_BALLOT, EMU_RED_ADD, EMU_RED_MAX, EMU_SYNCWARP, EMU_LDSM, EMU_LDSM_T, EMU_MMA
+};
+/* a warp collective: parks until the whole warp is there; returns this lane's result */
+uint64_t emu_warp_op(int op, int param, uint64_t value, unsigned mask);
+void emu_syncthreads(void);
+
+static inline void __syncthreads(void) { emu_syncthreads(); }
+static inline void __syncwarp(unsigned mask = 0xffffffffu) { emu_warp_op(EMU_SYNCWARP, 0, 0, mask); }
+
+template <typename T>
+static inline T emu_shfl(int op, unsigned mask, T v, int param) {
+    static_assert(sizeof(T) == 4 || sizeof(T) == 8, "shuffles move 32- or 64-bit values");
+    uint64_t b = 0;
+    memcpy(&b, &v, sizeof(T));
+    b = emu_warp_op(sizeof(T) == 8 ? op + (EMU_SHFL_XOR64 - EMU_SHFL_XOR) : op, param, b, mask);
+    T r;
+    memcpy(&r, &b, sizeof(T));
+    return r;
 }
+/* the overloads CUDA has (no width argument: full-warp shuffles only) */
+#define EMU_SHFL_OVERLOADS(T)                                                                                          \
+    static inline T __shfl_xor_sync(unsigned mask, T v, int m) { return emu_shfl(EMU_SHFL_XOR, mask, v, m); }          \
+    static inline T __shfl_up_sync(unsigned mask, T v, unsigned d) { return emu_shfl(EMU_SHFL_UP, mask, v, (int)d); }  \
+    static inline T __shfl_down_sync(unsigned mask, T v, unsigned d) { return emu_shfl(EMU_SHFL_DOWN, mask, v, (int)d); } \
+    static inline T __shfl_sync(unsigned mask, T v, int src) { return emu_shfl(EMU_SHFL_IDX, mask, v, src); }
+EMU_SHFL_OVERLOADS(int)
+EMU_SHFL_OVERLOADS(unsigned)
+EMU_SHFL_OVERLOADS(long long)
+EMU_SHFL_OVERLOADS(unsigned long long)
+EMU_SHFL_OVERLOADS(float)
+EMU_SHFL_OVERLOADS(double)
+#undef EMU_SHFL_OVERLOADS
+static inline unsigned __ballot_sync(unsigned mask, int pred) { return (unsigned)emu_warp_op(EMU_BALLOT, 0, pred != 0, mask); }
+static inline unsigned __reduce_add_sync(unsigned mask, unsigned v) { return (unsigned)emu_warp_op(EMU_RED_ADD, 0, v, mask); }
+static inline unsigned __reduce_max_sync(unsigned mask, unsigned v) { return (unsigned)emu_warp_op(EMU_RED_MAX, 0, v, mask); }
 
-/* ---- thread coordinates (set by the scheduler before a coroutine runs) -------- */
-extern dim3 threadIdx, blockIdx, blockDim, gridDim;
-
-/* ---- collectives and barriers -------------------------------------------------- */
-void __syncthreads();
-float emu_shfl_xor_f(float v, int o);
-double emu_shfl_xor_d(double v, int o);
-static inline float __shfl_xor_sync(unsigned mask, float v, int o) {
-    (void)mask;
-    return emu_shfl_xor_f(v, o);
-}
-static inline double __shfl_xor_sync(unsigned mask, double v, int o) {
-    (void)mask;
-    return emu_shfl_xor_d(v, o);
-}
-
-/* ---- the attention kernels' primitives (model/attention_kernels.cuh) ------------- */
-#define ATT_EMULATE 1
+/* ---- the attention kernels' PTX wrappers (model/attention_kernels.cuh, ATT_EMULATE) ---- */
 unsigned char* emu_dynamic_smem();
 #define ATT_DYNAMIC_SMEM(name) unsigned char* name = emu_dynamic_smem()
 void cp_async16(void* smem, const void* gmem, bool valid);
@@ -86,29 +152,86 @@ void ldsm_x4_t(uint32_t (&r)[4], const __nv_bfloat16* p);
 void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
 static inline float fast_exp2(float x) { return exp2f(x); }
 
-/* ---- launches --------------------------------------------------------------------- */
+/* ---- arithmetic and bit intrinsics (the host's IEEE operations) -------------------------- */
+#define __log2f log2f
+static inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
+static inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
+static inline float __fadd_rn(float a, float b) { return a + b; }
+static inline float __fsub_rn(float a, float b) { return a - b; }
+static inline float __fmul_rn(float a, float b) { return a * b; }
+static inline float __fdiv_rn(float a, float b) { return a / b; }
+static inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
+static inline unsigned __float2uint_rz(float f) { return (unsigned)f; }
+static inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz((unsigned)x); }
+static inline int __popc(unsigned x) { return __builtin_popcount(x); }
+static inline unsigned __funnelshift_r(unsigned lo, unsigned hi, unsigned s) {
+    return (unsigned)((((unsigned long long)hi << 32) | lo) >> (s & 31u));
+}
+static inline unsigned __vcmpeq4(unsigned a, unsigned b) {
+    unsigned r = 0;
+    for (int i = 0; i < 4; i++)
+        if (((a >> (8 * i)) & 0xFFu) == ((b >> (8 * i)) & 0xFFu)) r |= 0xFFu << (8 * i);
+    return r;
+}
+/* CUDA's integer min/max overloads, and std's for everything else (float, size_t, ...) */
+static inline int min(int a, int b) { return a < b ? a : b; }
+static inline int max(int a, int b) { return a > b ? a : b; }
+static inline unsigned min(unsigned a, unsigned b) { return a < b ? a : b; }
+static inline unsigned max(unsigned a, unsigned b) { return a > b ? a : b; }
+using std::isfinite;
+using std::isinf;
+using std::isnan;
+using std::max;
+using std::min;
+
+/* global loads: the address must be aligned and inside a cudaMalloc'd block */
+void emu_check_global(const void* p, size_t bytes, size_t align, const char* what);
+template <typename T>
+static inline T __ldg(const T* p) {
+    emu_check_global(p, sizeof(T), alignof(T), "__ldg");
+    return *p;
+}
+
+/* ---- atomics: one thread runs at a time, so plain read-modify-writes are atomic ---------- */
+static inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) { unsigned long long o = *p; *p += v; return o; }
+static inline unsigned atomicAdd(unsigned* p, unsigned v) { unsigned o = *p; *p += v; return o; }
+static inline unsigned atomicMax(unsigned* p, unsigned v) { unsigned o = *p; if (v > o) *p = v; return o; }
+static inline unsigned atomicMin(unsigned* p, unsigned v) { unsigned o = *p; if (v < o) *p = v; return o; }
+
+/* cuda_runtime.h has this overload for nvcc only: kernels are passed by pointer */
+template <class T>
+static inline cudaError_t cudaFuncSetAttribute(T* entry, cudaFuncAttribute attr, int value) {
+    return ::cudaFuncSetAttribute((const void*)entry, attr, value);
+}
+
+/* ---- launches ------------------------------------------------------------------------------ */
 typedef void (*EmuBody)(void* ctx);
-/* runs body(ctx) as every thread of every block; records a launch error (as
- * cudaGetLastError reports it) for a bad configuration instead */
-void emu_run_grid(const void* fn, dim3 grid, dim3 block, size_t smem, EmuBody body, void* ctx);
+/* runs body(ctx) as every thread of every block, the kernel fn launched at file:line;
+ * records a launch error (as cudaGetLastError reports it) for a bad configuration */
+void emu_run_grid(const void* fn, const char* file, int line, dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                  EmuBody body, void* ctx);
 
 template <typename... P>
 struct EmuLauncher {
     void (*fn)(P...);
+    const char* file;
+    int line;
     dim3 grid, block;
     size_t smem;
+    cudaStream_t stream;
     template <typename... A>
     void operator()(A... args) {
+        /* every thread calls fn with its own copy of the arguments, as on the GPU */
         auto call = [&]() { fn(args...); };
-        emu_run_grid((const void*)fn, grid, block, smem, [](void* c) { (*static_cast<decltype(call)*>(c))(); },
-                     &call);
+        emu_run_grid((const void*)fn, file, line, grid, block, smem, stream,
+                     [](void* c) { (*static_cast<decltype(call)*>(c))(); }, &call);
     }
 };
 template <typename... P>
-static inline EmuLauncher<P...> emu_launch(void (*fn)(P...), dim3 grid, dim3 block, size_t smem = 0,
-                                           cudaStream_t stream = nullptr) {
-    (void)stream;
-    return EmuLauncher<P...>{fn, grid, block, smem};
+static inline EmuLauncher<P...> emu_launch_at(const char* file, int line, void (*fn)(P...), dim3 grid, dim3 block,
+                                              size_t smem = 0, cudaStream_t stream = nullptr) {
+    return EmuLauncher<P...>{fn, file, line, grid, block, smem, stream};
 }
+#define emu_launch(...) emu_launch_at(__FILE__, __LINE__, __VA_ARGS__)
 
 #endif /* EMU_CUDA_H */

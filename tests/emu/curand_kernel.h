@@ -1,12 +1,14 @@
 /*
- * tests/cuda_emu/curand_kernel.h - the part of cuRAND's Philox4x32-10 the
- * kernels use, on the CPU: the generator of compress/rng.h (checked against
+ * tests/emu/curand_kernel.h - stands in for cuRAND's device header under the
+ * CPU emulator (tests/emu/emu_cuda.h; this directory is first on the include
+ * path of an emulated build): the part of Philox4x32-10 the compression
+ * kernels use, on the CPU - the generator of compress/rng.h (checked against
  * Random123's known answers), with cuRAND's interface. The GPU test checks
  * the real curand_init + curand against the kernels' words.
  */
 #ifndef EMU_CURAND_KERNEL_H
 #define EMU_CURAND_KERNEL_H
-#include "cuda_emu.h"
+#include "emu_cuda.h"
 #include "rng.h"
 
 static inline uint4 curand_Philox4x32_10(uint4 c, uint2 k) {

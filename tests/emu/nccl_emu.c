@@ -1,18 +1,20 @@
 /*
- * tests/cuda_emu/nccl_emu.c - the part of NCCL the trainer uses, over MPI,
- * for the CPU emulator builds (no GPU, no NCCL transport here).
+ * tests/emu/nccl_emu.c - the part of NCCL the trainer uses, over MPI, for
+ * the CPU emulator's builds (tests/emu/emu_cuda.h; no GPU, no NCCL transport
+ * here).
  *
  * It implements the real <nccl.h> declarations (linked in place of
  * libnccl), so comm/collectives_cuda.c is compiled unchanged and its NCCL
  * path - the message plan, the group structure, the event ordering - runs
- * in CI under `make test`. Under the emulator every stream runs
- * synchronously, so a group's transfers happen at ncclGroupEnd: every
- * receive and send of the group is posted (MPI_Irecv / MPI_Isend), then all
- * are waited for; since every rank issues the same groups in the same order,
- * that cannot deadlock. A communicator is an MPI communicator split from
- * MPI_COMM_WORLD by the colour the unique id carries (so ncclCommInitRank
- * must be called by every world rank at the same time, as the trainer and
- * the tests do). What it cannot show: NCCL's own behaviour and speed.
+ * in CI under `make test` (test_coll_gpu_emulated_nccl_np3). Under the
+ * emulator every stream runs synchronously, so a group's transfers happen at
+ * ncclGroupEnd: every receive and send of the group is posted (MPI_Irecv /
+ * MPI_Isend), then all are waited for; since every rank issues the same
+ * groups in the same order, that cannot deadlock. A communicator is an MPI
+ * communicator split from MPI_COMM_WORLD by the colour the unique id carries
+ * (so ncclCommInitRank must be called by every world rank at the same time,
+ * as the trainer and the tests do). What it cannot show: NCCL's own
+ * behaviour and speed.
  */
 #include <mpi.h>
 #include <nccl.h>

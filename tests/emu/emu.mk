@@ -1,0 +1,87 @@
+# tests/emu/emu.mk - builds the project's CUDA code for the CPU emulator
+# (tests/emu/emu_cuda.h says what it is) and links the three emulated tests,
+# all under build/emu/:
+#   test_ops_gpu_emu       the model's ops (model/ops_cuda.cu, matmul_cuda.cu, attention_cuda.cu)
+#                          vs the fp32 CPU ops: tests/test_ops_gpu.cu
+#   test_compress_gpu_emu  the compression kernels (compress/compress_cuda.cu) vs the CPU
+#                          reference, bit for bit: tests/test_compress_gpu.cu (--quick in CI)
+#   test_coll_gpu_emu      the device collectives (comm/collectives_cuda.c) vs the host ones:
+#                          tests/test_coll_gpu.c under mpirun (--quick; --nccl: NCCL = nccl_emu.c)
+# Standalone (not included by the top Makefile; tests/run_tests.sh calls it for `make test`):
+#   make -f tests/emu/emu.mk [-j2]        build the three
+#   make -f tests/emu/emu.mk run          build, then run them as `make test` does
+# Needs g++, gcc, mpicc, objcopy and the CUDA headers (no GPU, no CUDA libraries).
+# Sanitizer builds elsewhere: make -f tests/emu/emu.mk E=build/emu-asan EMU_FLAGS=-fsanitize=address
+# (the emulator then allocates exact sizes and switches threads with ucontext, which ASan follows).
+#
+# The one source rewrite: every CUDA source (.cu) is copied to build/emu/<path>.cpp with
+# `k<<<cfg>>>(args)` turned into `emu_launch(k, cfg)(args)` and a `#line` that keeps
+# messages on the original file and line; compress_cuda.cu's LAUNCH macro expands to such
+# a launch, so it is rewritten too. Every C++ unit is compiled with emu_cuda.h force-included
+# and tests/emu first on the include path (its curand_kernel.h stands in for cuRAND's).
+# The C files (the CPU references, collectives_cuda.c, test_coll_gpu.c, nccl_emu.c) are
+# compiled as they are, against the real <cuda_runtime_api.h> and <nccl.h>.
+CUDA_HOME ?= /usr/local/cuda
+E ?= build/emu
+EMU_FLAGS ?=
+MPI_CFLAGS := $(shell mpicc --showme:compile)
+EMU_INC := -Itests/emu -Icommon -Imodel -Icompress -Icomm -Itrain -Itests -I$(CUDA_HOME)/include
+# IEEE arithmetic without contraction, as the CPU reference (compress/README.md)
+EMU_CXXFLAGS := -std=c++17 -O2 -Wall -Wextra -Wno-unknown-pragmas -Wno-unused-parameter -ffp-contract=off \
+                -DOPS_BF16 $(EMU_INC) $(MPI_CFLAGS) -include tests/emu/emu_cuda.h $(EMU_FLAGS)
+EMU_CFLAGS := -std=c11 -O2 -Wall -Wextra -ffp-contract=off -D_GNU_SOURCE -DOPS_BF16 -Icommon -Icompress -Icomm \
+              -Imodel -Itrain -I$(CUDA_HOME)/include $(EMU_FLAGS)
+DEPFLAGS = -MMD -MP -MF $(@:.o=.dep)
+SED_LAUNCH := s/([A-Za-z_][A-Za-z0-9_]*(<[^<>;]*>)?)<<<(.*)>>>\(/emu_launch(\1, \3)(/
+
+EMU_RT   := $(E)/tests/emu/emu_cuda.o
+EMU_REF  := $(addprefix $(E)/,compress/compress.o compress/taco.o compress/fp8.o compress/hadamard.o \
+            comm/collectives.o common/check.o)
+OPS_OBJS := $(addprefix $(E)/model/,ops_cuda.o matmul_cuda.o attention_cuda.o)
+CMP_OBJ  := $(E)/compress/compress_cuda.o
+TESTS    := $(E)/test_ops_gpu_emu $(E)/test_compress_gpu_emu $(E)/test_coll_gpu_emu
+LINK     := mpicc -fopenmp $(EMU_FLAGS)
+LIBS     := -lstdc++ -lm
+
+.PHONY: all run
+.SECONDARY:
+all: $(TESTS)
+
+# the rewrite of a CUDA source (the tests' .cu have no launches: it leaves them as they are)
+$(E)/%.cpp: %.cu tests/emu/emu.mk
+	@mkdir -p $(dir $@)
+	{ echo '#line 1 "$<"'; sed -E '$(SED_LAUNCH)' $<; } > $@
+$(E)/%.o: $(E)/%.cpp tests/emu/emu.mk
+	g++ $(EMU_CXXFLAGS) $(DEPFLAGS) -c $< -o $@
+$(E)/%.o: %.cpp tests/emu/emu.mk
+	@mkdir -p $(dir $@)
+	g++ $(EMU_CXXFLAGS) $(DEPFLAGS) -c $< -o $@
+$(E)/%.o: %.c tests/emu/emu.mk
+	@mkdir -p $(dir $@)
+	mpicc $(EMU_CFLAGS) $(DEPFLAGS) -c $< -o $@
+$(E)/tests/test_coll_gpu.o: EMU_CFLAGS += -DCC_EMU_BUILD
+
+# the fp32 CPU ops with every ops.h function F renamed cpu_F (tests/ops_ref.syms), as for the GPU test
+$(E)/ops_cpu_ref.o: model/ops_cpu.c model/ops.h tests/ops_ref.syms tests/emu/emu.mk
+	@mkdir -p $(E)
+	gcc -O2 -fopenmp -Wall -Wextra -Icommon -Imodel $(EMU_FLAGS) -c model/ops_cpu.c -o $(E)/ops_cpu_plain.o
+	objcopy --redefine-syms=tests/ops_ref.syms $(E)/ops_cpu_plain.o $@
+	@left=$$(nm -g --defined-only $@ | awk '{print $$3}' | grep -v "^cpu_" || true); \
+	  [ -z "$$left" ] || { echo "not renamed (update tests/ops_ref.syms): $$left"; exit 1; }
+
+$(E)/test_ops_gpu_emu: $(E)/tests/test_ops_gpu.o $(OPS_OBJS) $(EMU_RT) $(E)/ops_cpu_ref.o $(E)/common/check.o
+	$(LINK) -o $@ $^ $(LIBS)
+$(E)/test_compress_gpu_emu: $(E)/tests/test_compress_gpu.o $(CMP_OBJ) $(EMU_RT) $(EMU_REF)
+	$(LINK) -o $@ $^ $(LIBS)
+$(E)/test_coll_gpu_emu: $(E)/tests/test_coll_gpu.o $(E)/comm/collectives_cuda.o $(CMP_OBJ) $(EMU_RT) \
+                        $(E)/tests/emu/nccl_emu.o $(EMU_REF)
+	$(LINK) -o $@ $^ $(LIBS)
+
+# what `make test` runs (tests/run_tests.sh)
+run: $(TESTS)
+	OMP_NUM_THREADS=2 $(E)/test_ops_gpu_emu
+	$(E)/test_compress_gpu_emu --quick
+	OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np 2 $(E)/test_coll_gpu_emu --quick
+	OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np 3 $(E)/test_coll_gpu_emu --quick --nccl
+
+-include $(shell find $(E) -name '*.dep' 2>/dev/null)
