@@ -55,7 +55,7 @@
 
 #include "check.h"
 #include "collectives_cuda.h"
-#include "nccl_check.h"
+#include "nccl_util.h"
 
 enum { TAG_RS = 0x5100, TAG_AG = 0x5100 + COLL_DEV_MAX_K }; /* + sub-chunk index */
 
@@ -265,13 +265,18 @@ static void ag_mark_ready(Call* C, int k) {
     }
 }
 
+/* a cleared job over message m's element range of a chunk of n elements */
+static void job_init(CompressJobDev* j, size_t n, const Msg* m) {
+    memset(j, 0, sizeof(*j));
+    j->n = n;
+    j->e0 = m->e0;
+    j->e1 = m->e1;
+}
+
 /* the recompress job of sub-chunk k of my chunk (all-gather message k) */
 static void ag_job_from_sum(Call* C, int k, CompressJobDev* j) {
     const Msg* m = ag_msg(C, k, C->P - 1);
-    memset(j, 0, sizeof(*j));
-    j->n = C->c[C->r];
-    j->e0 = m->e0;
-    j->e1 = m->e1;
+    job_init(j, C->c[C->r], m);
     j->out = wire_out_of(C->s->d_buf, m);
     j->stream = stream_of(C->stream, C->r, C->r, 1);
     j->st = &C->s->d_st[C->P];
@@ -328,11 +333,8 @@ static void rs_reduce_k(Call* C, int k) {
         CC_CHECK(cudaStreamWaitEvent(C->cs, ev_rs_h2d(C, k), 0));
     }
     CompressJobDev* j = &C->jobs[0];
-    memset(j, 0, sizeof(*j));
     const Msg* mine = rs_send(C, k, P - 1);
-    j->n = C->c[C->r];
-    j->e0 = mine->e0;
-    j->e1 = mine->e1;
+    job_init(j, C->c[C->r], mine);
     j->nin = P;
     for (int i = 0; i < P; i++) { /* rank order: the order of the host's sum */
         if (i == C->r) j->in[i] = wire_in_of(C->s->d_buf, mine, rs_send(C, 0, P - 1));
@@ -377,10 +379,7 @@ static void ag_decode_k(Call* C, int k) {
         int jc = rank_at(C, q); /* q = P - 1: my own chunk, from the bytes I sent */
         const Msg* m = ag_msg(C, k, q);
         CompressJobDev* j = &C->jobs[q];
-        memset(j, 0, sizeof(*j));
-        j->n = C->c[jc];
-        j->e0 = m->e0;
-        j->e1 = m->e1;
+        job_init(j, C->c[jc], m);
         j->y = C->ag_out + C->b[jc];
         j->nin = 1;
         j->in[0] = wire_in_of(C->s->d_buf, m, ag_msg(C, 0, q));
@@ -451,10 +450,7 @@ static void rs_encode_k(Call* C, int k) {
         int jc = rank_at(C, q);
         const Msg* m = rs_send(C, k, q);
         CompressJobDev* jb = &C->jobs[q];
-        memset(jb, 0, sizeof(*jb));
-        jb->n = C->c[jc];
-        jb->e0 = m->e0;
-        jb->e1 = m->e1;
+        job_init(jb, C->c[jc], m);
         jb->x = C->x_rs + C->b[jc];
         jb->out = wire_out_of(s->d_buf, m);
         jb->stream = stream_of(C->stream, C->r, jc, 0);

@@ -27,15 +27,9 @@
 #include "check.h"
 #include "collectives_cuda.h"
 #include "comm.h"
-#include "nccl_check.h"
+#include "nccl_util.h"
 #include "ops_cuda.h"
 #include "reduce_cuda.h"
-
-#define CUDA_OK(call)                                                                                     \
-    do {                                                                                                  \
-        cudaError_t e_ = (call);                                                                          \
-        if (e_ != cudaSuccess) check_fatal(__FILE__, __LINE__, "CUDA call failed: %s: %s", #call, cudaGetErrorString(e_)); \
-    } while (0)
 
 /* host name + PCI bus id of this rank's GPU: two ranks with the same key share a GPU */
 typedef struct {
@@ -45,8 +39,8 @@ typedef struct {
 static void gpu_key(GpuKey* k) {
     int dev, len = 0;
     char host[MPI_MAX_PROCESSOR_NAME], bus[32];
-    CUDA_OK(cudaGetDevice(&dev));
-    CUDA_OK(cudaDeviceGetPCIBusId(bus, (int)sizeof(bus), dev));
+    CC_CHECK(cudaGetDevice(&dev));
+    CC_CHECK(cudaDeviceGetPCIBusId(bus, (int)sizeof(bus), dev));
     MPI_CHECK(MPI_Get_processor_name(host, &len));
     memset(k, 0, sizeof(*k));
     snprintf(k->key, sizeof(k->key), "%s/%s", host, bus);
@@ -75,18 +69,6 @@ static int distinct_gpus(MPI_Comm g, const char* group, char* err, size_t errlen
     return bad ? -1 : 0;
 }
 
-static ncclComm_t group_init(MPI_Comm g) {
-    int P, r;
-    MPI_CHECK(MPI_Comm_size(g, &P));
-    MPI_CHECK(MPI_Comm_rank(g, &r));
-    ncclUniqueId id;
-    if (r == 0) NCCL_CHECK(ncclGetUniqueId(&id));
-    MPI_CHECK(MPI_Bcast(&id, (int)sizeof(id), MPI_BYTE, 0, g));
-    ncclComm_t nc;
-    NCCL_CHECK(ncclCommInitRank(&nc, P, id, r)); /* same rank order as the MPI group */
-    return nc;
-}
-
 int comm_nccl_init(Comm* c, char* err, size_t errlen) {
     /* every rank computes the same verdict from the same gathered keys */
     int bad_tp = distinct_gpus(c->tp_comm, "tensor-parallel", err, errlen);
@@ -97,8 +79,8 @@ int comm_nccl_init(Comm* c, char* err, size_t errlen) {
         if (!bad) snprintf(err, errlen, "error: comm.backend \"nccl\": another group has ranks sharing a GPU (see rank 0)");
         return -1;
     }
-    c->nccl_tp = group_init(c->tp_comm);
-    c->nccl_dp = group_init(c->dp_comm);
+    c->nccl_tp = nccl_comm_over(c->tp_comm);
+    c->nccl_dp = nccl_comm_over(c->dp_comm);
     return 0;
 }
 
@@ -106,7 +88,7 @@ void comm_nccl_free(Comm* c) {
     if (c->nccl_tp) NCCL_CHECK(ncclCommDestroy(c->nccl_tp));
     if (c->nccl_dp) NCCL_CHECK(ncclCommDestroy(c->nccl_dp));
     c->nccl_tp = c->nccl_dp = NULL;
-    if (c->dev_gather) CUDA_OK(cudaFree(c->dev_gather));
+    if (c->dev_gather) CC_CHECK(cudaFree(c->dev_gather));
     c->dev_gather = NULL;
     c->dev_gather_cap = 0;
 }
@@ -115,10 +97,10 @@ void comm_nccl_free(Comm* c) {
 static float* gather_buffer(Comm* c, size_t n) {
     if (n > c->dev_gather_cap) {
         cudaStream_t s = (cudaStream_t)ops_cuda_stream();
-        CUDA_OK(cudaStreamSynchronize(s)); /* queued work may still use the old buffer */
-        if (c->dev_gather) CUDA_OK(cudaFree(c->dev_gather));
+        CC_CHECK(cudaStreamSynchronize(s)); /* queued work may still use the old buffer */
+        if (c->dev_gather) CC_CHECK(cudaFree(c->dev_gather));
         c->dev_gather_cap = n + n / 4;
-        CUDA_OK(cudaMalloc((void**)&c->dev_gather, c->dev_gather_cap * sizeof(float)));
+        CC_CHECK(cudaMalloc((void**)&c->dev_gather, c->dev_gather_cap * sizeof(float)));
     }
     return c->dev_gather;
 }
@@ -142,7 +124,7 @@ void comm_nccl_dp_mean(Comm* c, float* x, size_t n) {
     }
     float* all = gather_buffer(c, cmax * (size_t)P);
     /* reduce-scatter: every rank's copy of my chunk, in rank order */
-    CUDA_OK(cudaMemcpyAsync(all + (size_t)r * cmax, x + b[r], cnt[r] * sizeof(float), cudaMemcpyDeviceToDevice, s));
+    CC_CHECK(cudaMemcpyAsync(all + (size_t)r * cmax, x + b[r], cnt[r] * sizeof(float), cudaMemcpyDeviceToDevice, s));
     NCCL_CHECK(ncclGroupStart());
     for (int q = 0; q < P; q++) {
         if (q == r) continue;

@@ -34,7 +34,7 @@ build/gpu/compress_cuda.o: compress/compress_cuda.cu $(CMP_HDRS)
 	@mkdir -p build/gpu
 	$(NVCC) $(CMP_NVFLAGS) -Xptxas -v -c $< -o $@ 2> $(@:.o=.ptxas) || { cat $(@:.o=.ptxas); exit 1; }
 
-build/gpu/collectives_cuda.o: comm/collectives_cuda.c comm/collectives_cuda.h comm/comm.h comm/nccl_check.h $(CMP_HDRS)
+build/gpu/collectives_cuda.o: comm/collectives_cuda.c comm/collectives_cuda.h comm/comm.h comm/nccl_util.h $(CMP_HDRS)
 	@mkdir -p build/gpu
 	mpicc $(CMP_CFLAGS) -c $< -o $@
 

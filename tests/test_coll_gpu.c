@@ -30,7 +30,7 @@
 
 #include "check.h"
 #include "collectives_cuda.h"
-#include "nccl_check.h"
+#include "nccl_util.h"
 #include "comm.h"
 #include "compress.h"
 
@@ -185,12 +185,7 @@ int main(int argc, char** argv) {
     const int aware_ok = !use_nccl && coll_mpi_cuda_aware();
 #endif
     ncclComm_t nccl = NULL;
-    if (use_nccl) {
-        ncclUniqueId id;
-        if (rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
-        MPI_CHECK(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD));
-        NCCL_CHECK(ncclCommInitRank(&nccl, P, id, rank));
-    }
+    if (use_nccl) nccl = nccl_comm_over(MPI_COMM_WORLD);
     if (rank == 0)
         printf("test_coll_gpu: %d ranks, %d device(s), transport %s\n", P, ndev,
                use_nccl ? "NCCL send/recv" : coll_mpi_cuda_aware() ? "MPI, CUDA-aware" : "MPI (device-pointer mode tested only under the emulator)");

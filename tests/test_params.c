@@ -33,13 +33,20 @@ static size_t full_offset(const ParamLayout* pl, int t) {
     return o;
 }
 
+/* s at TP degree P: its padded vocab and rank 0's layout; 0 if P does not divide the heads */
+static int layout_at(GPTShape s, int P, GPTShape* sp, ParamLayout* pl0) {
+    if (s.NH % P) return 0;
+    *sp = s;
+    sp->Vp = params_padded_vocab(s.V, P);
+    params_layout(pl0, *sp, P, 0);
+    return 1;
+}
+
 static void test_roundtrip(GPTShape s) {
     for (int P = 1; P <= 4; P++) {
-        if (s.NH % P) continue;
-        GPTShape sp = s;
-        sp.Vp = params_padded_vocab(s.V, P);
+        GPTShape sp;
         ParamLayout pl0;
-        params_layout(&pl0, sp, P, 0);
+        if (!layout_at(s, P, &sp, &pl0)) continue;
         size_t n = full_total(&pl0);
         float* full = params_init_full(&pl0, 42);
         float* back = calloc(n, sizeof(float));
@@ -84,11 +91,9 @@ static void test_roundtrip(GPTShape s) {
 
 static void test_shard_blocks(GPTShape s) {
     for (int P = 1; P <= 4; P++) {
-        if (s.NH % P) continue;
-        GPTShape sp = s;
-        sp.Vp = params_padded_vocab(s.V, P);
+        GPTShape sp;
         ParamLayout pl0;
-        params_layout(&pl0, sp, P, 0);
+        if (!layout_at(s, P, &sp, &pl0)) continue;
         for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
             unsigned char* hits = calloc(pl0.full[t], 1);   /* how many ranks hold each element */
             for (int r = 0; r < P; r++) {

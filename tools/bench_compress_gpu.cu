@@ -48,7 +48,7 @@
 #include "collectives_cuda.h"
 #include "compress.h"
 #include "compress_cuda.h"
-#include "nccl_check.h"
+#include "nccl_util.h"
 
 static const int COLS = 768; /* the hidden size of the tensors (shape rows x 768) */
 
@@ -263,12 +263,7 @@ static int bench_mpi(std::vector<int> sizes, int reps, int K, int use_nccl) {
     CC_CHECK(cudaGetDeviceCount(&ndev));
     CC_CHECK(cudaSetDevice(rank % ndev));
     ncclComm_t nccl = NULL;
-    if (use_nccl) {
-        ncclUniqueId id;
-        if (rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
-        MPI_Bcast(&id, (int)sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
-        NCCL_CHECK(ncclCommInitRank(&nccl, P, id, rank));
-    }
+    if (use_nccl) nccl = nccl_comm_over(MPI_COMM_WORLD);
     if (rank == 0) {
         print_header("mpi");
         printf("%d ranks on %d GPU(s); transport: %s; pipeline depth K = %d (and 1)\n", P, ndev,

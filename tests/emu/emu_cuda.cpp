@@ -477,6 +477,20 @@ std::set<cudaStream_t> g_streams;
 std::set<cudaEvent_t> g_events;
 std::map<const void*, int> g_smem_limit; /* dynamic shared memory per kernel, as cudaFuncSetAttribute raised it */
 
+/* Streams and events are opaque handles here (everything runs in order): a
+ * distinct address each, registered so that a stale or foreign one is caught. */
+template <typename H>
+static H handle_new(std::set<H>& live) {
+    H h = (H) new char[16];
+    live.insert(h);
+    return h;
+}
+template <typename H>
+static void handle_free(std::set<H>& live, H h, const char* what) {
+    if (!live.erase(h)) emu_fail("%s of a handle that its create call did not return", what);
+    delete[] (char*)h;
+}
+
 #ifdef __SANITIZE_ADDRESS__
 const bool kGuards = false; /* exact-size blocks: AddressSanitizer sees every stray access */
 #else
@@ -789,14 +803,12 @@ cudaError_t CUDARTAPI cudaMemcpyAsync(void* d, const void* s, size_t n, enum cud
 
 cudaError_t CUDARTAPI cudaStreamCreateWithFlags(cudaStream_t* s, unsigned int flags) {
     (void)flags;
-    *s = (cudaStream_t) new char[16];
-    g_streams.insert(*s);
+    *s = handle_new(g_streams);
     return cudaSuccess;
 }
 cudaError_t CUDARTAPI cudaStreamCreate(cudaStream_t* s) { return cudaStreamCreateWithFlags(s, 0); }
 cudaError_t CUDARTAPI cudaStreamDestroy(cudaStream_t s) {
-    if (!g_streams.erase(s)) emu_fail("cudaStreamDestroy of a stream that cudaStreamCreate did not return");
-    delete[] (char*)s;
+    handle_free(g_streams, s, "cudaStreamDestroy");
     return cudaSuccess;
 }
 cudaError_t CUDARTAPI cudaStreamSynchronize(cudaStream_t s) {
@@ -813,14 +825,12 @@ cudaError_t CUDARTAPI cudaDeviceSynchronize(void) { return cudaSuccess; }
 
 cudaError_t CUDARTAPI cudaEventCreateWithFlags(cudaEvent_t* e, unsigned int flags) {
     (void)flags;
-    *e = (cudaEvent_t) new char[16];
-    g_events.insert(*e);
+    *e = handle_new(g_events);
     return cudaSuccess;
 }
 cudaError_t CUDARTAPI cudaEventCreate(cudaEvent_t* e) { return cudaEventCreateWithFlags(e, 0); }
 cudaError_t CUDARTAPI cudaEventDestroy(cudaEvent_t e) {
-    if (!g_events.erase(e)) emu_fail("cudaEventDestroy of an event that cudaEventCreate did not return");
-    delete[] (char*)e;
+    handle_free(g_events, e, "cudaEventDestroy");
     return cudaSuccess;
 }
 cudaError_t CUDARTAPI cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
