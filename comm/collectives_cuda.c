@@ -53,9 +53,9 @@
 #endif
 #endif
 
-#include "check.h"
-#include "collectives_cuda.h"
-#include "nccl_util.h"
+#include "common/check.h"
+#include "comm/collectives_cuda.h"
+#include "comm/nccl_util.h"
 
 enum { TAG_RS = 0x5100, TAG_AG = 0x5100 + COLL_DEV_MAX_K }; /* + sub-chunk index */
 
@@ -75,15 +75,15 @@ void coll_scratch_dev_init(CollScratchDev* s) {
 }
 
 void coll_scratch_dev_free(CollScratchDev* s) {
-    if (s->d_buf) CC_CHECK(cudaFree(s->d_buf));
-    if (s->h_buf) CC_CHECK(cudaFreeHost(s->h_buf));
-    if (s->d_acc) CC_CHECK(cudaFree(s->d_acc));
+    if (s->d_buf) CUDA_CHECK(cudaFree(s->d_buf));
+    if (s->h_buf) CUDA_CHECK(cudaFreeHost(s->h_buf));
+    if (s->d_acc) CUDA_CHECK(cudaFree(s->d_acc));
     if (s->d_st) compress_stats_dev_free(s->d_st);
-    if (s->h_st) CC_CHECK(cudaFreeHost(s->h_st));
-    if (s->s_d2h) CC_CHECK(cudaStreamDestroy(s->s_d2h));
-    if (s->s_h2d) CC_CHECK(cudaStreamDestroy(s->s_h2d));
-    if (s->s_net) CC_CHECK(cudaStreamDestroy(s->s_net));
-    for (int i = 0; i < s->ev_cap; i++) CC_CHECK(cudaEventDestroy(s->ev[i]));
+    if (s->h_st) CUDA_CHECK(cudaFreeHost(s->h_st));
+    if (s->s_d2h) CUDA_CHECK(cudaStreamDestroy(s->s_d2h));
+    if (s->s_h2d) CUDA_CHECK(cudaStreamDestroy(s->s_h2d));
+    if (s->s_net) CUDA_CHECK(cudaStreamDestroy(s->s_net));
+    for (int i = 0; i < s->ev_cap; i++) CUDA_CHECK(cudaEventDestroy(s->ev[i]));
     free(s->ev);
     free(s->req);
     free(s->plan);
@@ -209,7 +209,7 @@ static int event_done(cudaEvent_t e) {
     cudaError_t err = cudaEventQuery(e);
     if (err == cudaSuccess) return 1;
     if (err == cudaErrorNotReady) return 0;
-    CC_CHECK(err);
+    CUDA_CHECK(err);
     return 0;
 }
 
@@ -225,9 +225,9 @@ static void copy_span(const Call* C, const Msg* first, const Msg* last, enum cud
     size_t a = first->slot, e = last->off + last->bytes;
     if (e <= a) return;
     if (kind == cudaMemcpyDeviceToHost)
-        CC_CHECK(cudaMemcpyAsync(C->s->h_buf + a, C->s->d_buf + a, e - a, cudaMemcpyDeviceToHost, st));
+        CUDA_CHECK(cudaMemcpyAsync(C->s->h_buf + a, C->s->d_buf + a, e - a, cudaMemcpyDeviceToHost, st));
     else
-        CC_CHECK(cudaMemcpyAsync(C->s->d_buf + a, C->s->h_buf + a, e - a, cudaMemcpyHostToDevice, st));
+        CUDA_CHECK(cudaMemcpyAsync(C->s->d_buf + a, C->s->h_buf + a, e - a, cudaMemcpyHostToDevice, st));
 }
 
 static int msg_count(size_t bytes) {
@@ -256,12 +256,12 @@ static void ag_send_k(Call* C, int k) {
 /* my all-gather message k is being written on cs: once it is done (and
  * copied to the host), it can be sent */
 static void ag_mark_ready(Call* C, int k) {
-    CC_CHECK(cudaEventRecord(ev_ag(C, k), C->cs));
+    CUDA_CHECK(cudaEventRecord(ev_ag(C, k), C->cs));
     if (!C->s->aware && C->P > 1) {
-        CC_CHECK(cudaStreamWaitEvent(C->s->s_d2h, ev_ag(C, k), 0));
+        CUDA_CHECK(cudaStreamWaitEvent(C->s->s_d2h, ev_ag(C, k), 0));
         const Msg* m = ag_msg(C, k, C->P - 1);
         copy_span(C, m, m, cudaMemcpyDeviceToHost, C->s->s_d2h);
-        CC_CHECK(cudaEventRecord(ev_ag(C, k), C->s->s_d2h));
+        CUDA_CHECK(cudaEventRecord(ev_ag(C, k), C->s->s_d2h));
     }
 }
 
@@ -283,9 +283,9 @@ static void ag_job_from_sum(Call* C, int k, CompressJobDev* j) {
 }
 
 static void stats_copy(Call* C) {
-    CC_CHECK(cudaMemcpyAsync(C->s->h_st, C->s->d_st, sizeof(CompressStatsDev) * (size_t)(C->P + 1),
+    CUDA_CHECK(cudaMemcpyAsync(C->s->h_st, C->s->d_st, sizeof(CompressStatsDev) * (size_t)(C->P + 1),
                              cudaMemcpyDeviceToHost, C->cs));
-    CC_CHECK(cudaEventRecord(C->s->ev[EV_STATS], C->cs));
+    CUDA_CHECK(cudaEventRecord(C->s->ev[EV_STATS], C->cs));
 }
 
 /* the all-gather compression of my chunk when it could not run inside the
@@ -329,8 +329,8 @@ static void rs_reduce_k(Call* C, int k) {
     int P = C->P;
     if (!C->s->aware && P > 1) {
         copy_span(C, rs_recv(C, k, 0), rs_recv(C, k, P - 2), cudaMemcpyHostToDevice, C->s->s_h2d);
-        CC_CHECK(cudaEventRecord(ev_rs_h2d(C, k), C->s->s_h2d));
-        CC_CHECK(cudaStreamWaitEvent(C->cs, ev_rs_h2d(C, k), 0));
+        CUDA_CHECK(cudaEventRecord(ev_rs_h2d(C, k), C->s->s_h2d));
+        CUDA_CHECK(cudaStreamWaitEvent(C->cs, ev_rs_h2d(C, k), 0));
     }
     CompressJobDev* j = &C->jobs[0];
     const Msg* mine = rs_send(C, k, P - 1);
@@ -372,8 +372,8 @@ static void ag_decode_k(Call* C, int k) {
     int P = C->P;
     if (!C->s->aware && P > 1) {
         copy_span(C, ag_msg(C, k, 0), ag_msg(C, k, P - 2), cudaMemcpyHostToDevice, C->s->s_h2d);
-        CC_CHECK(cudaEventRecord(ev_ag_h2d(C, k), C->s->s_h2d));
-        CC_CHECK(cudaStreamWaitEvent(C->cs, ev_ag_h2d(C, k), 0));
+        CUDA_CHECK(cudaEventRecord(ev_ag_h2d(C, k), C->s->s_h2d));
+        CUDA_CHECK(cudaStreamWaitEvent(C->cs, ev_ag_h2d(C, k), 0));
     }
     for (int q = 0; q < P; q++) {
         int jc = rank_at(C, q); /* q = P - 1: my own chunk, from the bytes I sent */
@@ -389,36 +389,36 @@ static void ag_decode_k(Call* C, int k) {
 
 static void ensure_state(CollScratchDev* s, int P, int K, size_t bytes, size_t acc, int nplan) {
     if (!s->initialized) {
-        CC_CHECK(cudaStreamCreateWithFlags(&s->s_d2h, cudaStreamNonBlocking));
-        CC_CHECK(cudaStreamCreateWithFlags(&s->s_h2d, cudaStreamNonBlocking));
-        CC_CHECK(cudaStreamCreateWithFlags(&s->s_net, cudaStreamNonBlocking));
+        CUDA_CHECK(cudaStreamCreateWithFlags(&s->s_d2h, cudaStreamNonBlocking));
+        CUDA_CHECK(cudaStreamCreateWithFlags(&s->s_h2d, cudaStreamNonBlocking));
+        CUDA_CHECK(cudaStreamCreateWithFlags(&s->s_net, cudaStreamNonBlocking));
         /* NCCL moves device memory itself: no host mirror */
         s->aware = s->nccl ? 1 : s->cuda_aware < 0 ? coll_mpi_cuda_aware() : s->cuda_aware != 0;
         s->initialized = 1;
     }
     /* growing: wait for everything queued (copies, kernels, the stats copy)
      * that may still use the old buffers; happens on the first calls only */
-    if (bytes > s->buf_cap || acc > s->acc_cap || P + 1 > s->st_cap) CC_CHECK(cudaDeviceSynchronize());
+    if (bytes > s->buf_cap || acc > s->acc_cap || P + 1 > s->st_cap) CUDA_CHECK(cudaDeviceSynchronize());
     if (bytes > s->buf_cap) {
-        if (s->d_buf) CC_CHECK(cudaFree(s->d_buf));
-        if (s->h_buf) CC_CHECK(cudaFreeHost(s->h_buf));
+        if (s->d_buf) CUDA_CHECK(cudaFree(s->d_buf));
+        if (s->h_buf) CUDA_CHECK(cudaFreeHost(s->h_buf));
         s->h_buf = NULL;
         s->buf_cap = bytes + bytes / 4 + 4096;
-        CC_CHECK(cudaMalloc((void**)&s->d_buf, s->buf_cap));
-        if (!s->aware) CC_CHECK(cudaMallocHost((void**)&s->h_buf, s->buf_cap));
+        CUDA_CHECK(cudaMalloc((void**)&s->d_buf, s->buf_cap));
+        if (!s->aware) CUDA_CHECK(cudaMallocHost((void**)&s->h_buf, s->buf_cap));
     }
-    if (!s->aware && !s->h_buf && s->buf_cap) CC_CHECK(cudaMallocHost((void**)&s->h_buf, s->buf_cap));
+    if (!s->aware && !s->h_buf && s->buf_cap) CUDA_CHECK(cudaMallocHost((void**)&s->h_buf, s->buf_cap));
     if (acc > s->acc_cap) {
-        if (s->d_acc) CC_CHECK(cudaFree(s->d_acc));
+        if (s->d_acc) CUDA_CHECK(cudaFree(s->d_acc));
         s->acc_cap = acc + acc / 4 + 1024;
-        CC_CHECK(cudaMalloc((void**)&s->d_acc, s->acc_cap * sizeof(float)));
+        CUDA_CHECK(cudaMalloc((void**)&s->d_acc, s->acc_cap * sizeof(float)));
     }
     if (P + 1 > s->st_cap) {
         if (s->d_st) compress_stats_dev_free(s->d_st);
-        if (s->h_st) CC_CHECK(cudaFreeHost(s->h_st));
+        if (s->h_st) CUDA_CHECK(cudaFreeHost(s->h_st));
         s->st_cap = P + 1;
         s->d_st = compress_stats_dev_alloc(s->st_cap);
-        CC_CHECK(cudaMallocHost((void**)&s->h_st, sizeof(CompressStatsDev) * (size_t)s->st_cap));
+        CUDA_CHECK(cudaMallocHost((void**)&s->h_st, sizeof(CompressStatsDev) * (size_t)s->st_cap));
     }
     int nev = EV_FIXED + 4 * K;
     if (nev > s->ev_cap) {
@@ -426,7 +426,7 @@ static void ensure_state(CollScratchDev* s, int P, int K, size_t bytes, size_t a
         if (!s->ev) FATAL("out of host memory for %d CUDA events", nev);
         for (int i = s->ev_cap; i < nev; i++) {
             /* (waiting on a never-recorded event is a no-op: the first call's EV_END) */
-            CC_CHECK(cudaEventCreateWithFlags(&s->ev[i], cudaEventDisableTiming));
+            CUDA_CHECK(cudaEventCreateWithFlags(&s->ev[i], cudaEventDisableTiming));
         }
         s->ev_cap = nev;
     }
@@ -457,7 +457,7 @@ static void rs_encode_k(Call* C, int k) {
         jb->st = &s->d_st[jc];
     }
     compress_jobs_encode_dev(C->p_rs, 1, C->jobs, C->P, C->cs);
-    CC_CHECK(cudaEventRecord(ev_rs(C, k), C->cs));
+    CUDA_CHECK(cudaEventRecord(ev_rs(C, k), C->cs));
 }
 
 /* current scaling: the amax of every chunk before any of it is encoded */
@@ -507,9 +507,9 @@ static void run_mpi(Call* C) {
         for (int k = 0; k < K; k++) {
             rs_encode_k(C, k);
             if (!s->aware && P > 1) {
-                CC_CHECK(cudaStreamWaitEvent(s->s_d2h, ev_rs(C, k), 0));
+                CUDA_CHECK(cudaStreamWaitEvent(s->s_d2h, ev_rs(C, k), 0));
                 copy_span(C, rs_send(C, k, 0), rs_send(C, k, P - 2), cudaMemcpyDeviceToHost, s->s_d2h);
-                CC_CHECK(cudaEventRecord(ev_rs(C, k), s->s_d2h));
+                CUDA_CHECK(cudaEventRecord(ev_rs(C, k), s->s_d2h));
             }
         }
         if (!C->do_ag) stats_copy(C);
@@ -555,9 +555,9 @@ static void run_mpi(Call* C) {
     /* the next call may reuse every buffer: host copies done now, device work
      * fenced by EV_END; with device pointers in MPI, the next call's receives
      * would write under this call's kernels, so wait for them */
-    CC_CHECK(cudaEventRecord(s->ev[EV_END], C->cs));
-    if (!s->aware) CC_CHECK(cudaStreamSynchronize(s->s_h2d));
-    else CC_CHECK(cudaStreamSynchronize(C->cs));
+    CUDA_CHECK(cudaEventRecord(s->ev[EV_END], C->cs));
+    if (!s->aware) CUDA_CHECK(cudaStreamSynchronize(s->s_h2d));
+    else CUDA_CHECK(cudaStreamSynchronize(C->cs));
 }
 
 /* NCCL transport: sub-chunk k of phase ph (0 reduce-scatter, 1 all-gather)
@@ -567,7 +567,7 @@ static void run_mpi(Call* C) {
 static void nccl_exchange_k(Call* C, int ph, int k) {
     CollScratchDev* s = C->s;
     ncclComm_t nc = (ncclComm_t)s->nccl;
-    CC_CHECK(cudaStreamWaitEvent(s->s_net, ph == 0 ? ev_rs(C, k) : ev_ag(C, k), 0));
+    CUDA_CHECK(cudaStreamWaitEvent(s->s_net, ph == 0 ? ev_rs(C, k) : ev_ag(C, k), 0));
     NCCL_CHECK(ncclGroupStart());
     for (int q = 0; q < C->P - 1; q++) {
         const Msg* out = ph == 0 ? rs_send(C, k, q) : ag_msg(C, k, C->P - 1);
@@ -576,7 +576,7 @@ static void nccl_exchange_k(Call* C, int ph, int k) {
         if (in->bytes) NCCL_CHECK(ncclRecv(s->d_buf + in->off, in->bytes, ncclUint8, rank_at(C, q), nc, s->s_net));
     }
     NCCL_CHECK(ncclGroupEnd());
-    CC_CHECK(cudaEventRecord(ph == 0 ? ev_rs_h2d(C, k) : ev_ag_h2d(C, k), s->s_net));
+    CUDA_CHECK(cudaEventRecord(ph == 0 ? ev_rs_h2d(C, k) : ev_ag_h2d(C, k), s->s_net));
 }
 
 /* With NCCL everything is stream-ordered, so the whole call is queued
@@ -595,7 +595,7 @@ static void run_nccl(Call* C) {
         }
         if (!C->do_ag) stats_copy(C);
         for (int k = 0; k < K; k++) {
-            CC_CHECK(cudaStreamWaitEvent(C->cs, ev_rs_h2d(C, k), 0));
+            CUDA_CHECK(cudaStreamWaitEvent(C->cs, ev_rs_h2d(C, k), 0));
             rs_reduce_k(C, k);
             if (C->do_ag && C->ag_src == AG_FUSED_ONE_PASS) nccl_exchange_k(C, 1, k);
         }
@@ -607,15 +607,15 @@ static void run_nccl(Call* C) {
         }
         stats_copy(C);
         for (int k = 0; k < K; k++) {
-            CC_CHECK(cudaStreamWaitEvent(C->cs, ev_ag_h2d(C, k), 0));
+            CUDA_CHECK(cudaStreamWaitEvent(C->cs, ev_ag_h2d(C, k), 0));
             ag_decode_k(C, k);
         }
     }
     /* the sends read d_buf until they are done: the next call's kernels
      * (stream order after EV_END) must wait for them too */
-    CC_CHECK(cudaEventRecord(s->ev[EV_NET_END], s->s_net));
-    CC_CHECK(cudaStreamWaitEvent(C->cs, s->ev[EV_NET_END], 0));
-    CC_CHECK(cudaEventRecord(s->ev[EV_END], C->cs));
+    CUDA_CHECK(cudaEventRecord(s->ev[EV_NET_END], s->s_net));
+    CUDA_CHECK(cudaStreamWaitEvent(C->cs, s->ev[EV_NET_END], 0));
+    CUDA_CHECK(cudaEventRecord(s->ev[EV_END], C->cs));
 }
 
 static void coll_run(Call* C, CollStats* st) {
@@ -669,15 +669,15 @@ static void coll_run(Call* C, CollStats* st) {
     C->jobs = callocCheck((size_t)P + 1, sizeof(CompressJobDev));
 
     /* the previous call's kernels and copies are done with the buffers */
-    CC_CHECK(cudaStreamWaitEvent(C->cs, s->ev[EV_END], 0));
-    CC_CHECK(cudaStreamWaitEvent(s->s_h2d, s->ev[EV_END], 0));
+    CUDA_CHECK(cudaStreamWaitEvent(C->cs, s->ev[EV_END], 0));
+    CUDA_CHECK(cudaStreamWaitEvent(s->s_h2d, s->ev[EV_END], 0));
     compress_stats_dev_reset(s->d_st, P + 1, C->cs);
 
     if (s->nccl) run_nccl(C);
     else run_mpi(C);
 
     if (st) {
-        CC_CHECK(cudaEventSynchronize(s->ev[EV_STATS]));
+        CUDA_CHECK(cudaEventSynchronize(s->ev[EV_STATS]));
         for (int j = 0; j <= P; j++) {
             if (j == P && !C->do_ag) break;
             if (j < P && !C->do_rs) continue;

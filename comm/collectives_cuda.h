@@ -32,8 +32,8 @@
 
 #include <cuda_runtime_api.h>
 
-#include "comm.h"
-#include "compress_cuda.h"
+#include "comm/comm.h"
+#include "compress/compress_cuda.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -12,10 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"
-#include "comm.h"
+#include "common/check.h"
+#include "comm/comm.h"
 #ifdef OPS_BF16
-#include "collectives_cuda.h"
+#include "comm/collectives_cuda.h"
 #endif
 
 void comm_init(Comm* c, int tp, int dp) {

@@ -25,9 +25,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "compress.h"
-#include "config.h"
-#include "ops.h"
+#include "compress/compress.h"
+#include "train/config.h"
+#include "ops/ops.h"
 
 #ifdef __cplusplus
 extern "C" {

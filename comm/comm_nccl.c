@@ -24,12 +24,12 @@
 
 #include <cuda_runtime_api.h>
 
-#include "check.h"
-#include "collectives_cuda.h"
-#include "comm.h"
-#include "nccl_util.h"
-#include "ops_cuda.h"
-#include "reduce_cuda.h"
+#include "common/check.h"
+#include "comm/collectives_cuda.h"
+#include "comm/comm.h"
+#include "comm/nccl_util.h"
+#include "ops/ops_cuda.h"
+#include "comm/reduce_cuda.h"
 
 /* host name + PCI bus id of this rank's GPU: two ranks with the same key share a GPU */
 typedef struct {
@@ -39,8 +39,8 @@ typedef struct {
 static void gpu_key(GpuKey* k) {
     int dev, len = 0;
     char host[MPI_MAX_PROCESSOR_NAME], bus[32];
-    CC_CHECK(cudaGetDevice(&dev));
-    CC_CHECK(cudaDeviceGetPCIBusId(bus, (int)sizeof(bus), dev));
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetPCIBusId(bus, (int)sizeof(bus), dev));
     MPI_CHECK(MPI_Get_processor_name(host, &len));
     memset(k, 0, sizeof(*k));
     snprintf(k->key, sizeof(k->key), "%s/%s", host, bus);
@@ -88,7 +88,7 @@ void comm_nccl_free(Comm* c) {
     if (c->nccl_tp) NCCL_CHECK(ncclCommDestroy(c->nccl_tp));
     if (c->nccl_dp) NCCL_CHECK(ncclCommDestroy(c->nccl_dp));
     c->nccl_tp = c->nccl_dp = NULL;
-    if (c->dev_gather) CC_CHECK(cudaFree(c->dev_gather));
+    if (c->dev_gather) CUDA_CHECK(cudaFree(c->dev_gather));
     c->dev_gather = NULL;
     c->dev_gather_cap = 0;
 }
@@ -97,10 +97,10 @@ void comm_nccl_free(Comm* c) {
 static float* gather_buffer(Comm* c, size_t n) {
     if (n > c->dev_gather_cap) {
         cudaStream_t s = (cudaStream_t)ops_cuda_stream();
-        CC_CHECK(cudaStreamSynchronize(s)); /* queued work may still use the old buffer */
-        if (c->dev_gather) CC_CHECK(cudaFree(c->dev_gather));
+        CUDA_CHECK(cudaStreamSynchronize(s)); /* queued work may still use the old buffer */
+        if (c->dev_gather) CUDA_CHECK(cudaFree(c->dev_gather));
         c->dev_gather_cap = n + n / 4;
-        CC_CHECK(cudaMalloc((void**)&c->dev_gather, c->dev_gather_cap * sizeof(float)));
+        CUDA_CHECK(cudaMalloc((void**)&c->dev_gather, c->dev_gather_cap * sizeof(float)));
     }
     return c->dev_gather;
 }
@@ -124,7 +124,7 @@ void comm_nccl_dp_mean(Comm* c, float* x, size_t n) {
     }
     float* all = gather_buffer(c, cmax * (size_t)P);
     /* reduce-scatter: every rank's copy of my chunk, in rank order */
-    CC_CHECK(cudaMemcpyAsync(all + (size_t)r * cmax, x + b[r], cnt[r] * sizeof(float), cudaMemcpyDeviceToDevice, s));
+    CUDA_CHECK(cudaMemcpyAsync(all + (size_t)r * cmax, x + b[r], cnt[r] * sizeof(float), cudaMemcpyDeviceToDevice, s));
     NCCL_CHECK(ncclGroupStart());
     for (int q = 0; q < P; q++) {
         if (q == r) continue;

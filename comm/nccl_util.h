@@ -1,5 +1,5 @@
 /*
- * comm/nccl_util.h - NCCL_CHECK, the NCCL twin of MPI_CHECK / CC_CHECK, and
+ * comm/nccl_util.h - NCCL_CHECK, the NCCL twin of MPI_CHECK / CUDA_CHECK, and
  * nccl_comm_over, the one way this project makes an NCCL communicator.
  *
  * A failed NCCL call prints the call, NCCL's error string and its last
@@ -12,7 +12,7 @@
 #include <mpi.h>
 #include <nccl.h>
 
-#include "check.h"
+#include "common/check.h"
 
 #define NCCL_CHECK(call)                                                                                     \
     do {                                                                                                     \

@@ -29,11 +29,11 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "check.h"
-#include "comm.h"
+#include "common/check.h"
+#include "comm/comm.h"
 #ifdef OPS_BF16
-#include "collectives_cuda.h"
-#include "ops_cuda.h"
+#include "comm/collectives_cuda.h"
+#include "ops/ops_cuda.h"
 #endif
 
 static const int CANDIDATE_G[SITE_NUM_CANDIDATES] = {16, 32, 64, 128, 256};

@@ -1,7 +1,7 @@
 /*
  * common/check.c - implementation of the checked calls in check.h.
  */
-#include "check.h"
+#include "common/check.h"
 
 #include <errno.h>
 #include <mpi.h>

@@ -21,16 +21,16 @@
  * compress/README.md. Build with -ffp-contract=off: decompress_reduce must
  * equal acc + decompress to the bit, which a fused multiply-add would break.
  */
-#include "compress.h"
+#include "compress/compress.h"
 
 #include <math.h>
 #include <string.h>
 
-#include "bf16.h"
-#include "check.h"
-#include "hadamard.h"
-#include "rng.h"
-#include "taco.h"
+#include "common/bf16.h"
+#include "common/check.h"
+#include "compress/hadamard.h"
+#include "compress/rng.h"
+#include "compress/taco.h"
 
 static const char* METHOD_NAMES[CM_NUM_METHODS] = {"none", "cast", "fp8_tensor", "fp8_group", "int8_group", "taco", "bf16"};
 #define NUM_METHODS ((int)CM_NUM_METHODS)

@@ -19,7 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "fp8.h" /* typedef enum { FP8_E4M3, FP8_E5M2 } Fp8Format; and the codecs */
+#include "compress/fp8.h" /* typedef enum { FP8_E4M3, FP8_E5M2 } Fp8Format; and the codecs */
 
 #ifdef __cplusplus
 extern "C" {

@@ -53,11 +53,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bf16.h"
-#include "compress_cuda.h"
-#include "hadamard.h"
+#include "common/bf16.h"
+#include "compress/compress_cuda.h"
+#include "compress/hadamard.h"
 extern "C" {
-#include "taco.h" /* TACO_EXP_MIN / TACO_EXP_MAX; its functions are not used here */
+#include "compress/taco.h" /* TACO_EXP_MIN / TACO_EXP_MAX; its functions are not used here */
 }
 
 /* Every launch goes through LAUNCH; under the CPU emulator (tests/emu) its <<<>>>
@@ -1237,9 +1237,9 @@ static Codec codec_of(const CompressParams* p, const char* who) {
 static int num_sms(void) {
     static int cached[64];
     int dev = 0;
-    CC_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaGetDevice(&dev));
     if (dev < 0 || dev >= 64) FATAL("compress_cuda: device index %d out of range", dev);
-    if (!cached[dev]) CC_CHECK(cudaDeviceGetAttribute(&cached[dev], cudaDevAttrMultiProcessorCount, dev));
+    if (!cached[dev]) CUDA_CHECK(cudaDeviceGetAttribute(&cached[dev], cudaDevAttrMultiProcessorCount, dev));
     return cached[dev];
 }
 
@@ -1251,7 +1251,7 @@ static int blocks_per_sm(const void* kernel) {
     for (int i = 0; i < used; i++)
         if (keys[i] == kernel) return vals[i];
     int nb = 0;
-    CC_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, kernel, THREADS, 0));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, kernel, THREADS, 0));
     if (nb < 1) nb = 1;
     if (used < 64) {
         keys[used] = kernel;
@@ -1352,12 +1352,12 @@ static void launch_compress(const Codec& c, int bf16, const CompressJobDev* jobs
             const dim3 grid = grid_for(k, max_units, L.njobs);
             if (bf16) LAUNCH(k_amax<true>, grid, THREADS, s, c, L);
             else LAUNCH(k_amax<false>, grid, THREADS, s, c, L);
-            CC_CHECK_LAUNCH("k_amax");
+            CUDA_CHECK_LAUNCH("k_amax");
         } else {
             const void* k = compress_kernel(c, bf16);
             const dim3 grid = grid_for(k, max_units, L.njobs);
             LAUNCH(((CKernel)k), grid, THREADS, s, c, L);
-            CC_CHECK_LAUNCH("k_compress");
+            CUDA_CHECK_LAUNCH("k_compress");
         }
     }
 }
@@ -1458,7 +1458,7 @@ void decompress_jobs_dev(const CompressParams* p_in, const CompressJobDev* jobs,
         const void* k = decompress_kernel(out, co);
         const dim3 grid = grid_for(k, max_units, L.njobs);
         LAUNCH(((DKernel)k), grid, THREADS, s, ci, co, init, L);
-        CC_CHECK_LAUNCH("k_decompress");
+        CUDA_CHECK_LAUNCH("k_decompress");
     }
 }
 
@@ -1504,25 +1504,25 @@ static CompressWireIn wire_in(const CompressWireLayout& l, const uint8_t* in, si
 CompressStatsDev* compress_stats_dev_alloc(int count) {
     if (count < 1) count = 1;
     CompressStatsDev* st = nullptr;
-    CC_CHECK(cudaMalloc((void**)&st, sizeof(CompressStatsDev) * (size_t)count));
-    CC_CHECK(cudaMemset(st, 0, sizeof(CompressStatsDev) * (size_t)count));
+    CUDA_CHECK(cudaMalloc((void**)&st, sizeof(CompressStatsDev) * (size_t)count));
+    CUDA_CHECK(cudaMemset(st, 0, sizeof(CompressStatsDev) * (size_t)count));
     return st;
 }
 
 void compress_stats_dev_free(CompressStatsDev* st) {
-    if (st) CC_CHECK(cudaFree(st));
+    if (st) CUDA_CHECK(cudaFree(st));
 }
 
 void compress_stats_dev_reset(CompressStatsDev* st, int count, cudaStream_t s) {
-    if (st && count > 0) CC_CHECK(cudaMemsetAsync(st, 0, sizeof(CompressStatsDev) * (size_t)count, s));
+    if (st && count > 0) CUDA_CHECK(cudaMemsetAsync(st, 0, sizeof(CompressStatsDev) * (size_t)count, s));
 }
 
 CompressStats compress_stats_dev_read(const CompressStatsDev* st, int count, CompressStats* host, cudaStream_t s) {
     CompressStats r = {0, 0, 0.0f};
     if (st && count > 0) {
         CompressStatsDev* h = (CompressStatsDev*)mallocCheck(sizeof(CompressStatsDev) * (size_t)count);
-        CC_CHECK(cudaMemcpyAsync(h, st, sizeof(CompressStatsDev) * (size_t)count, cudaMemcpyDeviceToHost, s));
-        CC_CHECK(cudaStreamSynchronize(s));
+        CUDA_CHECK(cudaMemcpyAsync(h, st, sizeof(CompressStatsDev) * (size_t)count, cudaMemcpyDeviceToHost, s));
+        CUDA_CHECK(cudaStreamSynchronize(s));
         for (int i = 0; i < count; i++) {
             r.saturated += h[i].saturated;
             r.nonfinite += h[i].nonfinite;
@@ -1548,10 +1548,10 @@ static float* scratch_f32(size_t n) {
     static size_t cap = 0;
     if (n > cap) {
         /* no queued kernel may still use the old buffer */
-        CC_CHECK(cudaDeviceSynchronize());
-        if (buf) CC_CHECK(cudaFree(buf));
+        CUDA_CHECK(cudaDeviceSynchronize());
+        if (buf) CUDA_CHECK(cudaFree(buf));
         cap = n + n / 4 + 1024;
-        CC_CHECK(cudaMalloc((void**)&buf, cap * sizeof(float)));
+        CUDA_CHECK(cudaMalloc((void**)&buf, cap * sizeof(float)));
     }
     return buf;
 }
@@ -1572,7 +1572,7 @@ size_t compress_dev(const CompressParams* p, const void* x, int x_is_bf16, size_
     j.stream = stream;
     j.st = st ? st : (two ? scratch_stats() : nullptr);
     if (two) {
-        CC_CHECK(cudaMemsetAsync(&j.st->scale_amax_bits, 0, sizeof(unsigned), s));
+        CUDA_CHECK(cudaMemsetAsync(&j.st->scale_amax_bits, 0, sizeof(unsigned), s));
         compress_jobs_amax_dev(p, x_is_bf16, &j, 1, s);
     }
     compress_jobs_encode_dev(p, x_is_bf16, &j, 1, s);
@@ -1628,7 +1628,7 @@ size_t decompress_reduce_recompress_dev(const CompressParams* p_in, const uint8_
     j.stream = stream;
     j.st = st ? st : (two ? scratch_stats() : nullptr);
     if (two) {
-        CC_CHECK(cudaMemsetAsync(&j.st->scale_amax_bits, 0, sizeof(unsigned), s));
+        CUDA_CHECK(cudaMemsetAsync(&j.st->scale_amax_bits, 0, sizeof(unsigned), s));
         decompress_jobs_dev(p_in, &j, 1, CDEV_REDUCE_AMAX, p_out, s);
     }
     decompress_jobs_dev(p_in, &j, 1, CDEV_REDUCE_RECOMPRESS, p_out, s);
@@ -1640,22 +1640,22 @@ size_t decompress_reduce_recompress_dev(const CompressParams* p_in, const uint8_
 unsigned long long compress_dev_selftest_fp8(Fp8Format f, uint32_t* first_bad) {
     unsigned long long* d_bad = nullptr;
     unsigned* d_first = nullptr;
-    CC_CHECK(cudaMalloc((void**)&d_bad, sizeof(unsigned long long)));
-    CC_CHECK(cudaMalloc((void**)&d_first, sizeof(unsigned)));
-    CC_CHECK(cudaMemset(d_bad, 0, sizeof(unsigned long long)));
-    CC_CHECK(cudaMemset(d_first, 0xFF, sizeof(unsigned)));
+    CUDA_CHECK(cudaMalloc((void**)&d_bad, sizeof(unsigned long long)));
+    CUDA_CHECK(cudaMalloc((void**)&d_first, sizeof(unsigned)));
+    CUDA_CHECK(cudaMemset(d_bad, 0, sizeof(unsigned long long)));
+    CUDA_CHECK(cudaMemset(d_first, 0xFF, sizeof(unsigned)));
     const unsigned blocks = (unsigned)num_sms() * 8u;
     for (u64 base = 0; base < (1ull << 32); base += (1ull << 30)) {
         if (f == FP8_E4M3) LAUNCH(k_check_fp8_hw<FP8_E4M3>, blocks, 256, 0, base, d_bad, d_first);
         else LAUNCH(k_check_fp8_hw<FP8_E5M2>, blocks, 256, 0, base, d_bad, d_first);
-        CC_CHECK_LAUNCH("k_check_fp8_hw");
+        CUDA_CHECK_LAUNCH("k_check_fp8_hw");
     }
     unsigned long long bad = 0;
     unsigned first = 0;
-    CC_CHECK(cudaMemcpy(&bad, d_bad, sizeof(bad), cudaMemcpyDeviceToHost));
-    CC_CHECK(cudaMemcpy(&first, d_first, sizeof(first), cudaMemcpyDeviceToHost));
-    CC_CHECK(cudaFree(d_bad));
-    CC_CHECK(cudaFree(d_first));
+    CUDA_CHECK(cudaMemcpy(&bad, d_bad, sizeof(bad), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(&first, d_first, sizeof(first), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaFree(d_bad));
+    CUDA_CHECK(cudaFree(d_first));
     if (first_bad) *first_bad = first;
     return bad;
 }
@@ -1663,15 +1663,15 @@ unsigned long long compress_dev_selftest_fp8(Fp8Format f, uint32_t* first_bad) {
 unsigned long long compress_dev_selftest_philox(uint64_t seed, uint64_t stream, size_t n, uint32_t* words_host) {
     unsigned* d_words = nullptr;
     unsigned long long* d_bad = nullptr;
-    CC_CHECK(cudaMalloc((void**)&d_words, sizeof(unsigned) * (n ? n : 1)));
-    CC_CHECK(cudaMalloc((void**)&d_bad, sizeof(unsigned long long)));
-    CC_CHECK(cudaMemset(d_bad, 0, sizeof(unsigned long long)));
+    CUDA_CHECK(cudaMalloc((void**)&d_words, sizeof(unsigned) * (n ? n : 1)));
+    CUDA_CHECK(cudaMalloc((void**)&d_bad, sizeof(unsigned long long)));
+    CUDA_CHECK(cudaMemset(d_bad, 0, sizeof(unsigned long long)));
     LAUNCH(k_check_philox, 64, 256, 0, seed, stream, n, d_words, d_bad);
-    CC_CHECK_LAUNCH("k_check_philox");
+    CUDA_CHECK_LAUNCH("k_check_philox");
     unsigned long long bad = 0;
-    CC_CHECK(cudaMemcpy(&bad, d_bad, sizeof(bad), cudaMemcpyDeviceToHost));
-    if (words_host && n) CC_CHECK(cudaMemcpy(words_host, d_words, sizeof(unsigned) * n, cudaMemcpyDeviceToHost));
-    CC_CHECK(cudaFree(d_words));
-    CC_CHECK(cudaFree(d_bad));
+    CUDA_CHECK(cudaMemcpy(&bad, d_bad, sizeof(bad), cudaMemcpyDeviceToHost));
+    if (words_host && n) CUDA_CHECK(cudaMemcpy(words_host, d_words, sizeof(unsigned) * n, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaFree(d_words));
+    CUDA_CHECK(cudaFree(d_bad));
     return bad;
 }

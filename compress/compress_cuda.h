@@ -34,30 +34,13 @@
 
 #include <cuda_runtime_api.h>
 
-#include "check.h"
-#include "compress.h"
+#include "common/check.h"
+#include "common/cuda_check.h"
+#include "compress/compress.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* ---- checked CUDA calls (also usable from C files) ------------------------ */
-#define CC_CHECK(call)                                                                             \
-    do {                                                                                           \
-        cudaError_t cc_err_ = (call);                                                              \
-        if (cc_err_ != cudaSuccess)                                                                \
-            check_fatal(__FILE__, __LINE__, "CUDA call failed: %s: %s (%s)", #call,                \
-                        cudaGetErrorString(cc_err_), cudaGetErrorName(cc_err_));                   \
-    } while (0)
-/* after every launch: a bad launch configuration shows up at once; faults
- * inside a kernel surface at the next checked synchronising call */
-#define CC_CHECK_LAUNCH(name)                                                                      \
-    do {                                                                                           \
-        cudaError_t cc_err_ = cudaGetLastError();                                                  \
-        if (cc_err_ != cudaSuccess)                                                                \
-            check_fatal(__FILE__, __LINE__, "kernel launch failed: %s: %s (%s)", name,             \
-                        cudaGetErrorString(cc_err_), cudaGetErrorName(cc_err_));                   \
-    } while (0)
 
 /* ---- statistics in device memory --------------------------------------------
  * One struct per compressed chunk stream. saturated / nonfinite / amax mean

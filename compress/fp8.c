@@ -7,7 +7,7 @@
  * rounding definitions. Build with -ffp-contract=off like the rest of
  * compress/ (nothing here could contract, but the rule is per directory).
  */
-#include "fp8.h"
+#include "compress/fp8.h"
 
 #include <math.h>
 #include <string.h>

@@ -6,9 +6,9 @@
  * -ffp-contract=off: the butterflies are plain adds, but a contracted
  * "x * norm + y" anywhere downstream would round differently on each backend.
  */
-#include "hadamard.h"
+#include "compress/hadamard.h"
 
-#include "check.h"
+#include "common/check.h"
 
 int hadamard_is_pow2(long G) { return G >= 1 && (G & (G - 1)) == 0; }
 

@@ -47,13 +47,13 @@
  * The group work is recomputed in pass 2 rather than stored: deterministic,
  * and no scratch allocation per call. Build with -ffp-contract=off.
  */
-#include "taco.h"
+#include "compress/taco.h"
 
 #include <math.h>
 
-#include "check.h"
-#include "hadamard.h"
-#include "rng.h"
+#include "common/check.h"
+#include "compress/hadamard.h"
+#include "compress/rng.h"
 
 /* 2^k, exact for the k used here ([-126, 126]). */
 static float pow2f(int k) { return ldexpf(1.0f, k); }

@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "compress.h"
+#include "compress/compress.h"
 
 #define TACO_GROUP_MAX 256 /* largest G: the per-group scratch lives on the stack */
 #define TACO_EXP_MIN (-126) /* power-of-two exponents stay here so that both 2^e */

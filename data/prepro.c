@@ -24,8 +24,8 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 
-#include "check.h"
-#include "shard.h"
+#include "common/check.h"
+#include "data/shard.h"
 
 static void prepro_usage(FILE* out) {
     fprintf(out,

@@ -15,7 +15,7 @@
 #define _POSIX_C_SOURCE 200809L /* fseeko, glob, stat */
 #define _FILE_OFFSET_BITS 64    /* shards over 2 GB on 32-bit hosts */
 
-#include "shard.h"
+#include "data/shard.h"
 
 #include <errno.h>
 #include <glob.h>
@@ -24,7 +24,7 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 
-#include "check.h"
+#include "common/check.h"
 
 /* Tokens read per fread when validating a whole shard (2 MB of file). */
 #define SHARD_SCAN_BLOCK (1 << 20)

@@ -4,13 +4,13 @@
  * A bad tokenizer file is user input, so loading it returns an error message
  * instead of ending the run; the trainer decides how to report it.
  */
-#include "tokenizer.h"
+#include "data/tokenizer.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"
+#include "common/check.h"
 
 static uint32_t tokenizer_le32(const unsigned char* p) {
     return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);

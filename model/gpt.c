@@ -22,14 +22,14 @@
  * (lm_head.bwd); the cross-entropy needs three small exact all-reduces.
  * That is 4 big exchanges per layer per step, all visible below.
  */
-#include "gpt.h"
+#include "model/gpt.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"
+#include "common/check.h"
 #ifdef OPS_BF16
-#include "init_cuda.h"
+#include "model/init_cuda.h"
 #endif
 
 /* pointer to tensor t (layer l) in a flat buffer of this rank's shards */

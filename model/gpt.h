@@ -9,9 +9,9 @@
 #ifndef GPT_H
 #define GPT_H
 
-#include "comm.h"
-#include "ops.h"
-#include "params.h"
+#include "comm/comm.h"
+#include "ops/ops.h"
+#include "model/params.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -18,7 +18,7 @@
 #ifndef INIT_CUDA_H
 #define INIT_CUDA_H
 
-#include "params.h"
+#include "model/params.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -6,7 +6,7 @@
  * slicer (params_copy_shard here, the device init in init_cuda.cu) derive
  * from it.
  */
-#include "params.h"
+#include "model/params.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"
+#include "common/check.h"
 
 const char* PARAM_NAMES[NUM_PARAM_TENSORS] = {
     "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",

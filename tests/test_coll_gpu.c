@@ -28,11 +28,11 @@
 
 #include <cuda_runtime_api.h>
 
-#include "check.h"
-#include "collectives_cuda.h"
-#include "nccl_util.h"
-#include "comm.h"
-#include "compress.h"
+#include "common/check.h"
+#include "comm/collectives_cuda.h"
+#include "comm/nccl_util.h"
+#include "comm/comm.h"
+#include "compress/compress.h"
 
 static int rank, P;
 
@@ -56,8 +56,8 @@ static void fill(float* x, size_t n, int r, int salt, int nonfinite) {
  * non-blocking stream the collectives run on (so a kernel could read a half
  * copied input, or a copy back overtake the kernel writing it). */
 static void copy_sync(void* dst, const void* src, size_t bytes, enum cudaMemcpyKind kind, cudaStream_t cs) {
-    CC_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, cs));
-    CC_CHECK(cudaStreamSynchronize(cs));
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, cs));
+    CUDA_CHECK(cudaStreamSynchronize(cs));
 }
 
 static uint16_t f2bf(float f) {
@@ -174,11 +174,11 @@ int main(int argc, char** argv) {
         else FATAL("unknown option %s (use --quick, --nccl)", argv[i]);
     }
     int ndev = 0;
-    CC_CHECK(cudaGetDeviceCount(&ndev));
+    CUDA_CHECK(cudaGetDeviceCount(&ndev));
     if (ndev < 1) FATAL("no CUDA device");
-    CC_CHECK(cudaSetDevice(rank % ndev));
+    CUDA_CHECK(cudaSetDevice(rank % ndev));
     cudaStream_t cs;
-    CC_CHECK(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
 #ifdef CC_EMU_BUILD
     const int aware_ok = !use_nccl; /* emulated device memory is host memory */
 #else
@@ -229,9 +229,9 @@ int main(int argc, char** argv) {
     uint16_t* d_x = NULL;
     void* d_out = NULL;
     void* d_mine = NULL;
-    CC_CHECK(cudaMalloc((void**)&d_x, nmax * sizeof(uint16_t)));
-    CC_CHECK(cudaMalloc(&d_out, nmax * sizeof(float)));
-    CC_CHECK(cudaMalloc(&d_mine, nmax * sizeof(float)));
+    CUDA_CHECK(cudaMalloc((void**)&d_x, nmax * sizeof(uint16_t)));
+    CUDA_CHECK(cudaMalloc(&d_out, nmax * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&d_mine, nmax * sizeof(float)));
     CollScratch hs;
     memset(&hs, 0, sizeof(hs));
     CollScratchDev ds[2][4]; /* [device pointers to MPI][K], reused across cases */
@@ -270,7 +270,7 @@ int main(int argc, char** argv) {
                     for (size_t i = 0; i < n; i++) ref[i] = f2bf(xh[i]);
                     copy_sync(d_x, xb, n * 2, cudaMemcpyHostToDevice, cs);
                     coll_allreduce_dev(MPI_COMM_WORLD, &pr->rs, &pr->ag, d_x, n, stream, s, &sd, cs);
-                    CC_CHECK(cudaStreamSynchronize(cs));
+                    CUDA_CHECK(cudaStreamSynchronize(cs));
                     copy_sync(got, d_x, n * 2, cudaMemcpyDeviceToHost, cs);
                     long e = diff_bf16(ref, got, n);
                     int st_ok = stats_equal(&sh, &sd);
@@ -286,14 +286,14 @@ int main(int argc, char** argv) {
                     coll_reduce_scatter(MPI_COMM_WORLD, &pr->rs, xf, n, hout, stream + 1, &hs, &rh);
                     copy_sync(d_x, xb, n * 2, cudaMemcpyHostToDevice, cs);
                     coll_reduce_scatter_dev(MPI_COMM_WORLD, &pr->rs, d_x, n, d_out, 0, stream + 1, s, &rd, cs);
-                    CC_CHECK(cudaStreamSynchronize(cs));
+                    CUDA_CHECK(cudaStreamSynchronize(cs));
                     copy_sync(dout, d_out, mcnt * 4, cudaMemcpyDeviceToHost, cs);
                     e = diff_f32(hout, dout, mcnt);
                     if (e >= 0 || stats_equal(&rh, &rd)) snprintf(msg, sizeof(msg), "rank %d element %ld", rank, e);
                     else stats_diff(msg, sizeof(msg), rank, &rh, &rd);
                     record("reduce-scatter fp32", e < 0 && stats_equal(&rh, &rd), msg, what);
                     coll_reduce_scatter_dev(MPI_COMM_WORLD, &pr->rs, d_x, n, d_out, 1, stream + 1, s, &rd2, cs);
-                    CC_CHECK(cudaStreamSynchronize(cs));
+                    CUDA_CHECK(cudaStreamSynchronize(cs));
                     copy_sync(got, d_out, mcnt * 2, cudaMemcpyDeviceToHost, cs);
                     for (size_t i = 0; i < mcnt; i++) ref[i] = f2bf(hout[i]);
                     e = diff_bf16(ref, got, mcnt);
@@ -306,7 +306,7 @@ int main(int argc, char** argv) {
                     for (size_t i = 0; i < n; i++) ref[i] = f2bf(xh[i]);
                     copy_sync(d_mine, hout, (mcnt ? mcnt : 1) * 4, cudaMemcpyHostToDevice, cs);
                     coll_all_gather_dev(MPI_COMM_WORLD, &pr->ag, d_mine, 0, n, d_x, stream + 2, s, &gd, cs);
-                    CC_CHECK(cudaStreamSynchronize(cs));
+                    CUDA_CHECK(cudaStreamSynchronize(cs));
                     copy_sync(got, d_x, n * 2, cudaMemcpyDeviceToHost, cs);
                     e = diff_bf16(ref, got, n);
                     snprintf(msg, sizeof(msg), "rank %d element %ld", rank, e);
@@ -321,7 +321,7 @@ int main(int argc, char** argv) {
                     for (size_t i = 0; i < n; i++) ref[i] = f2bf(xh[i]);
                     copy_sync(d_mine, mine_b, (mcnt ? mcnt : 1) * 2, cudaMemcpyHostToDevice, cs);
                     coll_all_gather_dev(MPI_COMM_WORLD, &pr->ag, d_mine, 1, n, d_x, stream + 3, s, NULL, cs);
-                    CC_CHECK(cudaStreamSynchronize(cs));
+                    CUDA_CHECK(cudaStreamSynchronize(cs));
                     copy_sync(got, d_x, n * 2, cudaMemcpyDeviceToHost, cs);
                     e = diff_bf16(ref, got, n);
                     snprintf(msg, sizeof(msg), "rank %d element %ld", rank, e);
@@ -372,10 +372,10 @@ int main(int argc, char** argv) {
         for (int k = 0; k < 4; k++) coll_scratch_dev_free(&ds[a][k]);
     coll_scratch_free(&hs);
     if (nccl) NCCL_CHECK(ncclCommDestroy(nccl));
-    CC_CHECK(cudaFree(d_x));
-    CC_CHECK(cudaFree(d_out));
-    CC_CHECK(cudaFree(d_mine));
-    CC_CHECK(cudaStreamDestroy(cs));
+    CUDA_CHECK(cudaFree(d_x));
+    CUDA_CHECK(cudaFree(d_out));
+    CUDA_CHECK(cudaFree(d_mine));
+    CUDA_CHECK(cudaStreamDestroy(cs));
     free(xf); free(xh); free(hout); free(dout); free(xb); free(ref); free(got);
     MPI_CHECK(MPI_Finalize());
     return failed ? 1 : 0;

@@ -18,11 +18,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bf16.h"
-#include "compress.h"
-#include "rng.h"
+#include "common/bf16.h"
+#include "compress/compress.h"
+#include "compress/rng.h"
 
-#include "testing.h"
+#include "tests/testing.h"
 
 /* ------------------------------------------------------------------------ */
 /* data */

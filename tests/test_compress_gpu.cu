@@ -41,9 +41,9 @@
 
 #include <vector>
 
-#include "compress.h"
-#include "compress_cuda.h"
-#include "rng.h"
+#include "compress/compress.h"
+#include "compress/compress_cuda.h"
+#include "compress/rng.h"
 
 /* ---- result table ------------------------------------------------------------ */
 
@@ -246,7 +246,7 @@ static const Cfg* find_cfg(const char* name) {
 
 /* ---- device buffers ------------------------------------------------------------ */
 
-#define TCHECK(call) CC_CHECK(call)
+#define TCHECK(call) CUDA_CHECK(call)
 
 struct Bufs {
     size_t cap;

@@ -14,9 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
+#include "train/config.h"
 
-#include "testing.h"
+#include "tests/testing.h"
 
 /* Write text to tmpdir/name and return the path (a static buffer per call slot). */
 static const char* write_tmp(const char* name, const char* text) {

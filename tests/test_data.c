@@ -14,10 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "shard.h"
-#include "tokenizer.h"
+#include "data/shard.h"
+#include "data/tokenizer.h"
 
-#include "testing.h"
+#include "tests/testing.h"
 
 static const char* path_in_tmp(const char* name) {
     static char buf[4][512];

@@ -16,10 +16,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "fp8.h"
-#include "rng.h"
+#include "compress/fp8.h"
+#include "compress/rng.h"
 
-#include "testing.h"
+#include "tests/testing.h"
 
 static const Fp8Format FORMATS[2] = {FP8_E4M3, FP8_E5M2};
 

@@ -12,10 +12,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "hadamard.h"
-#include "rng.h"
+#include "compress/hadamard.h"
+#include "compress/rng.h"
 
-#include "testing.h"
+#include "tests/testing.h"
 
 #define GMAX 1024
 

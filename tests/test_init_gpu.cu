@@ -43,11 +43,11 @@
 #include <string.h>
 #include <time.h>
 
-#include "cuda_common.cuh"
-#include "gpt.h"
-#include "init_cuda.h"
-#include "params.h"
-#include "testing.h"
+#include "ops/cuda_common.cuh"
+#include "model/gpt.h"
+#include "model/init_cuda.h"
+#include "model/params.h"
+#include "tests/testing.h"
 
 static const unsigned long long SEED = 1337;
 

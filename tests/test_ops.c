@@ -32,8 +32,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"
-#include "ops.h"
+#include "common/check.h"
+#include "ops/ops.h"
 
 /* ---- tolerances (norm-wise relative, see the header) ---------------------
  * TOL_FWD: an fp32 forward against the exact (double) value. A length-K fp32

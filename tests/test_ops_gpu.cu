@@ -50,9 +50,9 @@
 
 #include <vector>
 
-#include "check.h"
-#include "ops.h"
-#include "ops_ref.h"
+#include "common/check.h"
+#include "ops/ops.h"
+#include "tests/ops_ref.h"
 
 #define TOL_EXACT 0.0
 #define TOL_EW 4e-3

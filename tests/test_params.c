@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"
-#include "params.h"
+#include "common/check.h"
+#include "model/params.h"
 
 static int failures = 0;
 #define CHECK(cond, ...) do { if (!(cond)) { failures++; printf("FAIL %s:%d: ", __FILE__, __LINE__); printf(__VA_ARGS__); printf("\n"); } } while (0)

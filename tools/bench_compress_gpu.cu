@@ -45,10 +45,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "collectives_cuda.h"
-#include "compress.h"
-#include "compress_cuda.h"
-#include "nccl_util.h"
+#include "comm/collectives_cuda.h"
+#include "compress/compress.h"
+#include "compress/compress_cuda.h"
+#include "comm/nccl_util.h"
 
 static const int COLS = 768; /* the hidden size of the tensors (shape rows x 768) */
 
@@ -90,20 +90,20 @@ static double median(std::vector<double> v) {
 static double time_ms(const std::function<void(int)>& op, int reps, int warm, cudaStream_t s) {
     for (int i = 0; i < warm; i++) op(i);
     std::vector<cudaEvent_t> ev(2 * (size_t)reps);
-    for (auto& e : ev) CC_CHECK(cudaEventCreate(&e));
+    for (auto& e : ev) CUDA_CHECK(cudaEventCreate(&e));
     for (int r = 0; r < reps; r++) {
-        CC_CHECK(cudaEventRecord(ev[2 * r], s));
+        CUDA_CHECK(cudaEventRecord(ev[2 * r], s));
         op(warm + r);
-        CC_CHECK(cudaEventRecord(ev[2 * r + 1], s));
+        CUDA_CHECK(cudaEventRecord(ev[2 * r + 1], s));
     }
-    CC_CHECK(cudaStreamSynchronize(s));
+    CUDA_CHECK(cudaStreamSynchronize(s));
     std::vector<double> t((size_t)reps);
     for (int r = 0; r < reps; r++) {
         float ms = 0.0f;
-        CC_CHECK(cudaEventElapsedTime(&ms, ev[2 * r], ev[2 * r + 1]));
+        CUDA_CHECK(cudaEventElapsedTime(&ms, ev[2 * r], ev[2 * r + 1]));
         t[r] = ms;
     }
-    for (auto& e : ev) CC_CHECK(cudaEventDestroy(e));
+    for (auto& e : ev) CUDA_CHECK(cudaEventDestroy(e));
     return median(t);
 }
 
@@ -120,8 +120,8 @@ static std::vector<int> parse_sizes(const char* s) {
 static void print_header(const char* mode) {
     cudaDeviceProp prop;
     int dev = 0;
-    CC_CHECK(cudaGetDevice(&dev));
-    CC_CHECK(cudaGetDeviceProperties(&prop, dev));
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
     char date[64];
     time_t now = time(NULL);
     strftime(date, sizeof(date), "%Y-%m-%d %H:%M:%S", localtime(&now));
@@ -152,9 +152,9 @@ static CompressParams mk(CompressMethod m, int G, int delayed, int sr) {
 static int bench_kernels(std::vector<int> sizes, int reps, const char* csv, const char* only) {
     print_header("kernels");
     cudaStream_t s;
-    CC_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     cudaDeviceProp prop;
-    CC_CHECK(cudaGetDeviceProperties(&prop, 0));
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     const double l2 = (double)prop.l2CacheSize;
     std::vector<Method> methods = {
         {"none (fp32 wire)", mk(CM_NONE, 64, 0, 0)},
@@ -181,13 +181,13 @@ static int bench_kernels(std::vector<int> sizes, int reps, const char* csv, cons
         std::vector<uint16_t*> x(R);
         std::vector<uint16_t*> y(R);
         for (int r = 0; r < R; r++) {
-            CC_CHECK(cudaMalloc((void**)&x[r], n * 2));
-            CC_CHECK(cudaMalloc((void**)&y[r], n * 4)); /* also the fp32 sums of "none" */
+            CUDA_CHECK(cudaMalloc((void**)&x[r], n * 2));
+            CUDA_CHECK(cudaMalloc((void**)&y[r], n * 4)); /* also the fp32 sums of "none" */
             k_fill<<<1024, 256, 0, s>>>(x[r], n, 17u * (unsigned)r + 1u);
-            CC_CHECK_LAUNCH("k_fill");
+            CUDA_CHECK_LAUNCH("k_fill");
         }
         const double copy_ms = time_ms([&](int i) {
-            CC_CHECK(cudaMemcpyAsync(y[i % R], x[(i + 1) % R], n * 2, cudaMemcpyDeviceToDevice, s));
+            CUDA_CHECK(cudaMemcpyAsync(y[i % R], x[(i + 1) % R], n * 2, cudaMemcpyDeviceToDevice, s));
         }, reps, 3, s);
         const double copy_gbps = 2.0 * n * 2 / (copy_ms * 1e6);
         printf("%6d  %-22s %-13s %10.1f %9.1f %8s\n", mb, "cudaMemcpy D2D", "copy", copy_ms * 1e3, copy_gbps, "1.00");
@@ -204,7 +204,7 @@ static int bench_kernels(std::vector<int> sizes, int reps, const char* csv, cons
             const size_t pad = (16 - (wb - n * (size_t)wl.ebytes) % 16) % 16;
             std::vector<uint8_t*> wbase((size_t)R * P_MAX), w((size_t)R * P_MAX);
             for (size_t k = 0; k < w.size(); k++) {
-                CC_CHECK(cudaMalloc((void**)&wbase[k], wb + pad));
+                CUDA_CHECK(cudaMalloc((void**)&wbase[k], wb + pad));
                 w[k] = wbase[k] + pad;
             }
             CompressStatsDev* st = compress_stats_dev_alloc(1);
@@ -240,16 +240,16 @@ static int bench_kernels(std::vector<int> sizes, int reps, const char* csv, cons
                     report(op, ms, (double)P * wb + wb);
                 }
             }
-            for (auto& p : wbase) CC_CHECK(cudaFree(p));
+            for (auto& p : wbase) CUDA_CHECK(cudaFree(p));
             compress_stats_dev_free(st);
         }
         for (int r = 0; r < R; r++) {
-            CC_CHECK(cudaFree(x[r]));
-            CC_CHECK(cudaFree(y[r]));
+            CUDA_CHECK(cudaFree(x[r]));
+            CUDA_CHECK(cudaFree(y[r]));
         }
     }
     if (fc) fclose(fc);
-    CC_CHECK(cudaStreamDestroy(s));
+    CUDA_CHECK(cudaStreamDestroy(s));
     printf("(bandwidth = bytes read + bytes written per call / median time; 'vs copy' = that over the D2D copy's)\n");
     return 0;
 }
@@ -260,8 +260,8 @@ static int bench_mpi(std::vector<int> sizes, int reps, int K, int use_nccl) {
     int rank, P, ndev;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &P);
-    CC_CHECK(cudaGetDeviceCount(&ndev));
-    CC_CHECK(cudaSetDevice(rank % ndev));
+    CUDA_CHECK(cudaGetDeviceCount(&ndev));
+    CUDA_CHECK(cudaSetDevice(rank % ndev));
     ncclComm_t nccl = NULL;
     if (use_nccl) nccl = nccl_comm_over(MPI_COMM_WORLD);
     if (rank == 0) {
@@ -270,7 +270,7 @@ static int bench_mpi(std::vector<int> sizes, int reps, int K, int use_nccl) {
                use_nccl ? "NCCL send/recv" : coll_mpi_cuda_aware() ? "MPI, CUDA-aware" : "MPI, staged through pinned host memory", K);
     }
     cudaStream_t s;
-    CC_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     CollScratchDev sk, s1, su;
     coll_scratch_dev_init(&sk);
     coll_scratch_dev_init(&s1);
@@ -289,19 +289,19 @@ static int bench_mpi(std::vector<int> sizes, int reps, int K, int use_nccl) {
         uint16_t* x = NULL;
         float* f = NULL;
         float* h = NULL;
-        CC_CHECK(cudaMalloc((void**)&x, n * 2));
-        CC_CHECK(cudaMalloc((void**)&f, n * 4));
-        CC_CHECK(cudaMallocHost((void**)&h, n * 4));
+        CUDA_CHECK(cudaMalloc((void**)&x, n * 2));
+        CUDA_CHECK(cudaMalloc((void**)&f, n * 4));
+        CUDA_CHECK(cudaMallocHost((void**)&h, n * 4));
         auto wall = [&](const std::function<void()>& op) {
             std::vector<double> t;
             for (int r = 0; r < reps + 2; r++) {
                 k_fill<<<1024, 256, 0, s>>>(x, n, (unsigned)(rank * 1000 + r));
-                CC_CHECK_LAUNCH("k_fill");
-                CC_CHECK(cudaStreamSynchronize(s));
+                CUDA_CHECK_LAUNCH("k_fill");
+                CUDA_CHECK(cudaStreamSynchronize(s));
                 MPI_Barrier(MPI_COMM_WORLD);
                 double t0 = MPI_Wtime();
                 op();
-                CC_CHECK(cudaStreamSynchronize(s));
+                CUDA_CHECK(cudaStreamSynchronize(s));
                 double dt = MPI_Wtime() - t0, mx = 0.0;
                 MPI_Allreduce(&dt, &mx, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
                 if (r >= 2) t.push_back(mx * 1e3);
@@ -310,13 +310,13 @@ static int bench_mpi(std::vector<int> sizes, int reps, int K, int use_nccl) {
         };
         const double t_mpi = wall([&]() { /* exact, staged: bf16 -> fp32 -> host -> MPI_Allreduce -> device -> bf16 */
             k_bf16_to_f32<<<1024, 256, 0, s>>>(x, f, n);
-            CC_CHECK_LAUNCH("k_bf16_to_f32");
-            CC_CHECK(cudaMemcpyAsync(h, f, n * 4, cudaMemcpyDeviceToHost, s));
-            CC_CHECK(cudaStreamSynchronize(s));
+            CUDA_CHECK_LAUNCH("k_bf16_to_f32");
+            CUDA_CHECK(cudaMemcpyAsync(h, f, n * 4, cudaMemcpyDeviceToHost, s));
+            CUDA_CHECK(cudaStreamSynchronize(s));
             MPI_Allreduce(MPI_IN_PLACE, h, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-            CC_CHECK(cudaMemcpyAsync(f, h, n * 4, cudaMemcpyHostToDevice, s));
+            CUDA_CHECK(cudaMemcpyAsync(f, h, n * 4, cudaMemcpyHostToDevice, s));
             k_f32_to_bf16<<<1024, 256, 0, s>>>(f, x, n);
-            CC_CHECK_LAUNCH("k_f32_to_bf16");
+            CUDA_CHECK_LAUNCH("k_f32_to_bf16");
         });
         struct Row {
             const char* name;
@@ -339,16 +339,16 @@ static int bench_mpi(std::vector<int> sizes, int reps, int K, int use_nccl) {
                 printf("%6d  %-34s %10.3f %9.2f %9.2f\n", mb, name, t, t_mpi / t, t_exact > 0 ? t_exact / t : 1.0);
             }
         }
-        CC_CHECK(cudaFree(x));
-        CC_CHECK(cudaFree(f));
-        CC_CHECK(cudaFreeHost(h));
+        CUDA_CHECK(cudaFree(x));
+        CUDA_CHECK(cudaFree(f));
+        CUDA_CHECK(cudaFreeHost(h));
     }
     if (rank == 0) printf("(ms = max over ranks, median of %d; 'vs' = speedup of that row over the baseline)\n", reps);
     coll_scratch_dev_free(&sk);
     coll_scratch_dev_free(&s1);
     coll_scratch_dev_free(&su);
     if (nccl) NCCL_CHECK(ncclCommDestroy(nccl));
-    CC_CHECK(cudaStreamDestroy(s));
+    CUDA_CHECK(cudaStreamDestroy(s));
     return 0;
 }
 

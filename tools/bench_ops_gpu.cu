@@ -29,15 +29,10 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include "check.h"
-#include "ops.h"
-#include "ops_cuda.h"
-
-#define CUDA_CHECK(call)                                                                              \
-    do {                                                                                              \
-        cudaError_t e_ = (call);                                                                      \
-        if (e_ != cudaSuccess) check_fatal(__FILE__, __LINE__, "%s: %s", #call, cudaGetErrorString(e_)); \
-    } while (0)
+#include "common/check.h"
+#include "common/cuda_check.h"
+#include "ops/ops.h"
+#include "ops/ops_cuda.h"
 
 static cudaStream_t stream() { return (cudaStream_t)ops_cuda_stream(); }
 

@@ -22,8 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"
-#include "compress.h"
+#include "common/check.h"
+#include "compress/compress.h"
 
 static void cli_usage(FILE* f) {
     fprintf(f,

@@ -1,7 +1,7 @@
 /*
  * train/checkpoint.c - see checkpoint.h for the files and the protocol.
  */
-#include "checkpoint.h"
+#include "train/checkpoint.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -11,7 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "check.h"
+#include "common/check.h"
 
 #define STATE_MAGIC 20261129
 #define STATE_VERSION 1

@@ -15,9 +15,9 @@
 #ifndef CHECKPOINT_H
 #define CHECKPOINT_H
 
-#include "comm.h"
-#include "gpt.h"
-#include "shard.h"
+#include "comm/comm.h"
+#include "model/gpt.h"
+#include "data/shard.h"
 
 void checkpoint_save(const char* dir, int step, GPT* m, Comm* c, DataLoader* dl);
 /* newest complete checkpoint step in dir, or -1 */

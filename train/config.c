@@ -17,7 +17,7 @@
  */
 #define _POSIX_C_SOURCE 200809L /* glob, stat */
 
-#include "config.h"
+#include "train/config.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -30,7 +30,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "check.h"
+#include "common/check.h"
 
 /* ----------------------------------------------------------------------------
  * the table */

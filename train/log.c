@@ -1,7 +1,7 @@
 /*
  * train/log.c - JSONL log and the human progress line.
  */
-#include "log.h"
+#include "train/log.h"
 
 #include <errno.h>
 #include <mpi.h>
@@ -9,7 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "check.h"
+#include "common/check.h"
 
 void log_open(Logger* lg, const char* dir, int is_rank0, int append, const char* config_json, int first_step) {
     memset(lg, 0, sizeof(*lg));

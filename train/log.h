@@ -7,7 +7,7 @@
 
 #include <stdio.h>
 
-#include "comm.h"
+#include "comm/comm.h"
 
 typedef struct {
     int step, steps;

@@ -13,16 +13,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"
-#include "checkpoint.h"
-#include "comm.h"
-#include "config.h"
-#include "gpt.h"
-#include "log.h"
-#include "ops.h"
-#include "schedule.h"
-#include "shard.h"
-#include "tokenizer.h"
+#include "common/check.h"
+#include "train/checkpoint.h"
+#include "comm/comm.h"
+#include "train/config.h"
+#include "model/gpt.h"
+#include "train/log.h"
+#include "ops/ops.h"
+#include "train/schedule.h"
+#include "data/shard.h"
+#include "data/tokenizer.h"
 
 /* End the run on every rank after a failure that may be local to some ranks
  * (a file one rank cannot read, say): the lowest failing rank prints its

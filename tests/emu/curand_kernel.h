@@ -8,8 +8,8 @@
  */
 #ifndef EMU_CURAND_KERNEL_H
 #define EMU_CURAND_KERNEL_H
-#include "emu_cuda.h"
-#include "rng.h"
+#include "tests/emu/emu_cuda.h"
+#include "compress/rng.h"
 
 static inline uint4 curand_Philox4x32_10(uint4 c, uint2 k) {
     const uint32_t ctr[4] = {c.x, c.y, c.z, c.w}, key[2] = {k.x, k.y};

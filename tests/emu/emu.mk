@@ -1,9 +1,9 @@
 # tests/emu/emu.mk - builds the project's CUDA code for the CPU emulator
 # (tests/emu/emu_cuda.h says what it is) and links the three emulated tests,
 # all under build/emu/:
-#   test_ops_gpu_emu       the model's ops (model/ops_cuda.cu, matmul_cuda.cu, attention_cuda.cu)
+#   test_ops_gpu_emu       the op backend (every ops/*.cu)
 #                          vs the fp32 CPU ops: tests/test_ops_gpu.cu
-#   test_compress_gpu_emu  the compression kernels (compress/compress_cuda.cu) vs the CPU
+#   test_compress_gpu_emu  the compression kernels (every compress/*.cu) vs the CPU
 #                          reference, bit for bit: tests/test_compress_gpu.cu (--quick in CI)
 #   test_coll_gpu_emu      the device collectives (comm/collectives_cuda.c) vs the host ones:
 #                          tests/test_coll_gpu.c under mpirun (--quick; --nccl: NCCL = nccl_emu.c)
@@ -25,20 +25,18 @@ CUDA_HOME ?= /usr/local/cuda
 E ?= build/emu
 EMU_FLAGS ?=
 MPI_CFLAGS := $(shell mpicc --showme:compile)
-EMU_INC := -Itests/emu -Icommon -Imodel -Icompress -Icomm -Itrain -Itests -I$(CUDA_HOME)/include
+EMU_INC := -Itests/emu -I. -I$(CUDA_HOME)/include
 # IEEE arithmetic without contraction, as the CPU reference (compress/README.md)
 EMU_CXXFLAGS := -std=c++17 -O2 -Wall -Wextra -Wno-unknown-pragmas -Wno-unused-parameter -ffp-contract=off \
                 -DOPS_BF16 $(EMU_INC) $(MPI_CFLAGS) -include tests/emu/emu_cuda.h $(EMU_FLAGS)
-EMU_CFLAGS := -std=c11 -O2 -Wall -Wextra -ffp-contract=off -D_GNU_SOURCE -DOPS_BF16 -Icommon -Icompress -Icomm \
-              -Imodel -Itrain -I$(CUDA_HOME)/include $(EMU_FLAGS)
+EMU_CFLAGS := -std=c11 -O2 -Wall -Wextra -ffp-contract=off -D_GNU_SOURCE -DOPS_BF16 -I. -I$(CUDA_HOME)/include $(EMU_FLAGS)
 DEPFLAGS = -MMD -MP -MF $(@:.o=.dep)
 SED_LAUNCH := s/([A-Za-z_][A-Za-z0-9_]*(<[^<>;]*>)?)<<<(.*)>>>\(/emu_launch(\1, \3)(/
 
 EMU_RT   := $(E)/tests/emu/emu_cuda.o
-EMU_REF  := $(addprefix $(E)/,compress/compress.o compress/taco.o compress/fp8.o compress/hadamard.o \
-            comm/collectives.o common/check.o)
-OPS_OBJS := $(addprefix $(E)/model/,ops_cuda.o matmul_cuda.o attention_cuda.o)
-CMP_OBJ  := $(E)/compress/compress_cuda.o
+EMU_REF  := $(patsubst %.c,$(E)/%.o,$(wildcard compress/*.c) comm/collectives.c common/check.c)
+OPS_OBJS := $(patsubst %.cu,$(E)/%.o,$(wildcard ops/*.cu))
+CMP_OBJ  := $(patsubst %.cu,$(E)/%.o,$(wildcard compress/*.cu))
 TESTS    := $(E)/test_ops_gpu_emu $(E)/test_compress_gpu_emu $(E)/test_coll_gpu_emu
 LINK     := mpicc -fopenmp $(EMU_FLAGS)
 LIBS     := -lstdc++ -lm
@@ -62,9 +60,9 @@ $(E)/%.o: %.c tests/emu/emu.mk
 $(E)/tests/test_coll_gpu.o: EMU_CFLAGS += -DCC_EMU_BUILD
 
 # the fp32 CPU ops with every ops.h function F renamed cpu_F (tests/ops_ref.syms), as for the GPU test
-$(E)/ops_cpu_ref.o: model/ops_cpu.c model/ops.h tests/ops_ref.syms tests/emu/emu.mk
+$(E)/ops_cpu_ref.o: ops/ops_cpu.c ops/ops.h tests/ops_ref.syms tests/emu/emu.mk
 	@mkdir -p $(E)
-	gcc -O2 -fopenmp -Wall -Wextra -Icommon -Imodel $(EMU_FLAGS) -c model/ops_cpu.c -o $(E)/ops_cpu_plain.o
+	gcc -O2 -fopenmp -Wall -Wextra -I. $(EMU_FLAGS) -c ops/ops_cpu.c -o $(E)/ops_cpu_plain.o
 	objcopy --redefine-syms=tests/ops_ref.syms $(E)/ops_cpu_plain.o $@
 	@left=$$(nm -g --defined-only $@ | awk '{print $$3}' | grep -v "^cpu_" || true); \
 	  [ -z "$$left" ] || { echo "not renamed (update tests/ops_ref.syms): $$left"; exit 1; }

@@ -24,7 +24,7 @@
  * the layouts agree with m, n, k and the transposes - the part of
  * matmul_cuda.cu most likely to be wrong - and fails loudly if they do not.
  */
-#include "emu_cuda.h" /* first: it defines the CUDA keywords before the CUDA headers do */
+#include "tests/emu/emu_cuda.h" /* first: it defines the CUDA keywords before the CUDA headers do */
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"
+#include "common/check.h"
 
 struct ncclComm {
     MPI_Comm mpi;

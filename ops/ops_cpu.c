@@ -17,13 +17,13 @@
  * of size hs held by this rank, Vr vocab rows of this rank starting at global
  * id v0, V the real vocab size (ids >= V are padding).
  */
-#include "ops.h"
+#include "ops/ops.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"
+#include "common/check.h"
 
 #ifdef OPS_BF16
 #error "ops_cpu.c is the fp32 backend: build it without -DOPS_BF16"

@@ -45,8 +45,8 @@
  */
 #include <math.h>
 
-#include "cuda_common.cuh"
-#include "attention_kernels.cuh"
+#include "ops/cuda_common.cuh"
+#include "ops/attention_kernels.cuh"
 
 /* ------------------------------------------------------------------------------ */
 /* host side */

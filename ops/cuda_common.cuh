@@ -20,33 +20,15 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-#include "check.h"
-#include "ops.h"
+#include "common/check.h"
+#include "common/cuda_check.h"
+#include "ops/ops.h"
 
 #ifndef OPS_BF16
 #error "the CUDA backend is built with -DOPS_BF16 (floatX = bf16 bit patterns)"
 #endif
 
 typedef __nv_bfloat16 bf16;
-
-/* ---- checked calls --------------------------------------------------------- */
-#define CUDA_CHECK(call)                                                                       \
-    do {                                                                                       \
-        cudaError_t err_ = (call);                                                             \
-        if (err_ != cudaSuccess)                                                               \
-            check_fatal(__FILE__, __LINE__, "CUDA call failed: %s: %s (%s)", #call,            \
-                        cudaGetErrorString(err_), cudaGetErrorName(err_));                     \
-    } while (0)
-
-/* After every launch: a bad configuration (grid, shared memory, ...) shows up
- * here at once; errors inside the kernel surface at the next checked sync. */
-#define CUDA_CHECK_LAUNCH(name)                                                                \
-    do {                                                                                       \
-        cudaError_t err_ = cudaGetLastError();                                                 \
-        if (err_ != cudaSuccess)                                                               \
-            check_fatal(__FILE__, __LINE__, "kernel launch failed: %s: %s (%s)", name,         \
-                        cudaGetErrorString(err_), cudaGetErrorName(err_));                     \
-    } while (0)
 
 /* ---- backend-internal API (defined in ops_cuda.cu) -------------------------- */
 cudaStream_t cuda_stream(void);            /* the one stream; fatal if ops_init was not called */

@@ -28,7 +28,7 @@
 #include <cublas_api.h>
 #include <string.h>
 
-#include "cuda_common.cuh"
+#include "ops/cuda_common.cuh"
 
 #define CUBLAS_CHECK(call)                                                                        \
     do {                                                                                          \

@@ -28,8 +28,8 @@
 
 #include <vector>
 
-#include "cuda_common.cuh"
-#include "ops_cuda.h"
+#include "ops/cuda_common.cuh"
+#include "ops/ops_cuda.h"
 
 /* ------------------------------------------------------------------------ */
 /* backend state: one device, one stream, scratch buffers (per process, so two
