@@ -2,7 +2,7 @@
  * comm/collectives.c - compressed reduce-scatter, all-gather and all-reduce.
  *
  * Sums cannot happen in FP8 on the wire, so an all-reduce over P ranks is
- * built from two halves (the scheme of DESIGN.md section 5):
+ * built from two halves (docs/ARCHITECTURE.md draws them):
  *
  *   reduce-scatter: every rank compresses its tensor as P chunks and sends
  *                   chunk j to rank j (one all-to-all); rank j decodes the P
@@ -23,16 +23,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/collectives.h"
 #include "common/check.h"
-#include "comm/comm.h"
 
 size_t coll_align(const CompressParams* p) {
-    switch (p->method) {
-    case CM_FP8_GROUP:
-    case CM_INT8_GROUP:
-    case CM_TACO: return (size_t)p->group_size;
-    default: return 1;
-    }
+    return (p->method == CM_FP8_GROUP || p->method == CM_INT8_GROUP || p->method == CM_TACO) ? (size_t)p->group_size : 1; /* USES_GROUPS_SWAP */
 }
 
 void coll_chunk(size_t n, int P, int i, size_t align, size_t* begin, size_t* count) {

@@ -53,9 +53,9 @@
 #endif
 #endif
 
-#include "common/check.h"
 #include "comm/collectives_cuda.h"
 #include "comm/nccl_util.h"
+#include "common/check.h"
 
 enum { TAG_RS = 0x5100, TAG_AG = 0x5100 + COLL_DEV_MAX_K }; /* + sub-chunk index */
 

@@ -32,7 +32,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "comm/comm.h"
+#include "comm/collectives.h"
 #include "compress/compress_cuda.h"
 
 #ifdef __cplusplus
@@ -80,7 +80,7 @@ void coll_scratch_dev_free(CollScratchDev* s);
  * all-gather with p_ag, on the caller's stream cs (the result is ready in
  * stream order; the call returns once every message has left and arrived).
  * stream seeds stochastic rounding as in coll_allreduce; st (may be NULL)
- * accumulates like CollStats in comm.h. */
+ * accumulates like CollStats in comm/collectives.h. */
 void coll_allreduce_dev(MPI_Comm comm, const CompressParams* p_rs, const CompressParams* p_ag, uint16_t* x,
                         size_t n, uint64_t stream, CollScratchDev* s, CollStats* st, cudaStream_t cs);
 /* x[n] (bf16) -> out[count of my chunk] (fp32, or bf16 if out_is_bf16): as

@@ -12,10 +12,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/check.h"
 #include "comm/comm.h"
+#include "ops/ops.h"
+#include "common/check.h"
 #ifdef OPS_BF16
 #include "comm/collectives_cuda.h"
+#include "comm/comm_nccl.h"
 #endif
 
 void comm_init(Comm* c, int tp, int dp) {
@@ -34,8 +36,7 @@ void comm_init(Comm* c, int tp, int dp) {
     MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, c->tp_rank, c->dp_rank, &c->dp_comm));
     MPI_CHECK(MPI_Comm_set_errhandler(c->tp_comm, MPI_ERRORS_RETURN));
     MPI_CHECK(MPI_Comm_set_errhandler(c->dp_comm, MPI_ERRORS_RETURN));
-    c->dump_step = -1;
-    c->fuse = 1; /* comm_setup_sites reads comm.fuse */
+    comm_policy_default(&c->policy);
     c->train_mode = 1;
 }
 

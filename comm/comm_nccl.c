@@ -24,12 +24,12 @@
 
 #include <cuda_runtime_api.h>
 
-#include "common/check.h"
 #include "comm/collectives_cuda.h"
-#include "comm/comm.h"
+#include "comm/comm_nccl.h"
 #include "comm/nccl_util.h"
-#include "ops/ops_cuda.h"
 #include "comm/reduce_cuda.h"
+#include "common/check.h"
+#include "ops/ops_cuda.h"
 
 /* host name + PCI bus id of this rank's GPU: two ranks with the same key share a GPU */
 typedef struct {

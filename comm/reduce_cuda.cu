@@ -6,8 +6,8 @@
  */
 #include <cuda_runtime.h>
 
-#include "ops/cuda_common.cuh"
 #include "comm/reduce_cuda.h"
+#include "ops/cuda_common.cuh"
 
 __global__ void k_reduce_rank_order(float* out, const float* __restrict__ in, size_t stride, int P, size_t n, int op,
                                     float scale) {

@@ -29,8 +29,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "comm/sites.h"
 #include "common/check.h"
-#include "comm/comm.h"
 #ifdef OPS_BF16
 #include "comm/collectives_cuda.h"
 #include "ops/ops_cuda.h"
@@ -47,20 +47,23 @@ int comm_site_index(const Comm* c, SiteKind kind, int layer) {
     }
 }
 
-static Fp8Format parse_format(const char* s) { return strcmp(s, "e5m2") == 0 ? FP8_E5M2 : FP8_E4M3; }
+void comm_policy_default(CommPolicy* p) {
+    memset(p, 0, sizeof(*p));
+    p->method = CM_NONE;
+    p->fwd = p->bwd = p->embed = p->lm_head = 1;
+    p->format_fwd = p->format_bwd = FP8_E4M3;
+    p->group_size = 64;
+    p->calib_steps = 10;
+    p->hadamard = p->adaptive_scale = p->dual_scale = 1;
+    p->dump_step = -1;
+    p->fuse = 1;
+}
 
-void comm_setup_sites(Comm* c, int L, const Config* cfg) {
+void comm_setup_sites(Comm* c, int L, const CommPolicy* pol) {
+    c->policy = *pol;
     c->L = L;
     c->nsites = 4 * L + 2;
     c->sites = callocCheck((size_t)c->nsites, sizeof(CommSite));
-    c->stats_every = cfg->compress.stats_every;
-    c->calib_steps = cfg->compress.calib_steps;
-    c->dump_step = cfg->compress.dump_step;
-    snprintf(c->dump_sites, sizeof(c->dump_sites), "%s", cfg->compress.dump_sites);
-    snprintf(c->dump_dir, sizeof(c->dump_dir), "%s", cfg->compress.dump_dir[0] ? cfg->compress.dump_dir : cfg->log.dir);
-    c->seed = (uint64_t)cfg->train.seed;
-    c->pipeline_depth = cfg->comm.pipeline_depth;
-    c->fuse = cfg->comm.fuse;
 
     /* The wire of the sites that are not compressed: fp32 on the CPU build.
      * The GPU build's activations are bf16, so a bf16 wire carries them
@@ -72,8 +75,7 @@ void comm_setup_sites(Comm* c, int L, const Config* cfg) {
 #else
     const CompressMethod exact_wire = CM_NONE;
 #endif
-    CompressMethod m;
-    if (compress_method_parse(cfg->compress.method, &m) != 0) FATAL("compress.method: unknown method '%s'", cfg->compress.method);
+    const CompressMethod m = pol->method;
     for (int i = 0; i < c->nsites; i++) {
         CommSite* s = &c->sites[i];
         if (i == 0) { s->kind = SITE_EMBED_FWD; s->layer = -1; }
@@ -84,25 +86,24 @@ void comm_setup_sites(Comm* c, int L, const Config* cfg) {
 
         /* the per-site policy */
         int bwd = s->kind == SITE_ATTN_BWD || s->kind == SITE_MLP_BWD || s->kind == SITE_LMHEAD_BWD;
-        int on = m != CM_NONE && (bwd ? cfg->compress.bwd : cfg->compress.fwd);
-        if (s->kind == SITE_EMBED_FWD && !cfg->compress.embed) on = 0;
-        if (s->kind == SITE_LMHEAD_BWD && !cfg->compress.lm_head) on = 0;
-        if (s->layer == 0 && cfg->compress.skip_first_layer) on = 0;
-        if (s->layer == L - 1 && cfg->compress.skip_last_layer) on = 0;
+        int on = m != CM_NONE && (bwd ? pol->bwd : pol->fwd);
+        if (s->kind == SITE_EMBED_FWD && !pol->embed) on = 0;
+        if (s->kind == SITE_LMHEAD_BWD && !pol->lm_head) on = 0;
+        if (s->layer == 0 && pol->skip_first_layer) on = 0;
+        if (s->layer == L - 1 && pol->skip_last_layer) on = 0;
         s->compressed = on;
 
         compress_params_default(&s->p, on ? m : exact_wire);
         if (on) {
-            s->p.format = parse_format(bwd ? cfg->compress.format_bwd : cfg->compress.format_fwd);
-            if (cfg->compress.group_size > 0) s->p.group_size = cfg->compress.group_size;
-            s->calibrating = cfg->compress.group_size == 0 && c->calib_steps > 0 &&
-                             (m == CM_TACO || m == CM_FP8_GROUP || m == CM_INT8_GROUP);
-            s->p.hadamard = cfg->compress.hadamard;
-            s->p.adaptive_scale = cfg->compress.adaptive_scale;
-            s->p.dual_scale = cfg->compress.dual_scale;
-            s->p.delayed = strcmp(cfg->compress.scale, "delayed") == 0;
-            s->p.stochastic = strcmp(cfg->compress.rounding, "stochastic") == 0;
-            s->p.seed = (uint64_t)cfg->train.seed;
+            s->p.format = bwd ? pol->format_bwd : pol->format_fwd;
+            if (pol->group_size > 0) s->p.group_size = pol->group_size;
+            s->calibrating = pol->group_size == 0 && pol->calib_steps > 0 && (m == CM_TACO || m == CM_FP8_GROUP || m == CM_INT8_GROUP); /* USES_GROUPS_SWAP */
+            s->p.hadamard = pol->hadamard;
+            s->p.adaptive_scale = pol->adaptive_scale;
+            s->p.dual_scale = pol->dual_scale;
+            s->p.delayed = pol->delayed;
+            s->p.stochastic = pol->stochastic;
+            s->p.seed = pol->seed;
         }
         s->rel_err = -1.0;
     }
@@ -240,8 +241,8 @@ static void allreduce(Comm* c, const CompressParams* p_rs, const CompressParams*
         c->dscratch = callocCheck(1, sizeof(CollScratchDev));
         coll_scratch_dev_init(c->dscratch);
         c->dscratch->nccl = c->nccl_tp; /* NULL: MPI */
-        if (c->pipeline_depth > 0) c->dscratch->K = c->pipeline_depth;
-        c->dscratch->unfused = !c->fuse;
+        if (c->policy.pipeline_depth > 0) c->dscratch->K = c->policy.pipeline_depth;
+        c->dscratch->unfused = !c->policy.fuse;
     }
     coll_allreduce_dev(c->tp_comm, p_rs, p_ag, x, n, stream, c->dscratch, st, (cudaStream_t)ops_cuda_stream());
 #else
@@ -255,19 +256,19 @@ void tp_exchange(Comm* c, SiteKind kind, int layer, floatX* x, int rows, int col
     CommSite* s = &c->sites[comm_site_index(c, kind, layer)];
     size_t n = (size_t)rows * cols;
 
-    int dump = c->train_mode && c->step == c->dump_step && c->dump_sites[0] && site_selected(c->dump_sites, s->name);
+    int dump = c->train_mode && c->step == c->policy.dump_step && c->policy.dump_sites[0] && site_selected(c->policy.dump_sites, s->name);
     int calibrate = s->calibrating && c->train_mode;
-    int sample = c->train_mode && s->compressed && c->stats_every > 0 && c->step % c->stats_every == 0;
+    int sample = c->train_mode && s->compressed && c->policy.stats_every > 0 && c->step % c->policy.stats_every == 0;
     float* h = (dump || calibrate || sample) ? stage_to_host(c, x, n) : NULL;
 
     if (dump) {
-        mkdir(c->dump_dir, 0755);
+        mkdir(c->policy.dump_dir, 0755);
         char path[700];
-        snprintf(path, sizeof(path), "%s/%s.step%d.rank%d.npy", c->dump_dir, s->name, c->step, c->world_rank);
+        snprintf(path, sizeof(path), "%s/%s.step%d.rank%d.npy", c->policy.dump_dir, s->name, c->step, c->world_rank);
         dump_npy(path, h, rows, cols);
     }
     if (calibrate) {
-        if (c->step < c->calib_steps) calibrate_score(c, s, h, n);
+        if (c->step < c->policy.calib_steps) calibrate_score(c, s, h, n);
         else calibrate_decide(c, s);
     }
     if (sample) {   /* the exact result, to measure this exchange's error against */

@@ -9,9 +9,9 @@
 #ifndef GPT_H
 #define GPT_H
 
-#include "comm/comm.h"
-#include "ops/ops.h"
+#include "comm/sites.h"
 #include "model/params.h"
+#include "ops/ops.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -17,8 +17,8 @@
  */
 #include <curand_kernel.h>
 
-#include "ops/cuda_common.cuh"
 #include "model/init_cuda.h"
+#include "ops/cuda_common.cuh"
 
 #define INIT_THREADS 256
 

@@ -6,7 +6,7 @@
  *   attprojw[L,C,C] attprojb[L,C] ln2w[L,C] ln2b[L,C] fcw[L,4C,C] fcb[L,4C]
  *   fcprojw[L,C,4C] fcprojb[L,C] lnfw[C] lnfb[C]
  *
- * Under TP degree P, rank r holds (Megatron's scheme, DESIGN.md section 4):
+ * Under TP degree P, rank r holds (Megatron-LM's scheme; docs/ARCHITECTURE.md):
  *   wte       rows [r*Vp/P, (r+1)*Vp/P)            (vocab-parallel)
  *   qkvw/qkvb the q, k and v rows of heads [r*NH/P, (r+1)*NH/P)  (column-parallel)
  *   attprojw  input columns of those heads         (row-parallel)

@@ -21,8 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/check.h"
 #include "comm/comm.h"
+#include "common/check.h"
 
 static int failures = 0;
 #define CHECK(cond, ...) do { if (!(cond)) { failures++; printf("[rank %d] FAIL %s:%d: ", rank, __FILE__, __LINE__); printf(__VA_ARGS__); printf("\n"); } } while (0)

@@ -23,9 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/sites.h"
 #include "common/check.h"
-#include "comm/comm.h"
-#include "train/config.h"
 #include "model/gpt.h"
 
 static int failures = 0, rank = 0;
@@ -54,16 +53,16 @@ int main(int argc, char** argv) {
     int P;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &P);
-    Config cfg;
-    config_defaults(&cfg);
+    CommPolicy pol; /* every site exact */
+    comm_policy_default(&pol);
 
     const int B = 2, T = 8;
     GPTShape s = {16, 70, params_padded_vocab(70, P), 2, 4, 32};
     Comm ctp, c1;
     comm_init(&ctp, P, 1);                      /* all ranks: one TP group */
-    comm_setup_sites(&ctp, s.L, &cfg);
+    comm_setup_sites(&ctp, s.L, &pol);
     comm_init(&c1, 1, P);                       /* each rank alone: TP=1 */
-    comm_setup_sites(&c1, s.L, &cfg);
+    comm_setup_sites(&c1, s.L, &pol);
 
     GPT m, m1;
     gpt_init(&m, s, P, rank, B, T);

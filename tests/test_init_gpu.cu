@@ -43,10 +43,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "ops/cuda_common.cuh"
 #include "model/gpt.h"
 #include "model/init_cuda.h"
 #include "model/params.h"
+#include "ops/cuda_common.cuh"
 #include "tests/testing.h"
 
 static const unsigned long long SEED = 1337;

@@ -4,7 +4,7 @@
  * Checks that (1) slicing a full model and assembling the shards of every
  * rank gives back the full model exactly, for P = 1..4 and shapes where
  * padding matters; (2) the shards hold the right rows/columns (spot checks
- * against the formulas of DESIGN.md section 4); (3) init is a pure function
+ * against the formulas of model/params.h); (3) init is a pure function
  * of the seed; (4) a saved model file loads back bit for bit, with a
  * different padded vocab re-padded; (5) the shard-block list that every
  * slicer walks (host and device) tiles each shard in storage order and,

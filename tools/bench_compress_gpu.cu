@@ -46,9 +46,9 @@
 #include <string.h>
 
 #include "comm/collectives_cuda.h"
+#include "comm/nccl_util.h"
 #include "compress/compress.h"
 #include "compress/compress_cuda.h"
-#include "comm/nccl_util.h"
 
 static const int COLS = 768; /* the hidden size of the tensors (shape rows x 768) */
 

@@ -15,9 +15,9 @@
 #ifndef CHECKPOINT_H
 #define CHECKPOINT_H
 
-#include "comm/comm.h"
-#include "model/gpt.h"
+#include "comm/sites.h"
 #include "data/shard.h"
+#include "model/gpt.h"
 
 void checkpoint_save(const char* dir, int step, GPT* m, Comm* c, DataLoader* dl);
 /* newest complete checkpoint step in dir, or -1 */

@@ -722,6 +722,34 @@ static double cfg_float_value(float f) {
     return strtod(buf, NULL);
 }
 
+void config_comm_policy(const Config* c, CommPolicy* p) {
+    comm_policy_default(p);
+    if (compress_method_parse(c->compress.method, &p->method) != 0) /* validated by config_load */
+        FATAL("compress.method: unknown method '%s'", c->compress.method);
+    p->fwd = c->compress.fwd;
+    p->bwd = c->compress.bwd;
+    p->embed = c->compress.embed;
+    p->lm_head = c->compress.lm_head;
+    p->skip_first_layer = c->compress.skip_first_layer;
+    p->skip_last_layer = c->compress.skip_last_layer;
+    p->format_fwd = strcmp(c->compress.format_fwd, "e5m2") == 0 ? FP8_E5M2 : FP8_E4M3;
+    p->format_bwd = strcmp(c->compress.format_bwd, "e5m2") == 0 ? FP8_E5M2 : FP8_E4M3;
+    p->group_size = c->compress.group_size;
+    p->calib_steps = c->compress.calib_steps;
+    p->hadamard = c->compress.hadamard;
+    p->adaptive_scale = c->compress.adaptive_scale;
+    p->dual_scale = c->compress.dual_scale;
+    p->delayed = strcmp(c->compress.scale, "delayed") == 0;
+    p->stochastic = strcmp(c->compress.rounding, "stochastic") == 0;
+    p->seed = (uint64_t)c->train.seed;
+    p->stats_every = c->compress.stats_every;
+    p->dump_step = c->compress.dump_step;
+    snprintf(p->dump_sites, sizeof(p->dump_sites), "%s", c->compress.dump_sites);
+    snprintf(p->dump_dir, sizeof(p->dump_dir), "%s", c->compress.dump_dir[0] ? c->compress.dump_dir : c->log.dir);
+    p->pipeline_depth = c->comm.pipeline_depth;
+    p->fuse = c->comm.fuse;
+}
+
 char* config_to_json(const Config* c) {
     cJSON* root = cJSON_CreateObject();
     if (!root) FATAL("out of host memory writing the config as JSON");

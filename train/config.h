@@ -27,6 +27,8 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "comm/policy.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -54,7 +56,7 @@ typedef struct {
         int tp, dp;
     } parallel;
     struct {
-        char method[32]; /* none | fp8_tensor | fp8_group | int8_group | taco */
+        char method[32]; /* a name of compress/'s method table (COMPRESS_METHOD_CHOICES) */
         char format_fwd[8], format_bwd[8]; /* e4m3 | e5m2 */
         int group_size; /* 0 = "auto" (calibrated per site) */
         int calib_steps;
@@ -98,6 +100,10 @@ int config_load(Config* c, const char* path, int nsets, char** sets, char* err, 
  * used) match at least one file, data.tokenizer and model.init_from readable
  * when set. Returns 0, or -1 with one line in err. */
 int config_check_world(const Config* c, int world_size, char* err, size_t errlen);
+
+/* What comm/ needs of a loaded config: the "compress" and "comm" sections
+ * (and train.seed, log.dir) as comm's own policy struct. */
+void config_comm_policy(const Config* c, CommPolicy* p);
 
 /* The effective config as pretty JSON (loadable again with config_load).
  * config_to_json returns a malloc'd string; free() it. */

@@ -7,7 +7,7 @@
 
 #include <stdio.h>
 
-#include "comm/comm.h"
+#include "comm/sites.h"
 
 typedef struct {
     int step, steps;

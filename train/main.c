@@ -13,16 +13,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/sites.h"
 #include "common/check.h"
 #include "train/checkpoint.h"
-#include "comm/comm.h"
-#include "train/config.h"
-#include "model/gpt.h"
-#include "train/log.h"
-#include "ops/ops.h"
-#include "train/schedule.h"
+#ifdef OPS_BF16
+#include "comm/comm_nccl.h"
+#endif
 #include "data/shard.h"
 #include "data/tokenizer.h"
+#include "model/gpt.h"
+#include "ops/ops.h"
+#include "train/config.h"
+#include "train/log.h"
+#include "train/schedule.h"
 
 /* End the run on every rank after a failure that may be local to some ranks
  * (a file one rank cannot read, say): the lowest failing rank prints its
@@ -153,7 +156,9 @@ int main(int argc, char** argv) {
 
     Comm comm;
     comm_init(&comm, cfg.parallel.tp, cfg.parallel.dp);
-    comm_setup_sites(&comm, cfg.model.n_layer, &cfg);
+    CommPolicy policy;
+    config_comm_policy(&cfg, &policy);
+    comm_setup_sites(&comm, cfg.model.n_layer, &policy);
     ops_init(local_rank());
 #ifdef OPS_BF16
     if (strcmp(cfg.comm.backend, "nccl") == 0) { /* after ops_init: NCCL binds each rank to its current device
@@ -281,7 +286,7 @@ int main(int argc, char** argv) {
 
         StepRecord rec = {done, cfg.train.steps, mean_loss, lr, norm, ms, (double)N * comm.dp_size / (ms / 1e3),
                           comm.step_bytes, comm.step_ms, -1.0f, 0};
-        rec.with_sites = comm.stats_every > 0 && step % comm.stats_every == 0;
+        rec.with_sites = comm.policy.stats_every > 0 && step % comm.policy.stats_every == 0;
         int last = done == cfg.train.steps;
         int eval = have_val && cfg.train.eval_every > 0 && (done % cfg.train.eval_every == 0 || last);
         if (eval) rec.val_loss = evaluate(&model, &comm, &val_dl, cfg.train.eval_batches, inputs, targets);

@@ -1,0 +1,49 @@
+/*
+ * comm/policy.h - CommPolicy: which TP exchange sites compress, with which
+ * compressor, and what the exchanges record.
+ *
+ * comm/ takes its settings in this struct of its own, never the trainer's
+ * Config: train/ fills it from the "compress" and "comm" sections of the
+ * config (config_comm_policy in train/config.c), a test or a tool fills it
+ * by hand. comm_setup_sites (comm/sites.h) turns it into one compressor per
+ * site.
+ */
+#ifndef COMM_POLICY_H
+#define COMM_POLICY_H
+
+#include <stdint.h>
+
+#include "compress/compress.h"
+
+#define COMM_POLICY_PATH 512
+
+typedef struct {
+    /* which sites compress: a site is compressed when method is not CM_NONE,
+     * its pass is on (fwd / bwd) and no exclusion below names it */
+    CompressMethod method;
+    int fwd, bwd;                 /* forward-pass sites, backward-pass sites */
+    int embed, lm_head;           /* embed.fwd, lm_head.bwd */
+    int skip_first_layer, skip_last_layer;
+    /* the compressor of a compressed site */
+    Fp8Format format_fwd, format_bwd;
+    int group_size;               /* 0: calibrated per site over calib_steps ("auto") */
+    int calib_steps;
+    int hadamard, adaptive_scale, dual_scale; /* taco's switches */
+    int delayed;                  /* chunk scale from the site's amax history */
+    int stochastic;               /* stochastic rounding (else nearest even) */
+    uint64_t seed;                /* of stochastic rounding */
+    /* what the exchanges record */
+    int stats_every;              /* sample rel_err every this many steps (0 = never) */
+    int dump_step;                /* dump site inputs at this step (-1 = never) */
+    char dump_sites[256];         /* "all" or comma-separated site names */
+    char dump_dir[COMM_POLICY_PATH];
+    /* the GPU exchange */
+    int pipeline_depth;           /* sub-chunks per rank chunk in flight */
+    int fuse;                     /* fused decode + sum + re-encode in the all-gather */
+} CommPolicy;
+
+/* Every site exact, nothing recorded: the policy of tests and tools that
+ * only need the exact exchange; fill what differs after the call. */
+void comm_policy_default(CommPolicy* p);
+
+#endif /* COMM_POLICY_H */
