@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# tests/run_tests.sh - every CPU test: unit tests, multi-rank tests under
-# mpirun, and end-to-end trainer tests (tests/test_train.sh). Called by
+# tests/run_tests.sh - every CPU test: the layering rule (tools/check_layers.py),
+# unit tests, multi-rank tests under mpirun, and end-to-end trainer tests
+# (tests/test_train.sh). Called by
 # `make test`; prints one line per test and a summary, exits 1 on failure.
 set -u
 cd "$(dirname "$0")/.."
@@ -8,6 +9,8 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 LOGDIR=build/test-logs
 source tests/lib.sh
 
+echo "layering"
+run check_layers python3 tools/check_layers.py
 echo "unit tests"
 for t in test_fp8 test_hadamard test_compress test_ops test_data test_config test_params; do
     run "$t" "build/$t"
