@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tests/test_tools.sh - end-to-end test of the experiment tools: tools/parity.py (runner,
 # resume, failure report), tools/parity_summary.py (table, errors on bad logs),
-# tools/plot_parity.py, tools/ablation.py (--collect and the table) and tools/plot_hist.py.
+# tools/plot_parity.py, tools/ablation.py (--collect and the table), tools/plot_hist.py and
+# tools/check_layers.py (each rule caught on a small tree).
 #
 # Runs a tiny model (2 layers, d=64, 20 steps, TP=2) so the whole script takes well under
 # 90 s on two cores; every mpirun is bounded by `timeout` (passed to the tools' --mpirun),
@@ -92,6 +93,25 @@ done
 check "plot_hist.py writes a PNG" bash -c "$PY tools/plot_hist.py '$T/abl/dumps/L1.mlp.bwd.step4.rank0.npy' \
     --out '$T/hist.png' && head -c 8 '$T/hist.png' | grep -q PNG"
 expect_error "plot_hist.py on a missing dump" "dump '.*nope.npy' does not exist" $PY tools/plot_hist.py "$T/nope.npy"
+
+# tools/check_layers.py on small trees of our own making: each rule is caught, a clean tree passes
+L="$T/layers"
+mkdir -p "$L"/{train,model,comm,compress,data,ops,common,tests}
+echo '#include "common/check.h"' > "$L/ops/ops.h"; touch "$L/common/check.h" "$L/data/shard.h" "$L/model/gpt.h"
+echo '#include "ops/ops.h"' > "$L/comm/comm.c"; echo '#include "model/gpt.h"' > "$L/tests/t.c"
+check "check_layers passes a tree whose includes point down" $PY tools/check_layers.py "$L"
+echo '#include "model/gpt.h"' > "$L/comm/up.c"
+expect_error "check_layers: an upward include" "comm/up.c:1: includes model/gpt.h: model/ \\(floor 4\\) is above" \
+    $PY tools/check_layers.py "$L"
+rm "$L/comm/up.c"; echo '#include "data/shard.h"' > "$L/compress/x.c"
+expect_error "check_layers: compress/ including data/" "share floor 2 and stay independent" $PY tools/check_layers.py "$L"
+rm "$L/compress/x.c"; echo '#include "shard.h"' > "$L/data/x.c"
+expect_error "check_layers: an include that does not name its folder" "does not name a project folder" \
+    $PY tools/check_layers.py "$L"
+rm "$L/data/x.c"; echo '#include "ops/nope.h"' > "$L/comm/x.c"
+expect_error "check_layers: an include of a missing header" "no such file" $PY tools/check_layers.py "$L"
+rm "$L/comm/x.c"; seq 801 | sed 's|^|// |' > "$L/model/long.c"
+expect_error "check_layers: a file over 800 lines" "model/long.c: 801 lines" $PY tools/check_layers.py "$L"
 
 if [ $fails -eq 0 ]; then
     echo "all tool checks passed"; rm -rf "$T"
