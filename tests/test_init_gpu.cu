@@ -43,6 +43,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/bf16.h"
 #include "model/gpt.h"
 #include "model/init_cuda.h"
 #include "model/params.h"
@@ -266,12 +267,6 @@ static void test_values(void) {
 
 /* ---- (e) through gpt_init_random ---------------------------------------------------------- */
 
-static uint16_t bf16_rne(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);   /* finite f: round to nearest even */
-}
-
 /* "auto" on the small model keeps the host init (both builds' bits); "device"
  * fills the bf16 working weights from the master. */
 static void test_gpt_small(void) {
@@ -297,7 +292,7 @@ static void test_gpt_small(void) {
     uint16_t* work = (uint16_t*)mallocCheck(n * sizeof(uint16_t));
     ops_to_host(work, m.params, n * sizeof(uint16_t));
     size_t bad = 0;
-    for (size_t i = 0; i < n; i++) bad += work[i] != bf16_rne(master[i]);
+    for (size_t i = 0; i < n; i++) bad += work[i] != bf16_from_f32(master[i]);
     CHECK(bad == 0, "bf16 working weights: %zu of %zu are not the master rounded to nearest", bad, n);
     free(work);
     free(dev);
