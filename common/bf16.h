@@ -1,6 +1,7 @@
 /*
- * compress/bf16.h - fp32 <-> bf16 by integer arithmetic, one definition for
- * the CPU reference (compress.c) and the GPU kernels (compress_cuda.cu).
+ * common/bf16.h - fp32 <-> bf16 by integer arithmetic, one definition for
+ * the compression reference (compress/compress.c), its GPU kernels and the
+ * tests, which must all round and map NaN the same way.
  *
  * bf16 is the top half of an fp32: same sign and 8-bit exponent, 7 explicit
  * mantissa bits. Decoding is exact (shift up by 16). Encoding rounds to

@@ -3,8 +3,8 @@
  *
  * Owns this rank's parameter shards (working copy floatX, fp32 master,
  * fp32 grads, AdamW moments) and the activations of one batch. The forward
- * and backward passes in gpt.c are sequences of ops (model/ops.h) and named
- * TP exchanges (comm/comm.h).
+ * and backward passes in gpt.c are sequences of ops (ops/ops.h) and named
+ * TP exchanges (tp_exchange, comm/sites.h).
  */
 #ifndef GPT_H
 #define GPT_H

@@ -1,9 +1,9 @@
 /*
- * tests/ops_ref.h - the fp32 CPU reference backend (model/ops_cpu.c) under
+ * tests/ops_ref.h - the fp32 CPU reference backend (ops/ops_cpu.c) under
  * the names cpu_F, for tests that link it next to the CUDA backend.
  *
- * model/ops_cpu.c is compiled as usual (floatX = float) and every function
- * F of model/ops.h is renamed to cpu_F in the object file
+ * ops/ops_cpu.c is compiled as usual (floatX = float) and every function
+ * F of ops/ops.h is renamed to cpu_F in the object file
  *   objcopy --redefine-syms=tests/ops_ref.syms ops_cpu.o ops_cpu_ref.o
  * so the two implementations of one interface coexist in one binary. These
  * prototypes are ops.h's with floatX spelled float; all pointers are host

@@ -32,7 +32,7 @@
  *
  * Usage: build/gpu/test_init_gpu   (exit status 0 iff every check passes)
  */
-#define OMPI_SKIP_MPICXX 1 /* gpt.h -> comm.h -> mpi.h: its C API only (the C++ bindings do not build warning-free) */
+#define OMPI_SKIP_MPICXX 1 /* gpt.h -> comm/sites.h -> mpi.h: its C API only (the C++ bindings do not build warning-free) */
 #define MPICH_SKIP_MPICXX 1
 
 #include <curand_kernel.h>

@@ -2,7 +2,7 @@
 # tools/ptxas_report.sh - one line per kernel from nvcc's `-Xptxas -v` output:
 # registers, spill stores/loads, stack frame, shared memory. Reads the compiler's
 # stderr on stdin, e.g.
-#   nvcc ... -Xptxas -v -c model/attention_cuda.cu -o x.o 2>&1 | sh tools/ptxas_report.sh
+#   nvcc ... -Xptxas -v -c ops/attention_cuda.cu -o x.o 2>&1 | sh tools/ptxas_report.sh
 # A kernel with spills is a performance bug in a hot path: the report flags it.
 awk '
 /Compiling entry function/ { match($0, /'"'"'[^'"'"']*'"'"'/); fn = substr($0, RSTART + 1, RLENGTH - 2); next }
