@@ -1,13 +1,36 @@
 /*
- * model/cuda_common.cuh - shared pieces of the CUDA backend (the model/..._cuda.cu files).
+ * ops/cuda_common.cuh - shared pieces of the CUDA backend (the ops/..._cuda.cu
+ * files; also included by comm/ and model/ kernels that want the checked
+ * calls and the stream).
+ *
+ * The backend, one file per op family (ops/CUDA.md has the table):
+ *   device_cuda.cu        ops_init, the stream, scratch, memory, fp32 <-> bf16
+ *   elementwise_cuda.cu   residual, GELU
+ *   encoder_cuda.cu       token and position embeddings
+ *   bias_cuda.cu          bias, and the deterministic column sums
+ *   layernorm_cuda.cu     layernorm
+ *   crossentropy_cuda.cu  vocab-parallel cross-entropy
+ *   adamw_cuda.cu         AdamW
+ *   reduce_cuda.cu        ops_sumsq / ops_sum / ops_all_finite
+ *   matmul_cuda.cu        matmuls on cuBLASLt
+ *   attention_cuda.cu     flash-style attention (kernels in attention_kernels.cuh)
  *
  * What lives here: the checked-call macros for CUDA (every runtime call and
  * every kernel launch goes through them and ends in check_fatal with what
  * failed and where), bf16 helpers (16-byte vector loads/stores of 8 bf16,
  * round-to-nearest conversion), block/warp reductions with a FIXED order (so
- * every reduction in the backend is bit-reproducible run to run), and the
- * backend-internal API the .cu files share: the one stream, scratch buffers,
- * and the matmul/attention init hooks.
+ * every reduction in the backend is bit-reproducible run to run), the launch
+ * helpers of the element-wise and row-chunk kernels, and the backend-internal
+ * API the .cu files share: the one stream, scratch buffers, the matmul init
+ * hook and the second stage of the column sums.
+ *
+ * Numerics: activations and working weights are bf16; all arithmetic is
+ * fp32; parameter gradients, master weights and optimizer moments are fp32.
+ * Conventions of ops.h hold: activation gradients are overwritten except
+ * layernorm_backward's dinp (accumulates); parameter gradients accumulate.
+ * Determinism: no float atomics anywhere; every reduction that crosses rows
+ * runs in an order that depends only on the shapes, never on timing or on
+ * the device's SM count, so two identical runs are bit-identical.
  *
  * floatX in ops.h is uint16_t (bf16 bit pattern) under -DOPS_BF16; inside the
  * .cu files we reinterpret those pointers as __nv_bfloat16, which has the same
@@ -30,7 +53,7 @@
 
 typedef __nv_bfloat16 bf16;
 
-/* ---- backend-internal API (defined in ops_cuda.cu) -------------------------- */
+/* ---- backend-internal API (defined in device_cuda.cu) ------------------------ */
 cudaStream_t cuda_stream(void);            /* the one stream; fatal if ops_init was not called */
 int cuda_num_sms(void);
 /* Scratch device memory owned by the backend, one buffer per slot, grown on
@@ -51,9 +74,27 @@ void* cuda_pinned(int slot, size_t bytes);
 
 void matmul_cuda_init(void);   /* matmul_cuda.cu: cuBLASLt handle + workspace */
 
+/* bias_cuda.cu: dst[c] += sum_{p < nparts} partial[p*pstride + c], p ascending,
+ * for c < C (one thread per column): the second stage of the deterministic
+ * column sums of bias_backward and layernorm_backward. */
+void colsum_finish(float* dst, const float* partial, int nparts, int C, size_t pstride);
+
 /* ---- launch helpers ------------------------------------------------------------ */
 static inline unsigned int ceil_div_u(size_t a, size_t b) { return (unsigned int)((a + b - 1) / b); }
 static inline int is_aligned16(const void* p) { return ((uintptr_t)p & 15u) == 0; }
+
+/* Flat element-wise kernels: thread i owns elements [8i, 8i+8) of n. VEC: all
+ * pointers 16-byte aligned, so full chunks are single 16-byte accesses; the
+ * last partial chunk (n % 8) always goes element by element. EW_THREADS is
+ * also the block size of the row-chunk kernels and of AdamW. */
+#define EW_THREADS 256
+
+static inline unsigned int ew_blocks(size_t n) { return ceil_div_u(ceil_div_u(n, 8), EW_THREADS); }
+
+/* Row-chunk kernels: rows of C bf16, one thread per 8-column chunk (ld8/st8
+ * below). VEC needs C % 8 == 0 and aligned base pointers (then every row
+ * start is aligned). */
+static inline bool rows_vec_ok(int C) { return C % 8 == 0; }
 
 /* ---- bf16 vector helpers ------------------------------------------------------- */
 /* 8 bf16 = 16 bytes: the unit of every vectorised load/store in the backend. */

@@ -1,6 +1,6 @@
 /*
  * tests/test_ops_gpu.cu - every op of the CUDA backend against the fp32 CPU
- * reference (model/ops_cpu.c linked in as cpu_F, see tests/ops_ref.h), on
+ * reference (ops/ops_cpu.c linked in as cpu_F, see tests/ops_ref.h), on
  * the same random inputs.
  *
  * Method (the library's device/METHOD.md):
@@ -50,6 +50,7 @@
 
 #include <vector>
 
+#include "common/bf16.h"
 #include "common/check.h"
 #include "ops/ops.h"
 #include "tests/ops_ref.h"
@@ -89,20 +90,8 @@ static float rng_normal() {
 }
 static int rng_int(int n) { return (int)(rng_u64() % (uint64_t)n); }
 
-static uint16_t f2bf(float f) { /* round to nearest even, NaN kept quiet */
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-static float bf2f(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-static float round_bf(float f) { return bf2f(f2bf(f)); }
+/* host bf16 conversions: common/bf16.h (round to nearest even, every NaN -> 0x7FC0; no input of these tests is NaN) */
+static float round_bf(float f) { return bf16_to_f32(bf16_from_f32(f)); }
 
 /* random values of scale s, already bf16-representable */
 static vecf randn_bf(size_t n, float s = 1.0f) {
@@ -119,7 +108,7 @@ static vecf randn_f32(size_t n, float s = 1.0f) {
 /* ---- device buffers ---------------------------------------------------------------- */
 static floatX* dev_bf(const vecf& h) {
     std::vector<uint16_t> b(h.size());
-    for (size_t i = 0; i < h.size(); i++) b[i] = f2bf(h[i]);
+    for (size_t i = 0; i < h.size(); i++) b[i] = bf16_from_f32(h[i]);
     floatX* d = (floatX*)ops_malloc(b.size() * 2);
     ops_from_host(d, b.data(), b.size() * 2);
     return d;
@@ -138,7 +127,7 @@ static vecf get_bf(const floatX* d, size_t n) {
     std::vector<uint16_t> b(n);
     ops_to_host(b.data(), d, n * 2);
     vecf h(n);
-    for (size_t i = 0; i < n; i++) h[i] = bf2f(b[i]);
+    for (size_t i = 0; i < n; i++) h[i] = bf16_to_f32(b[i]);
     return h;
 }
 static vecf get_f32(const float* d, size_t n) {
@@ -244,7 +233,7 @@ static void test_memory() {
         ops_f32_to_X(x + off, dv + off, m);
         std::vector<uint8_t> got = get_bytes(x + off, m * 2);
         std::vector<uint16_t> want(m);
-        for (size_t i = 0; i < m; i++) want[i] = f2bf(v[i + off]);
+        for (size_t i = 0; i < m; i++) want[i] = bf16_from_f32(v[i + off]);
         std::vector<uint8_t> wb(m * 2);
         memcpy(wb.data(), want.data(), m * 2);
         check_bits("ops_f32_to_X", off ? "RNE, unaligned (scalar path)" : "RNE vs host, ties/subnormal/inf", got, wb);
@@ -254,7 +243,7 @@ static void test_memory() {
         ops_X_to_f32(back + off, x + off, m);
         vecf b = get_f32(back + off, m);
         vecf w(m);
-        for (size_t i = 0; i < m; i++) w[i] = bf2f(want[i]);
+        for (size_t i = 0; i < m; i++) w[i] = bf16_to_f32(want[i]);
         size_t bad = 0;
         for (size_t i = 0; i < m; i++) bad += memcmp(&b[i], &w[i], 4) != 0;
         report("ops_X_to_f32", off ? "exact, unaligned" : "exact", (double)bad, TOL_EXACT, bad ? "mismatching values" : nullptr);
