@@ -1,6 +1,6 @@
 /*
- * model/attention_cuda.cu - fused causal self-attention (flash-attention
- * style) for attention_forward / attention_backward of model/ops.h.
+ * ops/attention_cuda.cu - fused causal self-attention (flash-attention
+ * style) for attention_forward / attention_backward of ops/ops.h.
  *
  * Layout (ops.h): qkv[B,T,3*NH*hs] holds q of all local heads, then k, then v
  * (head h at column h*hs of its third); out[B,T,NH*hs]; lse[B,NH,T] is the
@@ -40,7 +40,7 @@
  * hs > 64 the backward narrows its inner tile to 32 to stay inside 255
  * registers without spills.
  *
- * The kernels are in model/attention_kernels.cuh (which the CPU emulation
+ * The kernels are in ops/attention_kernels.cuh (which the CPU emulation
  * of tests/emu also compiles); this file holds the launchers.
  */
 #include <math.h>

@@ -1,6 +1,6 @@
 /*
- * model/attention_kernels.cuh - the device code of the fused causal attention
- * (see model/attention_cuda.cu for the design and the host launchers).
+ * ops/attention_kernels.cuh - the device code of the fused causal attention
+ * (see ops/attention_cuda.cu for the design and the host launchers).
  *
  * Everything below the PTX wrappers is plain CUDA C++ on those few
  * primitives, so the CPU emulation of tests/emu can supply them instead

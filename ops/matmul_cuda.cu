@@ -1,5 +1,5 @@
 /*
- * model/matmul_cuda.cu - matmul_forward / matmul_backward of model/ops.h on
+ * ops/matmul_cuda.cu - matmul_forward / matmul_backward of ops/ops.h on
  * cuBLASLt: bf16 operands, fp32 accumulation (CUBLAS_COMPUTE_32F).
  *
  * ops.h speaks row-major; cuBLASLt speaks column-major. A row-major [R,C]
@@ -14,7 +14,7 @@
  *     col-major: dw^T[IC,OC] = (inp as [IC,N]) @ (dout as [OC,N])^T m=IC n=OC k=N, A=inp (N), B=dout (T)
  *     C = D = dw in fp32 with beta = 1: cuBLASLt takes bf16 A/B with fp32 C/D,
  *     so the gradient accumulates in fp32 inside the GEMM (ops.h: ACCUMULATE).
- *   dbias += column sums of dout: bias_backward (ops_cuda.cu), a deterministic
+ *   dbias += column sums of dout: bias_backward (bias_cuda.cu), a deterministic
  *     two-stage reduction. (The BGRADB epilogue writes, in the output type,
  *     rather than accumulating in fp32, so it does not fit our convention.)
  *

@@ -1,9 +1,9 @@
 /*
- * model/ops.h - the numerical seam between the model and a backend.
+ * ops/ops.h - the numerical seam between the model and a backend.
  *
  * Every op the GPT forward/backward pass needs is a plain C function on
- * pointers. model/ops_cpu.c implements them in fp32 (the readable reference);
- * model/ops_cuda*.cu implements them on the GPU with bf16 activations.
+ * pointers. ops/ops_cpu.c implements them in fp32 (the readable reference);
+ * the ops/..._cuda.cu files implement them on the GPU with bf16 activations.
  * model/gpt.c, train/ and comm/ only ever call these, so one orchestration
  * drives both backends.
  *

@@ -1,5 +1,5 @@
 /*
- * model/ops_cpu.c - the fp32 reference backend: every op of model/ops.h in
+ * ops/ops_cpu.c - the fp32 reference backend: every op of ops/ops.h in
  * plain C with OpenMP.
  *
  * This file is the numerical definition the CUDA backend is tested against,

@@ -1,5 +1,5 @@
 /*
- * model/ops_cuda.h - what the CUDA backend offers beyond model/ops.h, for
+ * ops/ops_cuda.h - what the CUDA backend offers beyond ops/ops.h, for
  * other modules of the GPU build (comm/, compress/) that must queue their own
  * kernels or copies in order with the model's.
  *
