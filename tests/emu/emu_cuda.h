@@ -12,14 +12,16 @@
  * tests/emu/emu.mk builds all three (build/emu/test_*_emu).
  *
  * The files: this header (force-included, g++ -include, into every C++
- * translation unit of an emulated build); emu_cuda.cpp (the SIMT scheduler,
- * the warp primitives, the CUDA runtime, cuBLASLt); curand_kernel.h (stands
- * in for cuRAND's device header: this directory goes first on the include
- * path); nccl_emu.c (NCCL over MPI, linked in place of libnccl). The real
+ * translation unit of an emulated build); emu_sched.cpp (the SIMT scheduler,
+ * the launches, the warp primitives), emu_runtime.cpp (the CUDA runtime:
+ * memory, streams, events, errors) and emu_cublaslt.cpp (cuBLASLt), which
+ * share emu_internal.h; curand_kernel.h (stands in for cuRAND's device
+ * header: this directory goes first on the include path); nccl_emu.c (NCCL
+ * over MPI, linked in place of libnccl). The real
  * CUDA headers supply the types (cudaError_t, __nv_bfloat16, __nv_fp8_*,
  * cuBLASLt descriptors, ...) and their host code (bf16 / fp8 conversions:
  * NVIDIA's host reference); plain C files (collectives_cuda.c, the tests'
- * C side) use the real <cuda_runtime_api.h> and link against emu_cuda.cpp.
+ * C side) use the real <cuda_runtime_api.h> and link against emu_runtime.cpp.
  *
  * One way to launch: the `<<<...>>>` syntax, rewritten by emu.mk before
  * compiling (sed): `k<<<grid, block, smem, stream>>>(args)` becomes

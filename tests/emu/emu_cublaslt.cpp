@@ -1,0 +1,160 @@
+/*
+ * tests/emu/emu_cublaslt.cpp - cuBLASLt for the emulator (tests/emu/emu_cuda.h
+ * says what it is for), on host memory.
+ *
+ * Emulated from its documented semantics: column-major D = alpha op(A) op(B)
+ * + beta C (+ bias per row of D with the BIAS epilogue), A/B bf16, C/D bf16 or
+ * fp32, fp32 accumulation; C is not read when beta == 0. The heuristic call
+ * checks that the layouts agree with m, n, k and the transposes - the part of
+ * matmul_cuda.cu most likely to be wrong - and fails loudly if they do not.
+ */
+#include "tests/emu/emu_cuda.h" /* first: it defines the CUDA keywords before the CUDA headers do */
+
+#include <vector>
+
+#include <cublasLt.h>
+
+#include "tests/emu/emu_internal.h"
+
+using namespace emu;
+
+namespace {
+struct EmuDesc {
+    cublasOperation_t ta = CUBLAS_OP_N, tb = CUBLAS_OP_N;
+    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
+    const void* bias = nullptr;
+    int bias_type = -1;
+    cublasComputeType_t compute;
+    cudaDataType_t scale;
+};
+struct EmuLayout {
+    cudaDataType type;
+    uint64_t rows, cols;
+    int64_t ld;
+};
+
+template <typename T>
+void set_attr(T& dst, const void* buf, size_t size) {
+    if (size != sizeof(T)) emu_fail("cuBLASLt attribute with the wrong size");
+    memcpy(&dst, buf, sizeof(T));
+}
+
+/* The shape checks cuBLASLt itself makes: op(A) is m x k, op(B) k x n, C and D m x n. */
+void check_shapes(const EmuDesc* e, const EmuLayout* a, const EmuLayout* b, const EmuLayout* c, const EmuLayout* d) {
+    const uint64_t m = c->rows, n = c->cols;
+    const uint64_t am = e->ta == CUBLAS_OP_N ? a->rows : a->cols, ak = e->ta == CUBLAS_OP_N ? a->cols : a->rows;
+    const uint64_t bk = e->tb == CUBLAS_OP_N ? b->rows : b->cols, bn = e->tb == CUBLAS_OP_N ? b->cols : b->rows;
+    if (am != m || bn != n || ak != bk || d->rows != m || d->cols != n)
+        emu_fail("cuBLASLt shapes disagree: op(A), op(B), C, D are not m x k, k x n, m x n");
+    if (a->type != CUDA_R_16BF || b->type != CUDA_R_16BF) emu_fail("cuBLASLt: only bf16 A/B are emulated");
+    if (c->type != d->type || (c->type != CUDA_R_16BF && c->type != CUDA_R_32F))
+        emu_fail("cuBLASLt: C/D type not emulated");
+    if (e->epi == CUBLASLT_EPILOGUE_BIAS && e->bias_type != CUDA_R_16BF) emu_fail("cuBLASLt: only bf16 bias is emulated");
+    if (e->epi != CUBLASLT_EPILOGUE_BIAS && e->epi != CUBLASLT_EPILOGUE_DEFAULT) emu_fail("cuBLASLt: epilogue not emulated");
+}
+
+float load_as_f32(const void* p, cudaDataType t, size_t i) {
+    if (t == CUDA_R_32F) return ((const float*)p)[i];
+    return __bfloat162float(((const __nv_bfloat16*)p)[i]);
+}
+} /* namespace */
+
+extern "C" {
+
+cublasStatus_t cublasLtCreate(cublasLtHandle_t* h) {
+    static int token;
+    *h = (cublasLtHandle_t)&token;
+    return CUBLAS_STATUS_SUCCESS;
+}
+const char* cublasGetStatusString(cublasStatus_t s) { return s == CUBLAS_STATUS_SUCCESS ? "success" : "emulated cuBLAS error"; }
+const char* cublasLtGetStatusString(cublasStatus_t s) { return cublasGetStatusString(s); }
+
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* d, cublasComputeType_t compute, cudaDataType_t scale) {
+    EmuDesc* e = new EmuDesc();
+    e->compute = compute;
+    e->scale = scale;
+    *d = (cublasLtMatmulDesc_t)e;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr,
+                                              const void* buf, size_t size) {
+    EmuDesc* e = (EmuDesc*)d;
+    switch (attr) {
+        case CUBLASLT_MATMUL_DESC_TRANSA: set_attr(e->ta, buf, size); break;
+        case CUBLASLT_MATMUL_DESC_TRANSB: set_attr(e->tb, buf, size); break;
+        case CUBLASLT_MATMUL_DESC_EPILOGUE: set_attr(e->epi, buf, size); break;
+        case CUBLASLT_MATMUL_DESC_BIAS_POINTER: set_attr(e->bias, buf, size); break;
+        case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: set_attr(e->bias_type, buf, size); break;
+        default: emu_fail("cuBLASLt descriptor attribute %d not emulated", (int)attr);
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* l, cudaDataType type, uint64_t rows, uint64_t cols,
+                                          int64_t ld) {
+    if (ld < (int64_t)rows) return CUBLAS_STATUS_INVALID_VALUE;
+    *l = (cublasLtMatrixLayout_t) new EmuLayout{type, rows, cols, ld};
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* p) {
+    *p = (cublasLtMatmulPreference_t) new uint64_t[8];
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t, cublasLtMatmulPreferenceAttributes_t,
+                                                    const void*, size_t) {
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) {
+    delete[] (uint64_t*)p;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t a,
+                                              cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
+                                              cublasLtMatrixLayout_t dd, cublasLtMatmulPreference_t, int requested,
+                                              cublasLtMatmulHeuristicResult_t results[], int* count) {
+    check_shapes((EmuDesc*)d, (EmuLayout*)a, (EmuLayout*)b, (EmuLayout*)c, (EmuLayout*)dd);
+    if (requested < 1) return CUBLAS_STATUS_INVALID_VALUE;
+    memset(&results[0], 0, sizeof(results[0]));
+    results[0].state = CUBLAS_STATUS_SUCCESS;
+    *count = 1;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const void* alpha, const void* A,
+                              cublasLtMatrixLayout_t Adesc, const void* B, cublasLtMatrixLayout_t Bdesc,
+                              const void* beta, const void* C, cublasLtMatrixLayout_t Cdesc, void* D,
+                              cublasLtMatrixLayout_t Ddesc, const cublasLtMatmulAlgo_t*, void*, size_t,
+                              cudaStream_t stream) {
+    check_stream(stream, "cublasLtMatmul");
+    const EmuDesc* e = (const EmuDesc*)desc;
+    const EmuLayout *la = (const EmuLayout*)Adesc, *lb = (const EmuLayout*)Bdesc, *lc = (const EmuLayout*)Cdesc,
+                    *ld = (const EmuLayout*)Ddesc;
+    check_shapes(e, la, lb, lc, ld);
+    const float al = *(const float*)alpha, be = *(const float*)beta;
+    const uint64_t m = lc->rows, n = lc->cols, k = e->ta == CUBLAS_OP_N ? la->cols : la->rows;
+    std::vector<float> out(m * n);
+    for (uint64_t j = 0; j < n; j++)
+        for (uint64_t i = 0; i < m; i++) {
+            float s = 0.0f;
+            for (uint64_t p = 0; p < k; p++) {
+                /* column-major: element (r, c) of a layout at r + c * ld */
+                const size_t ai = e->ta == CUBLAS_OP_N ? i + p * la->ld : p + i * la->ld;
+                const size_t bi = e->tb == CUBLAS_OP_N ? p + j * lb->ld : j + p * lb->ld;
+                s += load_as_f32(A, la->type, ai) * load_as_f32(B, lb->type, bi);
+            }
+            float v = al * s;
+            if (be != 0.0f) v += be * load_as_f32(C, lc->type, i + j * lc->ld);
+            if (e->epi == CUBLASLT_EPILOGUE_BIAS) v += __bfloat162float(((const __nv_bfloat16*)e->bias)[i]);
+            out[i + j * m] = v;
+        }
+    for (uint64_t j = 0; j < n; j++)
+        for (uint64_t i = 0; i < m; i++) {
+            const size_t di = i + j * ld->ld;
+            if (ld->type == CUDA_R_32F) ((float*)D)[di] = out[i + j * m];
+            else ((__nv_bfloat16*)D)[di] = __float2bfloat16_rn(out[i + j * m]);
+        }
+    check_all_guards("after cublasLtMatmul");
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+} /* extern "C" */

@@ -1,0 +1,320 @@
+/*
+ * tests/emu/emu_runtime.cpp - the CUDA runtime of the emulator (tests/emu/emu_cuda.h
+ * says what it is for): device memory, streams, events, errors, device queries.
+ *
+ * Calls act at once (the "device" is host memory, streams and events are
+ * tokens, checked for validity). cudaMalloc'd blocks carry guard zones from
+ * their exact end (checked after every launch, at cudaFree, and against
+ * runtime copies); a build with -fsanitize=address allocates exact sizes
+ * instead, for the sanitizer to see. The allocations also bound the kernels'
+ * global loads (__ldg, cp.async: emu_check_global). The launches themselves
+ * are emu_sched.cpp's; they record their errors here (last_error).
+ */
+#include "tests/emu/emu_cuda.h" /* first: it defines the CUDA keywords before the CUDA headers do */
+
+#include <stdlib.h>
+
+#include <map>
+#include <set>
+
+#include "tests/emu/emu_internal.h"
+
+using namespace emu;
+
+/* ---- device allocations --------------------------------------------------------------- */
+namespace {
+
+/* Each block: [guard][bytes][guard from the exact end to the 256-byte rounding + GUARD] */
+enum { GUARD = 256 };
+const unsigned char GUARD_BYTE = 0xC3, FRESH_BYTE = 0xA5;
+struct Alloc {
+    size_t bytes, padded;
+    bool host;
+};
+std::map<uintptr_t, Alloc> g_allocs; /* by start address */
+std::set<cudaStream_t> g_streams;
+std::set<cudaEvent_t> g_events;
+std::map<const void*, int> g_smem_limit; /* dynamic shared memory per kernel, as cudaFuncSetAttribute raised it */
+
+/* Streams and events are opaque handles here (everything runs in order): a
+ * distinct address each, registered so that a stale or foreign one is caught. */
+template <typename H>
+static H handle_new(std::set<H>& live) {
+    H h = (H) new char[16];
+    live.insert(h);
+    return h;
+}
+template <typename H>
+static void handle_free(std::set<H>& live, H h, const char* what) {
+    if (!live.erase(h)) emu_fail("%s of a handle that its create call did not return", what);
+    delete[] (char*)h;
+}
+
+#ifdef __SANITIZE_ADDRESS__
+const bool kGuards = false; /* exact-size blocks: AddressSanitizer sees every stray access */
+#else
+const bool kGuards = true;
+#endif
+
+bool guards_intact(uintptr_t p, const Alloc& a) {
+    if (!kGuards) return true;
+    const unsigned char* q = (const unsigned char*)p;
+    for (size_t i = 0; i < GUARD; i++)
+        if (q[-(ptrdiff_t)GUARD + (ptrdiff_t)i] != GUARD_BYTE) return false;
+    for (size_t i = a.bytes; i < a.padded + GUARD; i++)
+        if (q[i] != GUARD_BYTE) return false;
+    return true;
+}
+
+/* the allocation holding [p, p + n), or null when p is in none (host memory) */
+const Alloc* find_alloc(const void* p, uintptr_t* start) {
+    const uintptr_t q = (uintptr_t)p;
+    auto it = g_allocs.upper_bound(q);
+    if (it == g_allocs.begin()) return nullptr;
+    --it;
+    if (q >= it->first + it->second.padded + (kGuards ? GUARD : 0)) return nullptr;
+    *start = it->first;
+    return &it->second;
+}
+
+/* runtime copies and sets: a range that starts in a device block must end in it */
+void check_runtime_range(const void* p, size_t n, const char* what) {
+    uintptr_t s;
+    const Alloc* a = find_alloc(p, &s);
+    if (a && (uintptr_t)p + n > s + a->bytes)
+        emu_fail("%s of %zu bytes at offset %zu overruns its %zu-byte block", what, n, (size_t)((uintptr_t)p - s),
+                 a->bytes);
+}
+
+cudaError_t emu_alloc(void** p, size_t bytes, bool host) {
+    const size_t padded = (bytes + 255) / 256 * 256;
+    const size_t total = padded + (kGuards ? 2 * GUARD : 0);
+    unsigned char* base = nullptr;
+    if (posix_memalign((void**)&base, 256, total ? total : 1) != 0) return cudaErrorMemoryAllocation;
+    unsigned char* user = base + (kGuards ? GUARD : 0);
+    if (kGuards) memset(base, GUARD_BYTE, total);
+    memset(user, FRESH_BYTE, bytes); /* fresh memory is not zero: whoever needs zeros must set them */
+    *p = user;
+    g_allocs[(uintptr_t)user] = Alloc{bytes, kGuards ? padded : bytes, host};
+    return cudaSuccess;
+}
+
+cudaError_t emu_free(void* p, bool host) {
+    if (!p) return cudaSuccess;
+    auto it = g_allocs.find((uintptr_t)p);
+    if (it == g_allocs.end() || it->second.host != host)
+        emu_fail(host ? "cudaFreeHost of a pointer cudaMallocHost did not return"
+                      : "cudaFree of a pointer cudaMalloc did not return");
+    if (!guards_intact(it->first, it->second))
+        emu_fail("cudaFree: a write outside the %zu-byte block at %p (guard zone damaged)", it->second.bytes, p);
+    g_allocs.erase(it);
+    free((unsigned char*)p - (kGuards ? GUARD : 0));
+    return cudaSuccess;
+}
+
+void check_event(cudaEvent_t e, const char* what) {
+    if (!g_events.count(e)) emu_fail("%s of an event that cudaEventCreate did not return (or that was destroyed)", what);
+}
+
+} /* namespace */
+
+namespace emu {
+
+cudaError_t last_error = cudaSuccess;
+
+void check_all_guards(const char* when) {
+    for (const auto& kv : g_allocs)
+        if (!guards_intact(kv.first, kv.second))
+            emu_fail("%s: a write outside the %zu-byte block at %p (guard zone damaged)", when, kv.second.bytes,
+                     (void*)kv.first);
+}
+
+void check_stream(cudaStream_t s, const char* what) {
+    if (s == 0 || s == cudaStreamLegacy || s == cudaStreamPerThread || g_streams.count(s)) return;
+    emu_fail("%s on a stream that cudaStreamCreate did not return (or that was destroyed)", what);
+}
+
+int kernel_smem_limit(const void* fn) {
+    auto it = g_smem_limit.find(fn);
+    return it != g_smem_limit.end() ? it->second : 48 * 1024; /* 48 KiB unless cudaFuncSetAttribute raised it */
+}
+
+} /* namespace emu */
+
+/* a kernel's global load (__ldg, a cp.async source): aligned, and inside one device block */
+void emu_check_global(const void* p, size_t bytes, size_t align, const char* what) {
+    if ((uintptr_t)p % align) emu_fail("%s of %zu bytes at %p: not %zu-byte aligned", what, bytes, p, align);
+    uintptr_t s;
+    const Alloc* a = find_alloc(p, &s);
+    if (!a) emu_fail("%s of %zu bytes at %p: not in any cudaMalloc'd block", what, bytes, p);
+    if ((uintptr_t)p + bytes > s + a->bytes)
+        emu_fail("%s of %zu bytes at offset %zu of a %zu-byte block: out of bounds", what, bytes,
+                 (size_t)((uintptr_t)p - s), a->bytes);
+}
+
+/* ---- CUDA runtime ---------------------------------------------------------------------------- */
+extern "C" {
+
+cudaError_t CUDARTAPI cudaGetDeviceCount(int* count) {
+    *count = 1;
+    return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaSetDevice(int device) { return device == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
+cudaError_t CUDARTAPI cudaGetDevice(int* device) {
+    *device = 0;
+    return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
+    if (device != 0) return cudaErrorInvalidDevice;
+    memset(prop, 0, sizeof(*prop));
+    strcpy(prop->name, "CPU emulator (tests/emu)");
+    prop->major = 9;
+    prop->minor = 0;
+    prop->multiProcessorCount = EMU_SMS;
+    prop->warpSize = 32;
+    prop->maxThreadsPerBlock = MAX_THREADS;
+    prop->sharedMemPerBlock = 48 * 1024;
+    prop->sharedMemPerBlockOptin = 227 * 1024;
+    return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaDeviceGetAttribute(int* value, enum cudaDeviceAttr attr, int device) {
+    if (device != 0) return cudaErrorInvalidDevice;
+    switch (attr) {
+        case cudaDevAttrMultiProcessorCount: *value = EMU_SMS; break;
+        case cudaDevAttrMaxThreadsPerBlock: *value = MAX_THREADS; break;
+        case cudaDevAttrWarpSize: *value = 32; break;
+        case cudaDevAttrComputeCapabilityMajor: *value = 9; break;
+        case cudaDevAttrComputeCapabilityMinor: *value = 0; break;
+        case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = 227 * 1024; break;
+        default: emu_fail("cudaDeviceGetAttribute: attribute %d not emulated", (int)attr);
+    }
+    return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* numBlocks, const void* func,
+                                                                             int blockSize, size_t dynamicSMemSize,
+                                                                             unsigned int flags) {
+    (void)flags;
+    if (!func || blockSize < 1 || blockSize > MAX_THREADS || dynamicSMemSize > SMEM_BYTES) return cudaErrorInvalidValue;
+    *numBlocks = EMU_OCC;
+    return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* numBlocks, const void* func, int blockSize,
+                                                                    size_t dynamicSMemSize) {
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(numBlocks, func, blockSize, dynamicSMemSize, 0);
+}
+cudaError_t CUDARTAPI cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value) {
+    if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize) {
+        if (value < 0 || value > 227 * 1024) return cudaErrorInvalidValue;
+        g_smem_limit[func] = value;
+    }
+    return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaGetLastError(void) {
+    cudaError_t e = last_error;
+    last_error = cudaSuccess;
+    return e;
+}
+cudaError_t CUDARTAPI cudaPeekAtLastError(void) { return last_error; }
+const char* CUDARTAPI cudaGetErrorString(cudaError_t e) {
+    switch (e) {
+        case cudaSuccess: return "no error";
+        case cudaErrorInvalidValue: return "invalid argument";
+        case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+        case cudaErrorMemoryAllocation: return "out of memory";
+        case cudaErrorInvalidDevice: return "invalid device ordinal";
+        default: return "emulated CUDA error";
+    }
+}
+const char* CUDARTAPI cudaGetErrorName(cudaError_t e) {
+    switch (e) {
+        case cudaSuccess: return "cudaSuccess";
+        case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+        case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+        case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+        case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+        default: return "cudaErrorUnknown";
+    }
+}
+
+cudaError_t CUDARTAPI cudaMalloc(void** p, size_t bytes) { return emu_alloc(p, bytes, false); }
+cudaError_t CUDARTAPI cudaFree(void* p) { return emu_free(p, false); }
+cudaError_t CUDARTAPI cudaMallocHost(void** p, size_t bytes) { return emu_alloc(p, bytes, true); }
+cudaError_t CUDARTAPI cudaFreeHost(void* p) { return emu_free(p, true); }
+cudaError_t CUDARTAPI cudaMemGetInfo(size_t* free_b, size_t* total_b) {
+    *free_b = *total_b = (size_t)1 << 34;
+    return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaMemset(void* p, int v, size_t n) {
+    check_runtime_range(p, n, "cudaMemset");
+    memset(p, v, n);
+    return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t s) {
+    check_stream(s, "cudaMemsetAsync");
+    return cudaMemset(p, v, n);
+}
+cudaError_t CUDARTAPI cudaMemcpy(void* d, const void* s, size_t n, enum cudaMemcpyKind k) {
+    (void)k;
+    check_runtime_range(d, n, "cudaMemcpy destination");
+    check_runtime_range(s, n, "cudaMemcpy source");
+    memmove(d, s, n);
+    return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaMemcpyAsync(void* d, const void* s, size_t n, enum cudaMemcpyKind k, cudaStream_t st) {
+    check_stream(st, "cudaMemcpyAsync");
+    return cudaMemcpy(d, s, n, k);
+}
+
+cudaError_t CUDARTAPI cudaStreamCreateWithFlags(cudaStream_t* s, unsigned int flags) {
+    (void)flags;
+    *s = handle_new(g_streams);
+    return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaStreamCreate(cudaStream_t* s) { return cudaStreamCreateWithFlags(s, 0); }
+cudaError_t CUDARTAPI cudaStreamDestroy(cudaStream_t s) {
+    handle_free(g_streams, s, "cudaStreamDestroy");
+    return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaStreamSynchronize(cudaStream_t s) {
+    check_stream(s, "cudaStreamSynchronize");
+    return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flags) {
+    (void)flags;
+    check_stream(s, "cudaStreamWaitEvent");
+    check_event(e, "cudaStreamWaitEvent");
+    return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaDeviceSynchronize(void) { return cudaSuccess; }
+
+cudaError_t CUDARTAPI cudaEventCreateWithFlags(cudaEvent_t* e, unsigned int flags) {
+    (void)flags;
+    *e = handle_new(g_events);
+    return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaEventCreate(cudaEvent_t* e) { return cudaEventCreateWithFlags(e, 0); }
+cudaError_t CUDARTAPI cudaEventDestroy(cudaEvent_t e) {
+    handle_free(g_events, e, "cudaEventDestroy");
+    return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+    check_event(e, "cudaEventRecord");
+    check_stream(s, "cudaEventRecord");
+    return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaEventQuery(cudaEvent_t e) {
+    check_event(e, "cudaEventQuery");
+    return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaEventSynchronize(cudaEvent_t e) {
+    check_event(e, "cudaEventSynchronize");
+    return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
+    check_event(a, "cudaEventElapsedTime");
+    check_event(b, "cudaEventElapsedTime");
+    *ms = 0.0f;
+    return cudaSuccess;
+}
+
+} /* extern "C" */
