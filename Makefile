@@ -132,7 +132,7 @@ $(DATA)/bible_train.bin: | $(BUILD)/prepro
 	$(BUILD)/prepro --in $(DATA)/bible.txt --out-dir $(DATA) --name bible --val-frac 0.05
 
 # ---- tests ----
-TESTS = test_fp8 test_hadamard test_compress test_ops test_data test_config test_params test_collectives test_gpt
+TESTS = test_fp8 test_hadamard test_compress test_ops test_ops_grad test_data test_config test_params test_collectives test_gpt
 $(BUILD)/test_%: $(BUILD)/cpu/tests/test_%.o $(CPU_OBJ)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDFLAGS) $(LDLIBS)
 
