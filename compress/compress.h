@@ -6,7 +6,10 @@
  * which one runs. A chunk of n fp32 values becomes compress_bound(p, n) bytes
  * on the wire (a function of p and n only, so a receiver knows the size) and
  * decodes back to n floats. This file is a contract with comm/: keep the
- * names and their meanings. Wire formats and error bounds: compress/README.md.
+ * names and their meanings. What each method is (name, wire layout, code
+ * path): the table in compress/methods.h, which also gives the wire layout
+ * and the list of names for configs. Wire formats and error bounds:
+ * compress/README.md.
  *
  * Everything is defined to the bit so the CUDA kernels can be checked against
  * this CPU reference: power-of-two scales (exact multiplies), one explicit
@@ -25,8 +28,9 @@
 extern "C" {
 #endif
 
-/* CM_BF16 is the exact path's wire on the GPU: activations are bf16 there,
- * so a bf16 wire loses nothing and halves the fp32 wire's bytes. */
+/* One row per method in methods.h, in this order. CM_BF16 is the exact
+ * path's wire on the GPU: activations are bf16 there, so a bf16 wire loses
+ * nothing and halves the fp32 wire's bytes. */
 typedef enum { CM_NONE, CM_CAST, CM_FP8_TENSOR, CM_FP8_GROUP, CM_INT8_GROUP, CM_TACO, CM_BF16, CM_NUM_METHODS } CompressMethod;
 
 typedef struct {
@@ -57,11 +61,14 @@ typedef struct {
 #define COMPRESS_HEADROOM_DELAYED 2.0f
 
 void compress_params_default(CompressParams* p, CompressMethod m);   /* fills sensible defaults */
-const char* compress_method_name(CompressMethod m);                  /* "none","cast","fp8_tensor","fp8_group","int8_group","taco","bf16" */
+/* The table's names (methods.c): "none", "cast", ..., "bf16"; "unknown" for a non-method. */
+const char* compress_method_name(CompressMethod m);
 int compress_method_parse(const char* s, CompressMethod* out);        /* 0 ok, -1 unknown */
 /* NULL if p is usable, else a message naming the bad field (for config validation). */
 const char* compress_params_error(const CompressParams* p);
-size_t compress_bound(const CompressParams* p, size_t n);   /* EXACT wire size in bytes of a chunk of n elements (a function of p and n only, so a receiver knows the size) */
+/* EXACT wire size in bytes of a chunk of n elements: hdr + gbytes * ceil(n / G) + ebytes * n
+ * of the method's row (methods.c), a function of p and n only, so a receiver knows the size */
+size_t compress_bound(const CompressParams* p, size_t n);
 size_t compress(const CompressParams* p, const float* x, size_t n, uint64_t stream, uint8_t* out, CompressStats* st); /* returns bytes written == compress_bound; stream feeds the SR counter; st may be NULL */
 void decompress(const CompressParams* p, const uint8_t* in, size_t n, float* out);
 void decompress_reduce(const CompressParams* p, const uint8_t* in, size_t n, float* acc);  /* acc[i] += decoded[i], fused */

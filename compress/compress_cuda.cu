@@ -56,9 +56,8 @@
 #include "common/bf16.h"
 #include "compress/compress_cuda.h"
 #include "compress/hadamard.h"
-extern "C" {
+#include "compress/methods.h"
 #include "compress/taco.h" /* TACO_EXP_MIN / TACO_EXP_MAX; its functions are not used here */
-}
 
 /* Every launch goes through LAUNCH; under the CPU emulator (tests/emu) its <<<>>>
  * is rewritten into emu_launch like every other launch (compress/CUDA.md,
@@ -72,6 +71,7 @@ namespace {
 constexpr int THREADS = 256;            /* threads per block */
 constexpr int WARPS = THREADS / 32;
 constexpr int UNIT = 16;                /* consecutive elements per thread and step */
+static_assert(UNIT == COMPRESS_WIRE_UNIT, "methods.h: ranges of methods without groups are cut on units");
 constexpr unsigned FULL = 0xffffffffu;
 constexpr int MAX_IN = COMPRESS_DEV_MAX_IN;
 constexpr int MAX_JOBS = COMPRESS_DEV_MAX_JOBS;
@@ -79,8 +79,8 @@ typedef unsigned long long u64;
 
 enum Family { FAM_FP8 = 0, FAM_INT8 = 1, FAM_NONE = 2 }; /* FAM_NONE: raw fp32 or bf16 words (Codec.eb 4 or 2) */
 
-/* Everything a kernel needs to know about a method, resolved on the host
- * from CompressParams exactly as compress.c's taco_cfg_of does. */
+/* Everything a kernel needs to know about a method: its row in methods.h,
+ * resolved for the CompressParams on the host (codec_of). */
 struct Codec {
     int fam;          /* Family */
     int fmt;          /* Fp8Format */
@@ -90,7 +90,7 @@ struct Codec {
     int delayed;      /* dual scale from delayed_amax (valid: > 0 and finite) */
     int stochastic;
     int hdr, gb, eb;  /* wire: header bytes, bytes per group, bytes per element */
-    int stats_amax_r; /* stats amax = amax of the transformed values (taco, fp8_tensor), else raw input amax */
+    int stats_amax_r; /* stats amax = amax of the transformed values (methods with a chunk scale), else raw input amax */
     float L;          /* fp8 max */
     float norm;       /* hadamard_norm(G) */
     float delayed_amax;
@@ -1190,42 +1190,35 @@ __global__ void k_check_philox(u64 seed, u64 stream, u64 n, unsigned* words, uns
 /* ========================================================================== */
 /* host side                                                                   */
 
+/* Everything a kernel needs to know about p's method: its row in methods.h,
+ * resolved for p as compress.c's taco_cfg_of resolves it for the CPU. */
 static Codec codec_of(const CompressParams* p, const char* who) {
-    const char* err = compress_params_error(p);
-    if (err) FATAL("%s: invalid compression parameters (method %d, group_size %d): %s", who, (int)p->method, p->group_size, err);
+    compress_params_check(p, who);
+    const CompressMethodInfo* m = compress_method_info(p->method);
+    const CompressWireLayout l = compress_wire_layout(p);
+    const CompressSwitches sw = compress_method_switches(p);
     Codec c;
     memset(&c, 0, sizeof(c));
+    c.fam = m->family == CM_FAM_RAW ? FAM_NONE : m->family == CM_FAM_INT8 ? FAM_INT8 : FAM_FP8;
+    c.cast = m->family == CM_FAM_CAST;
     c.fmt = (int)p->format;
     c.L = fp8_max(p->format);
     c.stochastic = p->stochastic != 0;
     c.seed = p->seed;
-    c.G = UNIT;
-    c.eb = 1;
-    switch (p->method) {
-    case CM_NONE: c.fam = FAM_NONE; c.eb = 4; break;
-    case CM_BF16: c.fam = FAM_NONE; c.eb = 2; break;
-    case CM_NUM_METHODS: break; /* rejected by compress_params_error */
-    case CM_CAST: c.fam = FAM_FP8; c.cast = 1; break;
-    case CM_FP8_TENSOR: c.fam = FAM_FP8; c.dual = 1; c.hdr = 4; c.stats_amax_r = 1; break;
-    case CM_FP8_GROUP: c.fam = FAM_FP8; c.adaptive = 1; c.G = p->group_size; c.gb = 1; break;
-    case CM_INT8_GROUP: c.fam = FAM_INT8; c.G = p->group_size; c.gb = 4; break;
-    case CM_TACO:
-        c.fam = FAM_FP8;
-        c.hadamard = p->hadamard != 0;
-        c.adaptive = p->adaptive_scale != 0;
-        c.dual = p->dual_scale != 0;
-        c.G = p->group_size;
-        c.hdr = 4;
-        c.gb = 1;
-        c.stats_amax_r = 1;
-        break;
-    }
-    /* taco_cfg_of: delayed_amax = p->delayed ? p->delayed_amax : 0 (fp8_group: 0),
-     * taco_encode: used when > 0 and finite, else the current amax */
-    if (c.dual && (p->method == CM_TACO || p->method == CM_FP8_TENSOR) && p->delayed && p->delayed_amax > 0.0f &&
-        isfinite(p->delayed_amax)) {
+    c.G = l.G; /* UNIT for methods without groups */
+    c.hdr = l.hdr;
+    c.gb = l.gbytes;
+    c.eb = l.ebytes;
+    c.hadamard = sw.hadamard;
+    c.adaptive = sw.adaptive;
+    c.dual = sw.dual;
+    /* a chunk scale is computed from the transformed values: the amax its history needs */
+    c.stats_amax_r = m->hdr > 0;
+    /* taco_encode's rule: a delayed amax is used when > 0 and finite, else the current one */
+    const float delayed_amax = compress_method_delayed_amax(p);
+    if (c.dual && delayed_amax > 0.0f && isfinite(delayed_amax)) {
         c.delayed = 1;
-        c.delayed_amax = p->delayed_amax;
+        c.delayed_amax = delayed_amax;
     }
     c.tpg = c.G / UNIT;
     c.ltpg = 0;
@@ -1233,6 +1226,9 @@ static Codec codec_of(const CompressParams* p, const char* who) {
     c.norm = hadamard_norm(c.G);
     return c;
 }
+
+/* 1 if the chunk scale needs the current chunk amax: an amax pass first */
+static bool needs_amax_pass(const Codec& c) { return c.fam == FAM_FP8 && !c.cast && c.dual && !c.delayed; }
 
 static int num_sms(void) {
     static int cached[64];
@@ -1311,8 +1307,7 @@ static CJob cjob_of(const Codec& c, const CompressJobDev* j, int encode, const c
 }
 
 int compress_dev_two_pass(const CompressParams* p) {
-    const Codec c = codec_of(p, "compress_dev_two_pass");
-    return c.fam == FAM_FP8 && !c.cast && c.dual && !c.delayed;
+    return needs_amax_pass(codec_of(p, "compress_dev_two_pass"));
 }
 
 int compress_dev_can_fuse(const CompressParams* p_in, const CompressParams* p_out) {
@@ -1370,7 +1365,7 @@ void compress_jobs_amax_dev(const CompressParams* p, int x_is_bf16, const Compre
 void compress_jobs_encode_dev(const CompressParams* p, int x_is_bf16, const CompressJobDev* jobs, int njobs, cudaStream_t s) {
     if (njobs <= 0) return;
     const Codec c = codec_of(p, "compress_jobs_encode_dev");
-    if (c.fam == FAM_FP8 && !c.cast && c.dual && !c.delayed)
+    if (needs_amax_pass(c))
         for (int i = 0; i < njobs; i++)
             if (!jobs[i].st) FATAL("compress_jobs_encode_dev: current chunk scaling needs job.st (the amax slot of pass 1)");
     launch_compress(c, x_is_bf16, jobs, njobs, 0, s, "compress_jobs_encode_dev");
@@ -1410,7 +1405,7 @@ void decompress_jobs_dev(const CompressParams* p_in, const CompressJobDev* jobs,
     default: FATAL("%s: unknown mode %d", who, (int)mode);
     }
     if (needs_out && co.fam == FAM_INT8) FATAL("%s: int8_group cannot be re-compressed in the fused kernel (use an fp32 sum)", who);
-    if (mode == CDEV_REDUCE_AMAX && !(co.fam == FAM_FP8 && !co.cast && co.dual && !co.delayed))
+    if (mode == CDEV_REDUCE_AMAX && !needs_amax_pass(co))
         FATAL("%s: the amax pass is only for current dual scaling", who);
 
     int first = 0;
@@ -1439,8 +1434,7 @@ void decompress_jobs_dev(const CompressParams* p_in, const CompressJobDev* jobs,
                 if (co.hdr && j->e0 == 0 && !d.oscale) FATAL("%s: the range at element 0 needs out.scale", who);
                 if (d.sp.u1 > d.sp.u0 && (!d.ocodes || (co.gb && !d.oexps))) FATAL("%s: recompress job without output pointers", who);
             }
-            if ((out == OUT_AMAX || out == OUT_RECOMP) && !d.st &&
-                (co.fam == FAM_FP8 && !co.cast && co.dual && !co.delayed))
+            if ((out == OUT_AMAX || out == OUT_RECOMP) && !d.st && needs_amax_pass(co))
                 FATAL("%s: current chunk scaling needs job.st (the amax slot)", who);
             if ((out == OUT_F32 || out == OUT_BF16) && !d.y && d.sp.u1 > d.sp.u0) FATAL("%s: job without an output pointer", who);
             for (int i = 0; i < j->nin; i++) {
@@ -1462,40 +1456,19 @@ void decompress_jobs_dev(const CompressParams* p_in, const CompressJobDev* jobs,
     }
 }
 
-/* ---- layout -------------------------------------------------------------- */
-
-CompressWireLayout compress_wire_layout(const CompressParams* p) {
-    const Codec c = codec_of(p, "compress_wire_layout");
-    CompressWireLayout l;
-    l.hdr = c.hdr;
-    l.gbytes = c.gb;
-    l.ebytes = c.eb;
-    l.G = c.G;
-    l.gran = c.G; /* G >= 16 for group methods, 16 otherwise */
-    return l;
-}
-
-size_t compress_wire_range_bytes(const CompressParams* p, size_t n, size_t e0, size_t e1) {
-    const CompressWireLayout l = compress_wire_layout(p);
-    const size_t g0 = e0 / (size_t)l.G, g1 = (e1 + (size_t)l.G - 1) / (size_t)l.G;
-    if (e0 > e1 || e1 > n) FATAL("compress_wire_range_bytes: range [%zu, %zu) outside a chunk of %zu", e0, e1, n);
-    return (e0 == 0 ? (size_t)l.hdr : 0) + (size_t)l.gbytes * (g1 - g0) + (size_t)l.ebytes * (e1 - e0);
-}
-
+/* the three parts of a whole chunk in the standard wire (methods.h) */
 static CompressWireOut wire_out(const CompressWireLayout& l, uint8_t* out, size_t n) {
-    const size_t ng = (n + (size_t)l.G - 1) / (size_t)l.G;
     CompressWireOut w;
     w.scale = l.hdr ? out : nullptr;
     w.exps = l.gbytes ? out + l.hdr : nullptr;
-    w.codes = out + l.hdr + (size_t)l.gbytes * ng;
+    w.codes = out + compress_wire_codes_offset(&l, n);
     return w;
 }
 static CompressWireIn wire_in(const CompressWireLayout& l, const uint8_t* in, size_t n) {
-    const size_t ng = (n + (size_t)l.G - 1) / (size_t)l.G;
     CompressWireIn w;
     w.scale = l.hdr ? in : nullptr;
     w.exps = l.gbytes ? in + l.hdr : nullptr;
-    w.codes = in + l.hdr + (size_t)l.gbytes * ng;
+    w.codes = in + compress_wire_codes_offset(&l, n);
     return w;
 }
 

@@ -9,7 +9,7 @@
  * Philox words (cuRAND's Philox4x32-10 with the mapping of rng.h) and is
  * bit-identical too. Inputs may be fp32 or bf16 (uint16_t bit patterns):
  * bf16 -> fp32 is exact, so compress_dev(bf16 x) == compress(float(x)).
- * The wire layout is compress.c's; see compress/CUDA.md for the kernels'
+ * The wire layout is methods.h's; see compress/CUDA.md for the kernels'
  * design and how to build, test and benchmark them.
  *
  * Two levels:
@@ -37,6 +37,7 @@
 #include "common/check.h"
 #include "common/cuda_check.h"
 #include "compress/compress.h"
+#include "compress/methods.h" /* CompressWireLayout: the wire's parts */
 
 #ifdef __cplusplus
 extern "C" {
@@ -101,8 +102,10 @@ size_t decompress_reduce_recompress_dev(const CompressParams* p_in, const uint8_
 
 /* ---- the range interface (pipelined collectives) -----------------------------
  * A chunk's wire = [hdr bytes: fp32 scale][gbytes per group][ebytes per
- * element] (compress.c). A job covers the element range [e0, e1) of one
- * chunk of n elements; e0 is a multiple of layout.gran, e1 too or e1 == n.
+ * element] (CompressWireLayout, compress_wire_layout and
+ * compress_wire_range_bytes: methods.h). A job covers the element range
+ * [e0, e1) of one chunk of n elements; e0 is a multiple of layout.gran, e1
+ * too or e1 == n.
  * Its wire parts are given by pointer, so a pipelined sender can place the
  * group bytes and element bytes of each range wherever its messages go:
  * exps points at the group byte(s) of group e0 / G, codes at the bytes of
@@ -111,17 +114,6 @@ size_t decompress_reduce_recompress_dev(const CompressParams* p_in, const uint8_
  * alignment (16-byte aligned codes take the fastest path). */
 #define COMPRESS_DEV_MAX_IN 16   /* most compressed inputs one decompress job sums (the TP degree) */
 #define COMPRESS_DEV_MAX_JOBS 16 /* jobs per kernel launch (more are split over launches) */
-
-typedef struct {
-    int hdr;    /* bytes of the chunk header: 4 (fp32 scale) or 0 */
-    int gbytes; /* bytes per group: 1 (exponent), 4 (int8 step) or 0 */
-    int ebytes; /* bytes per element: 1 (fp8 / int8 / cast) or 4 (none) */
-    int G;      /* elements per group of the group bytes (gbytes > 0) */
-    int gran;   /* element granularity of ranges: max(16, G) for group methods, 16 otherwise */
-} CompressWireLayout;
-CompressWireLayout compress_wire_layout(const CompressParams* p);
-/* bytes of the range [e0, e1) of a chunk of n: (e0 == 0 ? hdr : 0) + group bytes + element bytes */
-size_t compress_wire_range_bytes(const CompressParams* p, size_t n, size_t e0, size_t e1);
 
 typedef struct {
     const uint8_t* scale; /* the chunk's 4 scale bytes (NULL when hdr == 0) */

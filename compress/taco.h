@@ -1,16 +1,12 @@
 /*
  * compress/taco.h - the FP8 group pipeline (internal to compress/).
  *
- * TACO's four steps with every step switchable. The two FP8 baselines are
- * the same pipeline with switches fixed, which is how the ablation stays
- * honest (one code path, one rounding behaviour):
+ * TACO's four steps with every step switchable. The two FP8 baselines
+ * (fp8_tensor, fp8_group) are the same pipeline with its switches fixed:
+ * which switches each method runs with is its row in methods.h.
  *
- *   fp8_tensor = { hadamard 0, adaptive 0, dual 1 }   one chunk scale
- *   fp8_group  = { hadamard 0, adaptive 1, dual 0 }   one exponent per group
- *   taco       = { the user's switches }
- *
- * The caller (compress.c) owns the wire layout; taco_encode only fills the
- * three parts it is handed. See taco.c for the exact arithmetic.
+ * The wire layout is methods.h's too; taco_encode only fills the three
+ * parts compress.c hands it. See taco.c for the exact arithmetic.
  */
 #ifndef TACO_H
 #define TACO_H
@@ -19,6 +15,10 @@
 #include <stdint.h>
 
 #include "compress/compress.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 #define TACO_GROUP_MAX 256 /* largest G: the per-group scratch lives on the stack */
 #define TACO_EXP_MIN (-126) /* power-of-two exponents stay here so that both 2^e */
@@ -51,4 +51,7 @@ void taco_encode(const TacoCfg* c, const float* x, size_t n, uint64_t stream, fl
 void taco_decode(const TacoCfg* c, float scale, const uint8_t* exps, const uint8_t* codes, size_t n, float* out,
                  int accumulate);
 
+#ifdef __cplusplus
+}
+#endif
 #endif /* TACO_H */

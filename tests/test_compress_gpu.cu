@@ -43,6 +43,7 @@
 
 #include "compress/compress.h"
 #include "compress/compress_cuda.h"
+#include "compress/methods.h"
 #include "compress/rng.h"
 
 /* ---- result table ------------------------------------------------------------ */
@@ -201,7 +202,7 @@ static void add_cfg(const char* name, CompressMethod m, Fp8Format f, int sr, int
         c.p.delayed = 1;
         c.p.delayed_amax = delayed;
     }
-    c.groups = m == CM_FP8_GROUP || m == CM_INT8_GROUP || m == CM_TACO;
+    c.groups = compress_method_uses_groups(m);
     g_cfgs.push_back(c);
 }
 
