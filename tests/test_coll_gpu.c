@@ -28,6 +28,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "common/bf16.h"
 #include "common/check.h"
 #include "comm/collectives_cuda.h"
 #include "comm/nccl_util.h"
@@ -60,24 +61,11 @@ static void copy_sync(void* dst, const void* src, size_t bytes, enum cudaMemcpyK
     CUDA_CHECK(cudaStreamSynchronize(cs));
 }
 
-static uint16_t f2bf(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FFF;
-    u += 0x7FFFu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-static float bf2f(uint16_t b) {
-    uint32_t u = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-static int bf_nan(uint16_t b) { return (b & 0x7F80u) == 0x7F80u && (b & 0x7Fu) != 0; }
-
+/* NaN equals NaN: the device's bf16 outputs round with the hardware
+ * conversion, whose NaN (0x7FFF) is not bf16.h's 0x7FC0 */
 static long diff_bf16(const uint16_t* a, const uint16_t* b, size_t n) {
     for (size_t i = 0; i < n; i++)
-        if (a[i] != b[i] && !(bf_nan(a[i]) && bf_nan(b[i]))) return (long)i;
+        if (a[i] != b[i] && !(isnan(bf16_to_f32(a[i])) && isnan(bf16_to_f32(b[i])))) return (long)i;
     return -1;
 }
 static long diff_f32(const float* a, const float* b, size_t n) {
@@ -258,8 +246,8 @@ int main(int argc, char** argv) {
                     uint64_t stream = (uint64_t)(salt * 31 + 5);
                     fill(xf, n, rank, salt++, pr->nonfinite);
                     for (size_t i = 0; i < n; i++) {
-                        xb[i] = f2bf(xf[i]);
-                        xf[i] = bf2f(xb[i]);
+                        xb[i] = bf16_from_f32(xf[i]);
+                        xf[i] = bf16_to_f32(xb[i]);
                     }
                     char msg[200] = "";
 
@@ -267,7 +255,7 @@ int main(int argc, char** argv) {
                     memcpy(xh, xf, n * sizeof(float));
                     CollStats sh = {0}, sd = {0};
                     coll_allreduce(MPI_COMM_WORLD, &pr->rs, &pr->ag, xh, n, stream, &hs, &sh);
-                    for (size_t i = 0; i < n; i++) ref[i] = f2bf(xh[i]);
+                    for (size_t i = 0; i < n; i++) ref[i] = bf16_from_f32(xh[i]);
                     copy_sync(d_x, xb, n * 2, cudaMemcpyHostToDevice, cs);
                     coll_allreduce_dev(MPI_COMM_WORLD, &pr->rs, &pr->ag, d_x, n, stream, s, &sd, cs);
                     CUDA_CHECK(cudaStreamSynchronize(cs));
@@ -295,7 +283,7 @@ int main(int argc, char** argv) {
                     coll_reduce_scatter_dev(MPI_COMM_WORLD, &pr->rs, d_x, n, d_out, 1, stream + 1, s, &rd2, cs);
                     CUDA_CHECK(cudaStreamSynchronize(cs));
                     copy_sync(got, d_out, mcnt * 2, cudaMemcpyDeviceToHost, cs);
-                    for (size_t i = 0; i < mcnt; i++) ref[i] = f2bf(hout[i]);
+                    for (size_t i = 0; i < mcnt; i++) ref[i] = bf16_from_f32(hout[i]);
                     e = diff_bf16(ref, got, mcnt);
                     snprintf(msg, sizeof(msg), "rank %d element %ld", rank, e);
                     record("reduce-scatter bf16", e < 0, msg, what);
@@ -303,7 +291,7 @@ int main(int argc, char** argv) {
                     /* all-gather of my chunk (the reduce-scatter result), from fp32 and from bf16 */
                     CollStats gh = {0}, gd = {0};
                     coll_all_gather(MPI_COMM_WORLD, &pr->ag, hout, n, xh, stream + 2, &hs, &gh);
-                    for (size_t i = 0; i < n; i++) ref[i] = f2bf(xh[i]);
+                    for (size_t i = 0; i < n; i++) ref[i] = bf16_from_f32(xh[i]);
                     copy_sync(d_mine, hout, (mcnt ? mcnt : 1) * 4, cudaMemcpyHostToDevice, cs);
                     coll_all_gather_dev(MPI_COMM_WORLD, &pr->ag, d_mine, 0, n, d_x, stream + 2, s, &gd, cs);
                     CUDA_CHECK(cudaStreamSynchronize(cs));
@@ -314,11 +302,11 @@ int main(int argc, char** argv) {
                     uint16_t* mine_b = mallocCheck((mcnt ? mcnt : 1) * 2);
                     float* mine_f = mallocCheck((mcnt ? mcnt : 1) * 4);
                     for (size_t i = 0; i < mcnt; i++) {
-                        mine_b[i] = f2bf(hout[i]);
-                        mine_f[i] = bf2f(mine_b[i]);
+                        mine_b[i] = bf16_from_f32(hout[i]);
+                        mine_f[i] = bf16_to_f32(mine_b[i]);
                     }
                     coll_all_gather(MPI_COMM_WORLD, &pr->ag, mine_f, n, xh, stream + 3, &hs, NULL);
-                    for (size_t i = 0; i < n; i++) ref[i] = f2bf(xh[i]);
+                    for (size_t i = 0; i < n; i++) ref[i] = bf16_from_f32(xh[i]);
                     copy_sync(d_mine, mine_b, (mcnt ? mcnt : 1) * 2, cudaMemcpyHostToDevice, cs);
                     coll_all_gather_dev(MPI_COMM_WORLD, &pr->ag, d_mine, 1, n, d_x, stream + 3, s, NULL, cs);
                     CUDA_CHECK(cudaStreamSynchronize(cs));
@@ -341,7 +329,7 @@ int main(int argc, char** argv) {
         size_t n = sizes[si];
         CompressParams none = params(CM_NONE, 64, FP8_E4M3, 0, 0), bf = params(CM_BF16, 64, FP8_E4M3, 0, 0);
         fill(xf, n, rank, 900 + si, 1);
-        for (size_t i = 0; i < n; i++) xb[i] = f2bf(xf[i]);
+        for (size_t i = 0; i < n; i++) xb[i] = bf16_from_f32(xf[i]);
         CollStats s32 = {0}, s16 = {0};
         copy_sync(d_x, xb, n * 2, cudaMemcpyHostToDevice, cs);
         coll_allreduce_dev(MPI_COMM_WORLD, &none, &none, d_x, n, 7, &ds[0][2], &s32, cs);

@@ -41,6 +41,7 @@
 
 #include <vector>
 
+#include "common/bf16.h"
 #include "compress/compress.h"
 #include "compress/compress_cuda.h"
 #include "compress/methods.h"
@@ -123,21 +124,6 @@ static void fill(float* x, size_t n, int d, uint64_t seed) {
     }
 }
 
-/* fp32 -> bf16 bits, round to nearest even (NaN stays a NaN) */
-static uint16_t f2bf(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FFF;
-    u += 0x7FFFu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-static float bf2f(uint16_t b) {
-    uint32_t u = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 /* first index where two fp32 arrays differ (NaN equals NaN), or -1 */
 static long diff_f32(const float* a, const float* b, size_t n) {
     for (size_t i = 0; i < n; i++) {
@@ -150,10 +136,12 @@ static long diff_f32(const float* a, const float* b, size_t n) {
     }
     return -1;
 }
+/* NaN equals NaN here too: the decoders' bf16 stores round with the
+ * hardware conversion, whose NaN (0x7FFF) is not bf16.h's 0x7FC0 */
 static long diff_bf16(const uint16_t* a, const uint16_t* b, size_t n) {
     for (size_t i = 0; i < n; i++) {
         if (a[i] == b[i]) continue;
-        if (isnan(bf2f(a[i])) && isnan(bf2f(b[i]))) continue;
+        if (isnan(bf16_to_f32(a[i])) && isnan(bf16_to_f32(b[i]))) continue;
         return (long)i;
     }
     return -1;
@@ -327,8 +315,8 @@ static void check_case(const Cfg& c, int G, int dist, size_t n, int bf16, int al
     fill(xf.data(), n, dist, seed);
     if (bf16)
         for (size_t i = 0; i < n; i++) {
-            xb[i] = f2bf(xf[i]);
-            xf[i] = bf2f(xb[i]); /* the CPU compresses exactly what the GPU reads */
+            xb[i] = bf16_from_f32(xf[i]);
+            xf[i] = bf16_to_f32(xb[i]); /* the CPU compresses exactly what the GPU reads */
         }
     const size_t bound = compress_bound(&p, n);
     std::vector<uint8_t> ref(bound + 1), got(bound + 16);
@@ -377,7 +365,7 @@ static void check_case(const Cfg& c, int G, int dist, size_t n, int bf16, int al
     uint16_t* ybdev = B.yb + (align % 8);
     decompress_dev(&p, wdev, n, ybdev, 1, 0);
     TCHECK(cudaMemcpy(yb.data(), ybdev, n * 2, cudaMemcpyDeviceToHost));
-    for (size_t i = 0; i < n; i++) ybref[i] = f2bf(yref[i]);
+    for (size_t i = 0; i < n; i++) ybref[i] = bf16_from_f32(yref[i]);
     e = diff_bf16(ybref.data(), yb.data(), n);
     record("decompress", "bf16 output", e < 0, "%s: element %ld: cpu 0x%04x gpu 0x%04x", what, e, e >= 0 ? ybref[e] : 0,
            e >= 0 ? yb[e] : 0);
@@ -464,7 +452,7 @@ static void check_reduce(const Cfg& c, int G, int dist, size_t n, int P, uint64_
     std::vector<uint16_t> gb(n ? n : 1), rb(n ? n : 1);
     decompress_reduce_dev(&p, dptr.data(), P, n, B.yb + 1, CDEV_SUM_BF16, 0);
     TCHECK(cudaMemcpy(gb.data(), B.yb + 1, n * 2, cudaMemcpyDeviceToHost));
-    for (size_t i = 0; i < n; i++) rb[i] = f2bf(sum[i]);
+    for (size_t i = 0; i < n; i++) rb[i] = bf16_from_f32(sum[i]);
     e = diff_bf16(rb.data(), gb.data(), n);
     record("reduce", "bf16 output", e < 0, "%s: element %ld", what, e);
 
