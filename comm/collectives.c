@@ -25,9 +25,10 @@
 
 #include "comm/collectives.h"
 #include "common/check.h"
+#include "compress/methods.h"
 
 size_t coll_align(const CompressParams* p) {
-    return (p->method == CM_FP8_GROUP || p->method == CM_INT8_GROUP || p->method == CM_TACO) ? (size_t)p->group_size : 1; /* USES_GROUPS_SWAP */
+    return compress_method_uses_groups(p->method) ? (size_t)p->group_size : 1;
 }
 
 void coll_chunk(size_t n, int P, int i, size_t align, size_t* begin, size_t* count) {

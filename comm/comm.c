@@ -13,8 +13,8 @@
 #include <string.h>
 
 #include "comm/comm.h"
-#include "ops/ops.h"
 #include "common/check.h"
+#include "ops/ops.h"
 #ifdef OPS_BF16
 #include "comm/collectives_cuda.h"
 #include "comm/comm_nccl.h"

@@ -31,6 +31,7 @@
 
 #include "comm/sites.h"
 #include "common/check.h"
+#include "compress/methods.h"
 #ifdef OPS_BF16
 #include "comm/collectives_cuda.h"
 #include "ops/ops_cuda.h"
@@ -97,7 +98,7 @@ void comm_setup_sites(Comm* c, int L, const CommPolicy* pol) {
         if (on) {
             s->p.format = bwd ? pol->format_bwd : pol->format_fwd;
             if (pol->group_size > 0) s->p.group_size = pol->group_size;
-            s->calibrating = pol->group_size == 0 && pol->calib_steps > 0 && (m == CM_TACO || m == CM_FP8_GROUP || m == CM_INT8_GROUP); /* USES_GROUPS_SWAP */
+            s->calibrating = pol->group_size == 0 && pol->calib_steps > 0 && compress_method_uses_groups(m);
             s->p.hadamard = pol->hadamard;
             s->p.adaptive_scale = pol->adaptive_scale;
             s->p.dual_scale = pol->dual_scale;

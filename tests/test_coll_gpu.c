@@ -28,11 +28,11 @@
 
 #include <cuda_runtime_api.h>
 
+#include "comm/collectives_cuda.h"
+#include "comm/comm.h"
+#include "comm/nccl_util.h"
 #include "common/bf16.h"
 #include "common/check.h"
-#include "comm/collectives_cuda.h"
-#include "comm/nccl_util.h"
-#include "comm/comm.h"
 #include "compress/compress.h"
 
 static int rank, P;

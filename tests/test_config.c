@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "compress/compress.h"
 #include "train/config.h"
 
 #include "tests/testing.h"
@@ -179,6 +180,28 @@ static void test_sets(void) {
     const char* host[] = {"model.init=host"};
     rc = config_load(&c, dev, 1, (char**)host, err, sizeof(err));
     CHECK(rc == 0 && strcmp(c.model.init, "host") == 0, "--set model.init=host over a file's device: %s", err);
+}
+
+/* compress.method accepts every method of compress/'s table, and the policy
+ * comm/ gets from the config names the same method and the sections' values */
+static void test_methods_and_policy(void) {
+    for (int m = 0; m < CM_NUM_METHODS; m++) {
+        char set[64];
+        snprintf(set, sizeof(set), "compress.method=%s", compress_method_name((CompressMethod)m));
+        const char* sets[] = {set, "compress.format_bwd=e5m2", "compress.scale=delayed", "compress.group_size=auto",
+                              "compress.dump_sites=all", "comm.fuse=false", "train.seed=7"};
+        Config c;
+        char err[512] = "";
+        int rc = config_load(&c, NULL, 7, (char**)sets, err, sizeof(err));
+        CHECK(rc == 0, "%s: %s", set, err);
+        if (rc != 0) continue;
+        CommPolicy p;
+        config_comm_policy(&c, &p);
+        CHECK((int)p.method == m, "%s: policy method %d", set, (int)p.method);
+        CHECK(p.format_fwd == FP8_E4M3 && p.format_bwd == FP8_E5M2 && p.delayed && !p.stochastic, "%s: formats/scale", set);
+        CHECK(p.group_size == 0 && p.calib_steps == 10 && p.seed == 7 && !p.fuse && p.pipeline_depth == 4, "%s: numbers", set);
+        CHECK(strcmp(p.dump_sites, "all") == 0 && strcmp(p.dump_dir, c.log.dir) == 0, "%s: dumps into log.dir", set);
+    }
 }
 
 static void test_roundtrip(void) {
@@ -359,6 +382,7 @@ int main(void) {
     test_defaults();
     test_good_file();
     test_sets();
+    test_methods_and_policy();
     test_roundtrip();
     test_errors();
     test_world();

@@ -31,6 +31,7 @@
 #include <sys/stat.h>
 
 #include "common/check.h"
+#include "compress/methods.h"
 
 /* ----------------------------------------------------------------------------
  * the table */
@@ -97,7 +98,7 @@ static const CfgKey cfg_keys[] = {
     K_INT(train.sample_len, 64, 1, NOMAX),
     K_INT(parallel.tp, 1, 1, NOMAX),
     K_INT(parallel.dp, 1, 1, NOMAX),
-    K_ENUM(compress.method, "none", "none|bf16|fp8_tensor|fp8_group|int8_group|taco"),
+    K_ENUM(compress.method, "none", COMPRESS_METHOD_CHOICES), /* every row of compress/methods.h */
     K_ENUM(compress.format_fwd, "e4m3", "e4m3|e5m2"),
     K_ENUM(compress.format_bwd, "e4m3", "e4m3|e5m2"),
     K_GROUP(compress.group_size, 64),
