@@ -1,5 +1,5 @@
 /*
- * tests/test_compress_gpu.cu - the CUDA compressors (compress/compress_cuda.cu)
+ * tests/test_compress_gpu.cu - the CUDA compressors (compress/compress_cuda.h)
  * against the CPU reference (compress.c, taco.c, fp8.c, hadamard.c), BIT FOR BIT.
  *
  * Sections (one table row per section and configuration, PASS/FAIL with the

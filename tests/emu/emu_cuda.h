@@ -3,9 +3,9 @@
  * the project's own kernels, unchanged, on a machine without a GPU (CI), so
  * that indexing, barrier, divergence, layout and exactness bugs fail
  * `make test` rather than a GPU run. It runs
- *   - the model's ops (model/ops_cuda.cu, matmul_cuda.cu, attention_cuda.cu)
+ *   - the op backend (every ops/..._cuda.cu: matmul, attention, layernorm, ...)
  *     under tests/test_ops_gpu.cu,
- *   - the compression kernels (compress/compress_cuda.cu) under
+ *   - the compression kernels (the .cu files of compress/) under
  *     tests/test_compress_gpu.cu, bit for bit against the CPU reference,
  *   - the pipelined device collectives (comm/collectives_cuda.c, plain C)
  *     under tests/test_coll_gpu.c, over MPI or over the NCCL of nccl_emu.c.
@@ -92,7 +92,7 @@
 
 #define CUDA_EMU 1
 #define CC_EMU 1      /* tests/test_compress_gpu.cu: skips the hardware fp8 conversion check */
-#define ATT_EMULATE 1 /* model/attention_kernels.cuh: the PTX wrappers come from here */
+#define ATT_EMULATE 1 /* ops/attention_kernels.cuh: the PTX wrappers come from here */
 
 /* ---- thread coordinates (set by the scheduler before a thread runs) ------------------ */
 extern uint3 threadIdx, blockIdx;
@@ -139,7 +139,7 @@ static inline unsigned __ballot_sync(unsigned mask, int pred) { return (unsigned
 static inline unsigned __reduce_add_sync(unsigned mask, unsigned v) { return (unsigned)emu_warp_op(EMU_RED_ADD, 0, v, mask); }
 static inline unsigned __reduce_max_sync(unsigned mask, unsigned v) { return (unsigned)emu_warp_op(EMU_RED_MAX, 0, v, mask); }
 
-/* ---- the attention kernels' PTX wrappers (model/attention_kernels.cuh, ATT_EMULATE) ---- */
+/* ---- the attention kernels' PTX wrappers (ops/attention_kernels.cuh, ATT_EMULATE) ---- */
 unsigned char* emu_dynamic_smem();
 #define ATT_DYNAMIC_SMEM(name) unsigned char* name = emu_dynamic_smem()
 void cp_async16(void* smem, const void* gmem, bool valid);
