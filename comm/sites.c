@@ -2,14 +2,14 @@
  * comm/sites.c - the named TP exchange sites of the model.
  *
  * model/gpt.c calls tp_exchange(comm, SITE_ATTN_FWD, layer, x, N, C) and never
- * knows whether FP8 is on: the site table built here from the config decides,
+ * knows whether FP8 is on: the site table built here from a CommPolicy (comm/policy.h) decides,
  * per site, which compressor runs (the per-site policy), and records what each
  * exchange cost and how much error it made:
  *
  *   bytes      bytes this rank put on the wire
  *   saturated  elements clamped by the FP8 cast
  *   rel_err    ||x_hat - x|| / ||x|| against the exact all-reduce, sampled
- *              every compress.stats_every steps (it costs an exact collective)
+ *              every policy.stats_every steps (it costs an exact collective)
  *
  * Two pieces of per-site state make TACO data-driven:
  *   - group size calibration ("group_size": "auto"): over the first
