@@ -4,7 +4,8 @@
  *
  * Everything below the PTX wrappers is plain CUDA C++ on those few
  * primitives, so the CPU emulation of tests/emu can supply them instead
- * (ATT_EMULATE, ATT_DYNAMIC_SMEM) and run these same kernels lane by lane.
+ * (ATT_EMULATE; the async copies: common/cuda_async.cuh) and run these same
+ * kernels lane by lane.
  *
  * Needs before inclusion: bf16 (= __nv_bfloat16) and load8(), from
  * cuda_common.cuh.
@@ -14,6 +15,8 @@
 
 #include <stdint.h>
 #include <string.h>
+
+#include "common/cuda_async.cuh"
 
 #define ATT_THREADS 128 /* 4 warps */
 /* Blocks per SM that __launch_bounds__ asks the register allocator for, at
@@ -30,24 +33,6 @@
 
 #ifndef ATT_EMULATE
 /* ---- PTX wrappers ------------------------------------------------------------ */
-
-/* the block's dynamic shared memory, 16-byte aligned */
-#define ATT_DYNAMIC_SMEM(name) extern __shared__ __align__(16) unsigned char name[]
-
-__device__ __forceinline__ uint32_t smem_u32(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
-
-/* 16-byte async copy global -> shared; src_bytes = 0 writes 16 zero bytes
- * (rows past T), without reading global memory. */
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
-    const int n = valid ? 16 : 0;
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(smem)), "l"(gmem), "r"(n)
-                 : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
 
 /* Four 8x8 b16 matrices; lanes 8i..8i+7 give the row addresses of matrix i,
  * register i receives matrix i (lane gets row lane/4, elements 2*(lane%4), +1;
@@ -159,7 +144,7 @@ attn_fwd_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH, float sca
     constexpr int KS = HS / 16; /* k-steps over the head dim */
     constexpr int NT = BN / 8;  /* 8-key n-tiles of S */
     constexpr int OT = HS / 8;  /* 8-column n-tiles of O */
-    ATT_DYNAMIC_SMEM(smem_raw);
+    DYNAMIC_SMEM(smem_raw);
     bf16* sQ = reinterpret_cast<bf16*>(smem_raw);
     bf16* sK = sQ + BM * STR; /* [2][BN][STR] */
     bf16* sV = sK + 2 * BN * STR;
@@ -355,7 +340,7 @@ attn_bwd_dkdv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float*
     constexpr int KS = HS / 16;
     constexpr int QT = BQ / 8; /* 8-query n-tiles of S^T */
     constexpr int OT = HS / 8;
-    ATT_DYNAMIC_SMEM(smem_raw);
+    DYNAMIC_SMEM(smem_raw);
     bf16* sK = reinterpret_cast<bf16*>(smem_raw); /* [BN][STR] */
     bf16* sV = sK + BN * STR;                     /* [BN][STR] */
     bf16* sQ = sV + BN * STR;                     /* [2][BQ][STR] */
@@ -550,7 +535,7 @@ attn_bwd_dq_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* l
     constexpr int KS = HS / 16;
     constexpr int NT = BN / 8;
     constexpr int OT = HS / 8;
-    ATT_DYNAMIC_SMEM(smem_raw);
+    DYNAMIC_SMEM(smem_raw);
     bf16* sQ = reinterpret_cast<bf16*>(smem_raw); /* [BM][STR] */
     bf16* sO = sQ + BM * STR;                     /* dO [BM][STR] */
     bf16* sK = sO + BM * STR;                     /* [2][BN][STR] */

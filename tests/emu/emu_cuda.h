@@ -141,7 +141,7 @@ static inline unsigned __reduce_max_sync(unsigned mask, unsigned v) { return (un
 
 /* ---- the attention kernels' PTX wrappers (ops/attention_kernels.cuh, ATT_EMULATE) ---- */
 unsigned char* emu_dynamic_smem();
-#define ATT_DYNAMIC_SMEM(name) unsigned char* name = emu_dynamic_smem()
+#define DYNAMIC_SMEM(name) unsigned char* name = emu_dynamic_smem() /* common/cuda_async.cuh */
 void cp_async16(void* smem, const void* gmem, bool valid);
 void cp_async_commit();
 void emu_cp_async_wait(int n);
@@ -175,6 +175,17 @@ static inline unsigned __vcmpeq4(unsigned a, unsigned b) {
         if (((a >> (8 * i)) & 0xFFu) == ((b >> (8 * i)) & 0xFFu)) r |= 0xFFu << (8 * i);
     return r;
 }
+static inline unsigned __vcmpgtu4(unsigned a, unsigned b) {
+    unsigned r = 0;
+    for (int i = 0; i < 4; i++)
+        if (((a >> (8 * i)) & 0xFFu) > ((b >> (8 * i)) & 0xFFu)) r |= 0xFFu << (8 * i);
+    return r;
+}
+static inline unsigned __vmaxu2(unsigned a, unsigned b) {
+    const unsigned lo = std::max(a & 0xFFFFu, b & 0xFFFFu), hi = std::max(a >> 16, b >> 16);
+    return lo | (hi << 16);
+}
+static inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
 /* CUDA's integer min/max overloads, and std's for everything else (float, size_t, ...) */
 static inline int min(int a, int b) { return a < b ? a : b; }
 static inline int max(int a, int b) { return a > b ? a : b; }
