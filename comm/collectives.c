@@ -7,7 +7,7 @@
  *   reduce-scatter: every rank compresses its tensor as P chunks and sends
  *                   chunk j to rank j (one all-to-all); rank j decodes the P
  *                   chunks it received and sums them in fp32, in rank order
- *                   (fused decompress_reduce), so the result is deterministic.
+ *                   (fused decompress_sum), so the result is deterministic.
  *   all-gather:     rank j compresses its summed chunk once, all ranks gather
  *                   every compressed chunk and decode it. A rank decodes its
  *                   own chunk from the same bytes it sent, so every rank ends
@@ -109,8 +109,10 @@ void coll_reduce_scatter(MPI_Comm comm, const CompressParams* p, const float* x,
     MPI_CHECK(MPI_Alltoallv(s->send, scount, sdispl, MPI_BYTE, s->recv, rcount, rdispl, MPI_BYTE, comm));
 
     /* fused decode + fp32 sum, in rank order */
-    memset(out, 0, mcnt * sizeof(float));
-    for (int i = 0; i < P; i++) decompress_reduce(p, s->recv + (size_t)i * csz, mcnt, out);
+    const uint8_t** copies = mallocCheck(sizeof(uint8_t*) * (size_t)P);
+    for (int i = 0; i < P; i++) copies[i] = s->recv + (size_t)i * csz;
+    if (mcnt) decompress_sum(p, copies, P, mcnt, out);
+    free(copies);
     free(scount);
 }
 

@@ -7,12 +7,13 @@
  * table of methods.h; this file dispatches on a row's family and puts the
  * parts where compress_wire_layout says. The error bounds returned by
  * compress_error_bound are derived in compress/README.md. Build with
- * -ffp-contract=off: decompress_reduce must equal acc + decompress to the
- * bit, which a fused multiply-add would break.
+ * -ffp-contract=off: the GPU kernels repeat every rounding of this file, and
+ * a fused multiply-add would round differently.
  */
 #include "compress/compress.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/bf16.h"
@@ -106,11 +107,14 @@ static void cast_encode(const CompressParams* p, const float* x, size_t n, uint6
 }
 
 /* int8_group: symmetric int8, one fp32 step per group, d = amax / 127 (IEEE
- * division), q = round(x / d) in [-127, 127]; -128 marks a NaN/inf input.
- * RNE is rintf (round half to even in the default rounding mode). SR rounds
- * the magnitude a = |x / d| up with probability frac(a), with the same 32-bit
- * fixed-point rule as fp8_encode_sr: F = (uint32)(frac(a) * 2^32), up iff
- * F + rnd >= 2^32 (frac(a) = a - floorf(a) is exact). */
+ * division), q = round(t) in [-127, 127] with t = x * (127 / amax): one
+ * multiply per element by a per-group reciprocal (IEEE division, once),
+ * and t = x / d only where that reciprocal overflows (amax below ~4e-37);
+ * -128 marks a NaN/inf input. RNE is rintf (round half to even in the
+ * default rounding mode). SR rounds the magnitude a = |t| up with
+ * probability frac(a), with the same 32-bit fixed-point rule as
+ * fp8_encode_sr: F = (uint32)(frac(a) * 2^32), up iff F + rnd >= 2^32
+ * (frac(a) = a - floorf(a) is exact). */
 #define INT8_NAN_CODE (-128)
 
 static void int8_encode(const CompressParams* p, const float* x, size_t n, uint64_t stream, uint8_t* steps,
@@ -121,7 +125,8 @@ static void int8_encode(const CompressParams* p, const float* x, size_t n, uint6
     for (size_t b0 = 0, gi = 0; b0 < n; b0 += G, gi++) {
         size_t len = n - b0 < G ? n - b0 : G;
         const float* xg = x + b0;
-        float d = amax_finite(xg, len, NULL) / 127.0f;
+        float amax = amax_finite(xg, len, NULL);
+        float d = amax / 127.0f, inv = 127.0f / amax;
         memcpy(steps + 4 * gi, &d, 4);
         for (size_t j = 0; j < len; j++) {
             size_t i = b0 + j;
@@ -131,7 +136,7 @@ static void int8_encode(const CompressParams* p, const float* x, size_t n, uint6
             } else if (d == 0.0f) {
                 q = 0;
             } else {
-                float t = xg[j] / d;
+                float t = inv <= 3.0e38f ? xg[j] * inv : xg[j] / d;
                 float a = fabsf(t), r;
                 if (p->stochastic) {
                     float fl = floorf(a);
@@ -140,7 +145,7 @@ static void int8_encode(const CompressParams* p, const float* x, size_t n, uint6
                 } else {
                     r = rintf(a);
                 }
-                if (r > 127.0f) { /* only when d was rounded down far (subnormal d) */
+                if (r > 127.0f) { /* only where rounding of a tiny step pushed |t| past 127 */
                     r = 127.0f;
                     st->saturated++;
                 }
@@ -151,20 +156,12 @@ static void int8_encode(const CompressParams* p, const float* x, size_t n, uint6
     }
 }
 
-static void int8_decode(const CompressParams* p, const uint8_t* steps, const uint8_t* q8, size_t n, float* out,
-                        int accumulate) {
-    const size_t G = (size_t)p->group_size;
-    for (size_t b0 = 0, gi = 0; b0 < n; b0 += G, gi++) {
-        size_t len = n - b0 < G ? n - b0 : G;
-        float d;
-        memcpy(&d, steps + 4 * gi, 4);
-        for (size_t j = 0; j < len; j++) {
-            int q = (int8_t)q8[b0 + j];
-            float v = q == INT8_NAN_CODE ? NAN : (float)q * d;
-            if (accumulate) out[b0 + j] += v;
-            else out[b0 + j] = v;
-        }
-    }
+/* element i of an int8_group copy (steps: its group bytes) */
+static float int8_value(const CompressParams* p, const uint8_t* steps, const uint8_t* q8, size_t i) {
+    float d;
+    memcpy(&d, steps + 4 * (i / (size_t)p->group_size), 4);
+    int q = (int8_t)q8[i];
+    return q == INT8_NAN_CODE ? NAN : (float)q * d;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -230,47 +227,51 @@ size_t compress(const CompressParams* p, const float* x, size_t n, uint64_t stre
     return compress_bound(p, n);
 }
 
-static void decompress_into(const CompressParams* p, const uint8_t* in, size_t n, float* out, int accumulate) {
-    compress_params_check(p, accumulate ? "decompress_reduce" : "decompress");
-    const Wire w = wire_of(p, n);
-    const uint8_t* codes = in + w.codes;
-    switch (w.m->family) {
+/* element i of one copy of a method decoded one element at a time (raw, cast, int8) */
+static float element_value(const CompressParams* p, const Wire* w, const uint8_t* in, size_t n, size_t i) {
+    const uint8_t* codes = in + w->codes;
+    switch (w->m->family) {
     case CM_FAM_RAW:
-        for (size_t i = 0; i < n; i++) {
+        if (w->m->ebytes == 4) {
             float v;
-            if (w.m->ebytes == 4) {
-                memcpy(&v, codes + 4 * i, 4);
-            } else {
-                uint16_t h;
-                memcpy(&h, codes + 2 * i, 2);
-                v = bf16_to_f32(h);
-            }
-            if (accumulate) out[i] += v;
-            else out[i] = v;
+            memcpy(&v, codes + 4 * i, 4);
+            return v;
+        } else {
+            uint16_t h;
+            memcpy(&h, codes + 2 * i, 2);
+            return bf16_to_f32(h);
         }
-        break;
-    case CM_FAM_CAST:
-        for (size_t i = 0; i < n; i++) {
-            float v = fp8_decode(codes[i], p->format);
-            if (accumulate) out[i] += v;
-            else out[i] = v;
-        }
-        break;
-    case CM_FAM_INT8:
-        int8_decode(p, in + w.groups, codes, n, out, accumulate);
-        break;
-    case CM_FAM_FP8: {
+    case CM_FAM_CAST: return fp8_decode(codes[i], p->format);
+    case CM_FAM_INT8: return int8_value(p, in + w->groups, codes, i);
+    default: break;
+    }
+    (void)n;
+    FATAL("element_value: method %s is decoded by groups", compress_method_name(p->method));
+}
+
+void decompress_sum(const CompressParams* p, const uint8_t* const* in, int P, size_t n, float* out) {
+    compress_params_check(p, "decompress_sum");
+    if (P < 1) FATAL("decompress_sum: %d copies; at least 1", P);
+    const Wire w = wire_of(p, n);
+    if (w.m->family == CM_FAM_FP8) {
         const TacoCfg c = taco_cfg_of(p);
-        float scale = 1.0f;
-        if (w.m->hdr) memcpy(&scale, in, 4);
-        taco_decode(&c, scale, w.m->gbytes ? in + w.groups : NULL, codes, n, out, accumulate);
-        break;
+        TacoWireIn* t = (TacoWireIn*)mallocCheck(sizeof(TacoWireIn) * (size_t)P);
+        for (int i = 0; i < P; i++) {
+            t[i].scale = 1.0f;
+            if (w.m->hdr) memcpy(&t[i].scale, in[i], 4);
+            t[i].exps = w.m->gbytes ? in[i] + w.groups : NULL;
+            t[i].codes = in[i] + w.codes;
+        }
+        taco_decode_sum(&c, t, P, n, out);
+        free(t);
+        return;
     }
+    /* one element at a time: the first copy's value, then the others added in order */
+    for (size_t i = 0; i < n; i++) {
+        float acc = element_value(p, &w, in[0], n, i);
+        for (int k = 1; k < P; k++) acc += element_value(p, &w, in[k], n, i);
+        out[i] = acc;
     }
 }
 
-void decompress(const CompressParams* p, const uint8_t* in, size_t n, float* out) { decompress_into(p, in, n, out, 0); }
-
-void decompress_reduce(const CompressParams* p, const uint8_t* in, size_t n, float* acc) {
-    decompress_into(p, in, n, acc, 1);
-}
+void decompress(const CompressParams* p, const uint8_t* in, size_t n, float* out) { decompress_sum(p, &in, 1, n, out); }

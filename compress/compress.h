@@ -71,7 +71,12 @@ const char* compress_params_error(const CompressParams* p);
 size_t compress_bound(const CompressParams* p, size_t n);
 size_t compress(const CompressParams* p, const float* x, size_t n, uint64_t stream, uint8_t* out, CompressStats* st); /* returns bytes written == compress_bound; stream feeds the SR counter; st may be NULL */
 void decompress(const CompressParams* p, const uint8_t* in, size_t n, float* out);
-void decompress_reduce(const CompressParams* p, const uint8_t* in, size_t n, float* acc);  /* acc[i] += decoded[i], fused */
+/* out[i] = the sum of P compressed copies of a chunk of n (in[k]: copy k's
+ * wire), in copy order, fused with the decode: the reduce-scatter's sum.
+ * The FP8 pipeline sums in the rotated domain, one inverse transform for
+ * all P (taco.c); the others add the decoded values, first copy first.
+ * decompress is P = 1. Deterministic: the same bytes give the same bits. */
+void decompress_sum(const CompressParams* p, const uint8_t* const* in, int P, size_t n, float* out);
 double compress_error_bound(const CompressParams* p); /* the stated relative-error bound (||x_hat-x||/||x||) the tests check against for well-behaved data, documented per method */
 
 #ifdef __cplusplus

@@ -9,14 +9,12 @@
  * cuda_kernels.cuh (the kernels); selftest_cuda.cu checks the hardware fp8
  * conversion and the Philox words. compress/CUDA.md has the design.
  *
- * Work mapping. One thread owns a UNIT of 16 consecutive elements of a chunk
- * (two 16-byte loads of bf16, one 16-byte store of fp8 codes). A group of G
- * elements is held by tpg = G/16 consecutive lanes of a warp (G = 16: one
- * thread; G = 256: 16 lanes), so group reductions and the cross-thread
- * Hadamard stages are xor-shuffles inside the group. The Hadamard's first four
- * stages (h = 1, 2, 4, 8) are in registers, the remaining log2(tpg) stages use
- * __shfl_xor_sync with lane mask h/16. Methods without groups (none, cast,
- * fp8_tensor) run with G = 16 and need no shuffles at all.
+ * Work mapping (cuda_codec.cuh): one thread owns a UNIT of 64 consecutive
+ * elements of a chunk, 64 / G whole groups for G <= 64 (one group at G =
+ * 64), or a 64-element part of a group held by G / 64 lanes (G = 128, 256).
+ * The Hadamard's stages inside 64 elements run in registers; only G = 128 /
+ * 256 add one / two stages of shuffles. A warp's 32 units go through shared
+ * memory so that every global access is coalesced (cuda_unit_io.cuh).
  */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -37,7 +35,7 @@
  * its <<<>>> is rewritten into emu_launch like every other launch in a .cu
  * file (compress/CUDA.md, "Running the kernels without a GPU"). */
 #ifndef LAUNCH
-#define LAUNCH(kernel, grid, block, stream, ...) kernel<<<(grid), (block), 0, (stream)>>>(__VA_ARGS__)
+#define LAUNCH(kernel, grid, block, smem, stream, ...) kernel<<<(grid), (block), (smem), (stream)>>>(__VA_ARGS__)
 #endif
 
 /* Everything a kernel needs to know about p's method: its row in methods.h,
@@ -70,9 +68,7 @@ static Codec codec_of(const CompressParams* p, const char* who) {
         c.delayed = 1;
         c.delayed_amax = delayed_amax;
     }
-    c.tpg = c.G / UNIT;
-    c.ltpg = 0;
-    while ((1 << c.ltpg) < c.tpg) c.ltpg++;
+    c.tpg = c.G > UNIT ? c.G / UNIT : 1;
     c.norm = hadamard_norm(c.G);
     return c;
 }
@@ -89,28 +85,40 @@ int compress_dev_num_sms(void) {
     return cached[dev];
 }
 
-/* resident blocks per SM of a kernel, cached per kernel (one device per process) */
-static int blocks_per_sm(const void* kernel) {
+/* A kernel and the dynamic shared memory a block of it takes (its warps'
+ * staging areas, cuda_kernels.cuh). */
+struct Kernel {
+    const void* fn;
+    int smem;
+};
+
+/* Resident blocks per SM of a kernel at its shared memory, cached per kernel
+ * (one device per process). The first use also raises the kernel's dynamic
+ * shared memory limit, which starts at 48 KB. */
+static int blocks_per_sm(const Kernel& k) {
     static const void* keys[64];
     static int vals[64];
     static int used = 0;
     for (int i = 0; i < used; i++)
-        if (keys[i] == kernel) return vals[i];
+        if (keys[i] == k.fn) return vals[i];
+    CUDA_CHECK(cudaFuncSetAttribute(k.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, k.smem));
     int nb = 0;
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, kernel, THREADS, 0));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, k.fn, THREADS, (size_t)k.smem));
     if (nb < 1) nb = 1;
     if (used < 64) {
-        keys[used] = kernel;
+        keys[used] = k.fn;
         vals[used] = nb;
         used++;
+    } else {
+        FATAL("compress_cuda: more than 64 kernels in the occupancy cache");
     }
     return nb;
 }
 
 /* grid: enough blocks to fill the chip once (grid-stride beyond), split over the jobs */
-static dim3 grid_for(const void* kernel, u64 max_units, int njobs) {
+static dim3 grid_for(const Kernel& k, u64 max_units, int njobs) {
     const u64 want = (max_units + THREADS - 1) / THREADS;
-    u64 cap = (u64)compress_dev_num_sms() * (u64)blocks_per_sm(kernel) / (u64)njobs;
+    u64 cap = (u64)compress_dev_num_sms() * (u64)blocks_per_sm(k) / (u64)njobs;
     if (cap < 1) cap = 1;
     u64 gx = want < cap ? want : cap;
     if (gx < 1) gx = 1;
@@ -120,7 +128,7 @@ static dim3 grid_for(const void* kernel, u64 max_units, int njobs) {
 static u64 ceil_div_u64(u64 a, u64 b) { return (a + b - 1) / b; }
 
 static void check_range(const Codec& c, const CompressJobDev* j, const char* who) {
-    const u64 gran = (u64)c.G;
+    const u64 gran = (u64)(c.G > UNIT ? c.G : UNIT); /* compress_wire_layout's gran */
     if (j->e0 > j->e1 || j->e1 > j->n) FATAL("%s: job range [%zu, %zu) is outside its chunk of %zu elements", who, j->e0, j->e1, j->n);
     if (j->e0 % gran != 0 || (j->e1 % gran != 0 && j->e1 != j->n))
         FATAL("%s: job range [%zu, %zu) must start (and end, unless at the chunk end %zu) on a multiple of %llu elements",
@@ -160,23 +168,41 @@ int compress_dev_two_pass(const CompressParams* p) {
     return needs_amax_pass(codec_of(p, "compress_dev_two_pass"));
 }
 
+/* what a decompress kernel reads: its input's code path */
+static int in_kind(const Codec& c) {
+    if (c.fam == FAM_FP8) return c.fmt == FP8_E4M3 ? IN_E4M3 : IN_E5M2;
+    if (c.fam == FAM_INT8) return IN_INT8;
+    return c.eb == 4 ? IN_F32 : IN_BF16;
+}
+
+/* The fused recompress kernels are built for the pairs an all-reduce uses:
+ * FP8 in and out in the same format (any methods and switches), or raw words
+ * in and out (the exact path). Other pairs go through an fp32 sum. */
+static bool can_fuse(const Codec& ci, const Codec& co) {
+    if (ci.fam == FAM_FP8 && co.fam == FAM_FP8) return ci.fmt == co.fmt;
+    return ci.fam == FAM_NONE && co.fam == FAM_NONE;
+}
+
 int compress_dev_can_fuse(const CompressParams* p_in, const CompressParams* p_out) {
-    (void)codec_of(p_in, "compress_dev_can_fuse");
-    const Codec co = codec_of(p_out, "compress_dev_can_fuse");
-    return co.fam != FAM_INT8;
+    return can_fuse(codec_of(p_in, "compress_dev_can_fuse"), codec_of(p_out, "compress_dev_can_fuse")) ? 1 : 0;
 }
 
 typedef void (*CKernel)(Codec, CLaunch);
 
 template <int FAM, int FMT, bool SR>
-static const void* compress_kernel_in(int bf16) {
-    return bf16 ? (const void*)k_compress<FAM, FMT, SR, true> : (const void*)k_compress<FAM, FMT, SR, false>;
+static Kernel compress_kernel_in(int bf16) {
+    if (bf16) return Kernel{(const void*)k_compress<FAM, FMT, SR, true>, compress_smem_bytes<true, FAM>()};
+    return Kernel{(const void*)k_compress<FAM, FMT, SR, false>, compress_smem_bytes<false, FAM>()};
 }
-static const void* compress_kernel(const Codec& c, int bf16) {
+static Kernel compress_kernel(const Codec& c, int bf16) {
     if (c.fam == FAM_NONE) return compress_kernel_in<FAM_NONE, 0, false>(bf16);
     if (c.fam == FAM_INT8) return compress_kernel_in<FAM_INT8, 0, false>(bf16); /* SR is a run-time branch there */
     if (c.fmt == FP8_E4M3) return c.stochastic ? compress_kernel_in<FAM_FP8, FP8_E4M3, true>(bf16) : compress_kernel_in<FAM_FP8, FP8_E4M3, false>(bf16);
     return c.stochastic ? compress_kernel_in<FAM_FP8, FP8_E5M2, true>(bf16) : compress_kernel_in<FAM_FP8, FP8_E5M2, false>(bf16);
+}
+static Kernel amax_kernel(int bf16) {
+    if (bf16) return Kernel{(const void*)k_amax<true>, compress_smem_bytes<true, FAM_FP8>()};
+    return Kernel{(const void*)k_amax<false>, compress_smem_bytes<false, FAM_FP8>()};
 }
 
 /* jobs -> launches of at most MAX_JOBS */
@@ -192,18 +218,10 @@ static void launch_compress(const Codec& c, int bf16, const CompressJobDev* jobs
             if (L.job[i].sp.u1 - L.job[i].sp.u0 > max_units) max_units = L.job[i].sp.u1 - L.job[i].sp.u0;
             if (amax_pass && !L.job[i].st) FATAL("%s: current chunk scaling needs a CompressStatsDev per job (its amax slot)", who);
         }
-        if (amax_pass) {
-            const void* k = bf16 ? (const void*)k_amax<true> : (const void*)k_amax<false>;
-            const dim3 grid = grid_for(k, max_units, L.njobs);
-            if (bf16) LAUNCH(k_amax<true>, grid, THREADS, s, c, L);
-            else LAUNCH(k_amax<false>, grid, THREADS, s, c, L);
-            CUDA_CHECK_LAUNCH("k_amax");
-        } else {
-            const void* k = compress_kernel(c, bf16);
-            const dim3 grid = grid_for(k, max_units, L.njobs);
-            LAUNCH(((CKernel)k), grid, THREADS, s, c, L);
-            CUDA_CHECK_LAUNCH("k_compress");
-        }
+        const Kernel k = amax_pass ? amax_kernel(bf16) : compress_kernel(c, bf16);
+        const dim3 grid = grid_for(k, max_units, L.njobs);
+        LAUNCH(((CKernel)k.fn), grid, THREADS, k.smem, s, c, L);
+        CUDA_CHECK_LAUNCH(amax_pass ? "k_amax" : "k_compress");
     }
 }
 
@@ -221,18 +239,36 @@ void compress_jobs_encode_dev(const CompressParams* p, int x_is_bf16, const Comp
     launch_compress(c, x_is_bf16, jobs, njobs, 0, s, "compress_jobs_encode_dev");
 }
 
-typedef void (*DKernel)(Codec, Codec, int, DLaunch);
+typedef void (*DKernel)(Codec, Codec, DLaunch);
 
-static const void* decompress_kernel(int out, const Codec& co) {
+template <int IN, int OUT, int FMT_OUT, bool SR>
+static Kernel dkernel() {
+    return Kernel{(const void*)k_decompress<IN, OUT, FMT_OUT, SR>, decompress_smem_bytes<IN, OUT>()};
+}
+template <int IN>
+static Kernel decompress_kernel_in(int out) {
     switch (out) {
-    case OUT_F32: return (const void*)k_decompress<OUT_F32, 0, false>;
-    case OUT_BF16: return (const void*)k_decompress<OUT_BF16, 0, false>;
-    case OUT_AMAX: return (const void*)k_decompress<OUT_AMAX, 0, false>;
-    default: break;
+    case OUT_F32: return dkernel<IN, OUT_F32, 0, false>();
+    case OUT_BF16: return dkernel<IN, OUT_BF16, 0, false>();
+    default: return dkernel<IN, OUT_AMAX, 0, false>();
     }
-    const bool e5 = co.fam == FAM_FP8 && co.fmt == FP8_E5M2, sr = co.fam == FAM_FP8 && co.stochastic;
-    if (e5) return sr ? (const void*)k_decompress<OUT_RECOMP, FP8_E5M2, true> : (const void*)k_decompress<OUT_RECOMP, FP8_E5M2, false>;
-    return sr ? (const void*)k_decompress<OUT_RECOMP, FP8_E4M3, true> : (const void*)k_decompress<OUT_RECOMP, FP8_E4M3, false>;
+}
+static Kernel decompress_kernel(int out, const Codec& ci, const Codec& co) {
+    const int in = in_kind(ci);
+    if (out == OUT_RECOMP) { /* can_fuse(ci, co) holds */
+        const bool sr = co.fam == FAM_FP8 && co.stochastic;
+        if (in == IN_E4M3) return sr ? dkernel<IN_E4M3, OUT_RECOMP, FP8_E4M3, true>() : dkernel<IN_E4M3, OUT_RECOMP, FP8_E4M3, false>();
+        if (in == IN_E5M2) return sr ? dkernel<IN_E5M2, OUT_RECOMP, FP8_E5M2, true>() : dkernel<IN_E5M2, OUT_RECOMP, FP8_E5M2, false>();
+        if (in == IN_BF16) return dkernel<IN_BF16, OUT_RECOMP, 0, false>();
+        return dkernel<IN_F32, OUT_RECOMP, 0, false>();
+    }
+    switch (in) {
+    case IN_E4M3: return decompress_kernel_in<IN_E4M3>(out);
+    case IN_E5M2: return decompress_kernel_in<IN_E5M2>(out);
+    case IN_INT8: return decompress_kernel_in<IN_INT8>(out);
+    case IN_BF16: return decompress_kernel_in<IN_BF16>(out);
+    default: return decompress_kernel_in<IN_F32>(out);
+    }
 }
 
 void decompress_jobs_dev(const CompressParams* p_in, const CompressJobDev* jobs, int njobs, CompressDevMode mode,
@@ -243,18 +279,18 @@ void decompress_jobs_dev(const CompressParams* p_in, const CompressJobDev* jobs,
     const int needs_out = mode == CDEV_REDUCE_AMAX || mode == CDEV_REDUCE_RECOMPRESS;
     if (needs_out && !p_out) FATAL("%s: mode %d needs p_out", who, (int)mode);
     const Codec co = needs_out ? codec_of(p_out, who) : ci;
-    int out = OUT_F32, init = INIT_FIRST;
+    int out = OUT_F32;
     switch (mode) {
-    case CDEV_DECODE_F32: out = OUT_F32; init = INIT_FIRST; break;
-    case CDEV_DECODE_BF16: out = OUT_BF16; init = INIT_FIRST; break;
-    case CDEV_REDUCE_F32: out = OUT_F32; init = INIT_ZERO; break;
-    case CDEV_REDUCE_F32_ADD: out = OUT_F32; init = INIT_LOAD; break;
-    case CDEV_REDUCE_BF16: out = OUT_BF16; init = INIT_ZERO; break;
-    case CDEV_REDUCE_AMAX: out = OUT_AMAX; init = INIT_ZERO; break;
-    case CDEV_REDUCE_RECOMPRESS: out = OUT_RECOMP; init = INIT_ZERO; break;
+    case CDEV_DECODE_F32: case CDEV_REDUCE_F32: out = OUT_F32; break;
+    case CDEV_DECODE_BF16: case CDEV_REDUCE_BF16: out = OUT_BF16; break;
+    case CDEV_REDUCE_AMAX: out = OUT_AMAX; break;
+    case CDEV_REDUCE_RECOMPRESS: out = OUT_RECOMP; break;
     default: FATAL("%s: unknown mode %d", who, (int)mode);
     }
-    if (needs_out && co.fam == FAM_INT8) FATAL("%s: int8_group cannot be re-compressed in the fused kernel (use an fp32 sum)", who);
+    if (mode == CDEV_REDUCE_RECOMPRESS && !can_fuse(ci, co))
+        FATAL("%s: %s sums are not re-compressed as %s in one kernel (compress_dev_can_fuse; use an fp32 sum)", who,
+              ci.fam == FAM_FP8 ? (ci.fmt == FP8_E4M3 ? "E4M3" : "E5M2") : ci.fam == FAM_INT8 ? "int8_group" : "raw",
+              co.fam == FAM_FP8 ? (co.fmt == FP8_E4M3 ? "E4M3" : "E5M2") : co.fam == FAM_INT8 ? "int8_group" : "raw");
     if (mode == CDEV_REDUCE_AMAX && !needs_amax_pass(co))
         FATAL("%s: the amax pass is only for current dual scaling", who);
 
@@ -299,9 +335,9 @@ void decompress_jobs_dev(const CompressParams* p_in, const CompressJobDev* jobs,
             L.njobs++;
             first++;
         }
-        const void* k = decompress_kernel(out, co);
+        const Kernel k = decompress_kernel(out, ci, co);
         const dim3 grid = grid_for(k, max_units, L.njobs);
-        LAUNCH(((DKernel)k), grid, THREADS, s, ci, co, init, L);
+        LAUNCH(((DKernel)k.fn), grid, THREADS, k.smem, s, ci, co, L);
         CUDA_CHECK_LAUNCH("k_decompress");
     }
 }
@@ -432,7 +468,7 @@ void decompress_reduce_dev(const CompressParams* p, const uint8_t* const* chunks
     CompressJobDev j;
     reduce_job(p, chunks, P, n, &j, "decompress_reduce_dev");
     j.y = out;
-    const CompressDevMode m = kind == CDEV_SUM_BF16 ? CDEV_REDUCE_BF16 : kind == CDEV_SUM_F32_ADD ? CDEV_REDUCE_F32_ADD : CDEV_REDUCE_F32;
+    const CompressDevMode m = kind == CDEV_SUM_BF16 ? CDEV_REDUCE_BF16 : CDEV_REDUCE_F32;
     decompress_jobs_dev(p, &j, 1, m, nullptr, s);
 }
 

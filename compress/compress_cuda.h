@@ -81,12 +81,11 @@ void decompress_dev(const CompressParams* p, const uint8_t* in, size_t n, void* 
 
 /* What a decompress-reduce writes. */
 typedef enum {
-    CDEV_SUM_F32,     /* out[i] = 0.0f + d_0[i] + d_1[i] + ...  (fp32; the order of coll_reduce_scatter) */
-    CDEV_SUM_F32_ADD, /* out[i] = out[i] + d_0[i] + d_1[i] + ... (fp32; P = 1 is decompress_reduce) */
-    CDEV_SUM_BF16     /* out[i] = bf16(0.0f + d_0[i] + ...)     (bf16, round to nearest even) */
+    CDEV_SUM_F32, /* out = decompress_sum(chunks) (fp32; the order of coll_reduce_scatter) */
+    CDEV_SUM_BF16 /* out = bf16(decompress_sum(chunks)) (round to nearest even) */
 } CompressDevSum;
 /* chunks: a HOST array of P device pointers to compressed chunks of n
- * elements (P <= COMPRESS_DEV_MAX_IN). Sums in fp32 in the order 0, 1, .., P-1. */
+ * elements (P <= COMPRESS_DEV_MAX_IN). The sum is decompress_sum's, to the bit. */
 void decompress_reduce_dev(const CompressParams* p, const uint8_t* const* chunks, int P, size_t n, void* out,
                            CompressDevSum kind, cudaStream_t s);
 /* The fused all-gather step: sum the P chunks as CDEV_SUM_F32 does, then
@@ -155,11 +154,10 @@ void compress_jobs_encode_dev(const CompressParams* p, int x_is_bf16, const Comp
                               cudaStream_t s);
 
 typedef enum {
-    CDEV_DECODE_F32,        /* y = d_0                              (decompress, fp32) */
-    CDEV_DECODE_BF16,       /* y = bf16(d_0)                        (decompress, bf16) */
-    CDEV_REDUCE_F32,        /* y = 0.0f + d_0 + d_1 + ...           (fp32) */
-    CDEV_REDUCE_F32_ADD,    /* y = y + d_0 + d_1 + ...              (fp32) */
-    CDEV_REDUCE_BF16,       /* y = bf16(0.0f + d_0 + ...) */
+    CDEV_DECODE_F32,        /* y = decompress(in[0])                (fp32) */
+    CDEV_DECODE_BF16,       /* y = bf16(decompress(in[0])) */
+    CDEV_REDUCE_F32,        /* y = decompress_sum(in[0..nin))       (fp32) */
+    CDEV_REDUCE_BF16,       /* y = bf16(decompress_sum(in[0..nin))) */
     CDEV_REDUCE_AMAX,       /* the sum's transformed amax under p_out -> job.st->scale_amax_bits */
     CDEV_REDUCE_RECOMPRESS  /* compress(p_out, sum) -> job.out, stats -> job.st */
 } CompressDevMode;

@@ -1,8 +1,17 @@
 /*
  * compress/cuda_codec.cuh - one unit through a method: the kernels' view of a
- * method (Codec), and a unit's encode (the FP8 pipeline, the bare cast,
- * int8_group, raw fp32 / bf16 words) with its per-thread statistics, and
- * its decode.
+ * method (Codec), a unit's encode (the FP8 pipeline, the bare cast,
+ * int8_group, raw fp32 / bf16 words) with its per-thread statistics, and a
+ * unit's decode-and-sum of P compressed copies. The arithmetic is taco.c's
+ * and compress.c's, step for step.
+ *
+ * Work mapping: a thread owns a unit of 64 consecutive elements, which is
+ * 64 / G whole groups (G <= 64) or 64 elements of one group (G = 128, 256:
+ * tpg = G / 64 consecutive lanes). Group quantities (amax, exponent, the
+ * per-group multiplier, "rotated") are kept per 16-element sub-block, SB = 4
+ * copies per thread, equal within a group: group_max() combines them. The
+ * Hadamard's stages h < 64 run on the thread's registers; G = 128 / 256 add
+ * one / two stages across lanes (shuffles).
  */
 #ifndef COMPRESS_CUDA_CODEC_CUH
 #define COMPRESS_CUDA_CODEC_CUH
@@ -18,9 +27,9 @@
 
 namespace {
 
-/* The kernels' code paths (a template parameter): methods.h's families, with
- * the bare cast run by the FP8 path (Codec.cast). FAM_NONE: raw fp32 or bf16
- * words (Codec.eb 4 or 2). */
+/* The kernels' code paths (a template parameter or a uniform branch):
+ * methods.h's families, with the bare cast run by the FP8 path (Codec.cast).
+ * FAM_NONE: raw fp32 or bf16 words (Codec.eb 4 or 2). */
 enum Family { FAM_FP8 = 0, FAM_INT8 = 1, FAM_NONE = 2 };
 
 /* Everything a kernel needs to know about a method: its row in methods.h,
@@ -28,7 +37,7 @@ enum Family { FAM_FP8 = 0, FAM_INT8 = 1, FAM_NONE = 2 };
 struct Codec {
     int fam;          /* Family */
     int fmt;          /* Fp8Format */
-    int G, tpg, ltpg; /* group length (16 for methods without groups), lanes per group, log2(tpg) */
+    int G, tpg;       /* group length (16 for methods without groups), lanes per group (1, 2 or 4) */
     int cast;         /* the bare codec: no scaling, NaN stays NaN, inf saturates */
     int hadamard, adaptive, dual;
     int delayed;      /* dual scale from delayed_amax (valid: > 0 and finite) */
@@ -48,230 +57,441 @@ struct TStats {
 };
 
 /* ========================================================================== */
-/* encode                                                                      */
+/* groups on sub-blocks                                                        */
 
-/* where an encoded range goes */
-struct ORange {
-    uint8_t* exps;
-    uint8_t* codes;
-    Span sp;
-    u64 stream;
-};
-
-/* the finite amax of the unit (as float bits) and which elements are inf/NaN */
-struct Scan {
-    unsigned amax_u, nfmask, nanmask;
-};
-__device__ __forceinline__ Scan scan_finite(const float (&v)[UNIT]) {
-    Scan s = {0u, 0u, 0u};
-#pragma unroll
-    for (int j = 0; j < UNIT; j++) s.amax_u = max(s.amax_u, __float_as_uint(v[j]) & 0x7FFFFFFFu);
-    if (s.amax_u >= 0x7F800000u) { /* rare: some element is inf or NaN */
-        s.amax_u = 0u;
-#pragma unroll
-        for (int j = 0; j < UNIT; j++) {
-            const unsigned ab = __float_as_uint(v[j]) & 0x7FFFFFFFu;
-            if (ab >= 0x7F800000u) {
-                s.nfmask |= 1u << j;
-                if (ab > 0x7F800000u) s.nanmask |= 1u << j;
-            } else {
-                s.amax_u = max(s.amax_u, ab);
-            }
-        }
+/* max over the sub-blocks (and lanes) of each group; every lane of the warp
+ * calls (values >= 0 as float bits order like unsigned ints) */
+__device__ __forceinline__ void group_max(unsigned (&a)[SB], const Codec& c) {
+    if (c.G >= 32) {
+        a[0] = a[1] = max(a[0], a[1]);
+        a[2] = a[3] = max(a[2], a[3]);
     }
-    return s;
+    if (c.G >= 64) a[0] = a[1] = a[2] = a[3] = max(a[0], a[2]);
+    for (int m = 1; m < c.tpg; m <<= 1) {
+        const unsigned o = __shfl_xor_sync(FULL, a[0], m);
+        a[0] = a[1] = a[2] = a[3] = max(a[0], o);
+    }
 }
 
-/* taco.c's taco_group_prepare for the thread's share of a group: v becomes r
- * (scaled by 2^-e_u, nonfinite slots zeroed, rotated if the group is full and
- * finite). Returns the thread's max |r| (NaN-ignoring). */
-struct Prep {
-    Scan sc;
-    int e_u;
-    float tr;
-};
-__device__ __forceinline__ Prep fp8_prepare(const Codec& c, float (&v)[UNIT], unsigned u, const Span& sp, int lane) {
-    Prep p;
-    p.sc = scan_finite(v);
-    p.e_u = 0;
-    if (c.adaptive) {
-        const unsigned ga = group_max_u32(p.sc.amax_u, c.tpg);
-        p.e_u = -pow2_fit_dev(__uint_as_float(ga), 1.0f);
-        const float down = pow2f_dev(-p.e_u);
+/* 1 if sub-block sb of unit u lies in a full group of the chunk */
+__device__ __forceinline__ bool sb_full(const Codec& c, unsigned u, int sb, const Span& sp) {
+    const u64 n = (u64)UNIT * sp.nfull + sp.tail;
+    const u64 gs = ((u64)UNIT * u + 16u * (unsigned)sb) & ~(u64)(c.G - 1);
+    return gs + (u64)c.G <= n;
+}
+
+/* hadamard_butterflies on every group with rot[sb] set, in the CPU's stage
+ * order. A cross-lane stage h = 64 m: the lane without bit m holds x[j] (a)
+ * and computes a + b, its partner holds x[j + h] (b) and computes a - b =
+ * partner - mine; both are fma(mine, +-1, partner), which rounds once (the
+ * product is exact), like the CPU's add / subtract, signed zeros included.
+ * Every lane of the warp calls (the shuffles). */
+/* stage h on the pairs of elements [j0, j0 + 2h) */
+template <int H>
+__device__ __forceinline__ void bfly_block(float (&v)[UNIT], int j0) {
 #pragma unroll
-        for (int j = 0; j < UNIT; j++) v[j] = __fmul_rn(v[j], down);
+    for (int j = 0; j < 2 * H; j++) {
+        if (j & H) continue;
+        const float a = v[j0 + j], b = v[j0 + j + H];
+        v[j0 + j] = __fadd_rn(a, b);
+        v[j0 + j + H] = __fsub_rn(a, b);
     }
-    if (p.sc.nfmask) {
+}
+template <int H>
+__device__ __forceinline__ void bfly_stage16(float (&v)[UNIT], const bool (&rot)[SB]) {
+#pragma unroll
+    for (int sb = 0; sb < SB; sb++) {
+        if (!rot[sb]) continue;
+#pragma unroll
+        for (int j0 = 16 * sb; j0 < 16 * sb + 16; j0 += 2 * H) bfly_block<H>(v, j0);
+    }
+}
+
+/* the stages inside the thread's 64 elements on every group (the common case:
+ * no conditions, so the compiler keeps every value in its register) */
+__device__ __forceinline__ void bfly_local_all(float (&v)[UNIT], int G) {
+    const bool all[SB] = {true, true, true, true};
+    bfly_stage16<1>(v, all);
+    bfly_stage16<2>(v, all);
+    bfly_stage16<4>(v, all);
+    bfly_stage16<8>(v, all);
+    if (G >= 32) {
+        bfly_block<16>(v, 0);
+        bfly_block<16>(v, 32);
+    }
+    if (G >= 64) bfly_block<32>(v, 0);
+}
+/* the same on the groups with rot[sb] set (a group with a NaN / inf, or a
+ * chunk's short tail group, is sent unrotated) */
+__device__ __forceinline__ void bfly_local_some(float (&v)[UNIT], int G, const bool (&rot)[SB]) {
+    bfly_stage16<1>(v, rot);
+    bfly_stage16<2>(v, rot);
+    bfly_stage16<4>(v, rot);
+    bfly_stage16<8>(v, rot);
+    if (G >= 32) {
+        if (rot[0]) bfly_block<16>(v, 0);
+        if (rot[2]) bfly_block<16>(v, 32);
+    }
+    if (G >= 64 && rot[0]) bfly_block<32>(v, 0);
+}
+
+/* hadamard_butterflies on every group with rot[sb] set, in the CPU's stage
+ * order. A cross-lane stage h = 64 m: the lane without bit m holds x[j] (a)
+ * and computes a + b, its partner holds x[j + h] (b) and computes a - b =
+ * partner - mine; both are fma(mine, +-1, partner), which rounds once (the
+ * product is exact), like the CPU's add / subtract, signed zeros included.
+ * Every lane of the warp calls (the shuffles run outside any branch). */
+__device__ __forceinline__ void butterflies(float (&v)[UNIT], const Codec& c, const bool (&rot)[SB], int lane) {
+    if (rot[0] && rot[1] && rot[2] && rot[3]) bfly_local_all(v, c.G);
+    else bfly_local_some(v, c.G, rot);
+    for (int m = 1; m < c.tpg; m <<= 1) {
+        const float sgn = (lane & m) ? -1.0f : 1.0f;
+#pragma unroll
+        for (int j = 0; j < UNIT; j++) {
+            const float q = __shfl_xor_sync(FULL, v[j], m);
+            if (rot[0]) v[j] = __fmaf_rn(v[j], sgn, q);
+        }
+    }
+}
+
+/* ========================================================================== */
+/* encode                                                                      */
+
+/* The finite amax of each sub-block (float bits), and which elements are
+ * inf / NaN. The fast scans see only that some element may be (special);
+ * scan_resolve then redoes the unit exactly, the rare case. */
+struct Scan {
+    unsigned amax[SB];
+    u64 nfmask, nanmask;
+    bool special;
+};
+
+/* integer max of |bits| over packed bf16 pairs: exact magnitudes, NaN > inf > finite */
+__device__ __forceinline__ Scan scan_bf16(const Row<2>& r) {
+    Scan s;
+    bool special = false;
+#pragma unroll
+    for (int sb = 0; sb < SB; sb++) {
+        unsigned m = 0u;
+#pragma unroll
+        for (int i = 8 * sb; i < 8 * sb + 8; i++) m = __vmaxu2(m, row_word(r, i) & 0x7FFF7FFFu);
+        s.amax[sb] = max(m << 16, m & 0xFFFF0000u);
+        special |= s.amax[sb] >= 0x7F800000u;
+    }
+    s.nfmask = s.nanmask = 0ull;
+    s.special = special;
+    return s;
+}
+__device__ __forceinline__ Scan scan_f32(const float (&v)[UNIT]) {
+    Scan s;
+    bool special = false;
+#pragma unroll
+    for (int sb = 0; sb < SB; sb++) {
+        unsigned m = 0u;
+#pragma unroll
+        for (int j = 16 * sb; j < 16 * sb + 16; j++) m = max(m, __float_as_uint(v[j]) & 0x7FFFFFFFu);
+        s.amax[sb] = m;
+        special |= m >= 0x7F800000u;
+    }
+    s.nfmask = s.nanmask = 0ull;
+    s.special = special;
+    return s;
+}
+/* the rare unit with an inf or NaN: exact masks, amax over the finite
+ * elements (a loop over a local copy: small code, and v keeps its registers) */
+__device__ __forceinline__ Scan scan_exact(const float (&v)[UNIT]) {
+    float t[UNIT];
+#pragma unroll
+    for (int j = 0; j < UNIT; j++) t[j] = v[j];
+    Scan s;
+    s.nfmask = 0ull;
+    s.nanmask = 0ull;
+    s.special = false;
+    unsigned m[SB] = {0u, 0u, 0u, 0u};
+#pragma unroll 1
+    for (int j = 0; j < UNIT; j++) {
+        const unsigned ab = __float_as_uint(t[j]) & 0x7FFFFFFFu;
+        if (ab >= 0x7F800000u) {
+            s.nfmask |= 1ull << j;
+            if (ab > 0x7F800000u) s.nanmask |= 1ull << j;
+        } else {
+            m[j >> 4] = max(m[j >> 4], ab);
+        }
+    }
+#pragma unroll
+    for (int sb = 0; sb < SB; sb++) s.amax[sb] = m[sb];
+    return s;
+}
+__device__ __forceinline__ void scan_resolve(Scan& s, const float (&v)[UNIT]) {
+    if (s.special) s = scan_exact(v);
+}
+
+__device__ __forceinline__ float max4f(const unsigned (&a)[SB]) {
+    return __uint_as_float(max(max(a[0], a[1]), max(a[2], a[3])));
+}
+
+/* taco.c steps 1-3 for the thread's groups: v becomes h (scaled by 2^-e_u,
+ * nonfinite slots zeroed, rotated by the unnormalised butterflies if the
+ * group is full and finite). Every lane of the warp calls. */
+struct Prep {
+    int e_u[SB];
+    float ng[SB];     /* norm if rotated, else 1 */
+    unsigned amax_h[SB]; /* max |h| of the group, NaN-free (float bits) */
+    float amax_x;     /* max |x| over the unit's finite elements */
+};
+__device__ __forceinline__ Prep fp8_prepare(const Codec& c, float (&v)[UNIT], const Scan& sc, unsigned u, const Span& sp,
+                                            int lane) {
+    Prep p;
+    p.amax_x = max4f(sc.amax);
+    unsigned a[SB], nf[SB];
+#pragma unroll
+    for (int sb = 0; sb < SB; sb++) {
+        a[sb] = sc.amax[sb];
+        nf[sb] = ((sc.nfmask >> (16 * sb)) & 0xFFFFull) != 0ull ? 1u : 0u;
+    }
+    group_max(a, c);
+    group_max(nf, c);
+    bool rot[SB];
+#pragma unroll
+    for (int sb = 0; sb < SB; sb++) {
+        p.e_u[sb] = c.adaptive ? -pow2_fit_dev(__uint_as_float(a[sb]), 1.0f) : 0;
+        rot[sb] = c.hadamard && !nf[sb] && sb_full(c, u, sb, sp);
+        p.ng[sb] = rot[sb] ? c.norm : 1.0f;
+    }
+    if (c.adaptive) {
+        float down[SB];
+#pragma unroll
+        for (int sb = 0; sb < SB; sb++) down[sb] = pow2f_dev(-p.e_u[sb]);
+#pragma unroll
+        for (int j = 0; j < UNIT; j++) v[j] = __fmul_rn(v[j], down[j >> 4]);
+    }
+    if (sc.nfmask) {
 #pragma unroll
         for (int j = 0; j < UNIT; j++)
-            if ((p.sc.nfmask >> j) & 1u) v[j] = 0.0f;
+            if ((sc.nfmask >> j) & 1ull) v[j] = 0.0f;
     }
-    if (c.hadamard) {
-        const bool full = (u >> c.ltpg) < (sp.nfull >> c.ltpg);
-        const bool gnf = group_any(p.sc.nfmask != 0u, c.tpg, lane);
-        hadamard_unit(v, c.tpg, lane, full && !gnf, c.norm);
-    }
-    float tr = 0.0f;
+    if (c.hadamard) butterflies(v, c, rot, lane);
 #pragma unroll
-    for (int j = 0; j < UNIT; j++) tr = fmaxf(tr, fabsf(v[j]));
-    p.tr = tr;
+    for (int sb = 0; sb < SB; sb++) {
+        float m = 0.0f;
+#pragma unroll
+        for (int j = 16 * sb; j < 16 * sb + 16; j++) m = fmaxf(m, fabsf(v[j])); /* NaN-ignoring */
+        p.amax_h[sb] = __float_as_uint(m);
+    }
+    group_max(p.amax_h, c);
     return p;
 }
 
-/* 16 codes of v (element i0 + j of the chunk), RNE or SR; then the NaN code
- * 0x7F in the slots of nanmask */
+/* max |r| of the unit's groups: amax_h * n_g (taco.c's amax_r) */
+__device__ __forceinline__ float prep_amax_r(const Prep& p) {
+    float m = 0.0f;
+#pragma unroll
+    for (int sb = 0; sb < SB; sb++) m = fmaxf(m, __fmul_rn(__uint_as_float(p.amax_h[sb]), p.ng[sb]));
+    return m;
+}
+
+/* four codes of v[4i..4i+3], RNE (hardware, satfinite) or SR (integer encoder) */
 template <int FMT, bool SR>
-__device__ __forceinline__ void quantize16(const Codec& c, const float (&v)[UNIT], unsigned nanmask, u64 i0, u64 stream,
-                                           unsigned (&w)[4]) {
+__device__ __forceinline__ void quantize(const Codec& c, const float (&v)[UNIT], unsigned u, u64 stream, Row<1>& out) {
     if constexpr (!SR) {
 #pragma unroll
-        for (int k = 0; k < 4; k++)
-            w[k] = fp8x2_rne<FMT>(v[4 * k], v[4 * k + 1]) | (fp8x2_rne<FMT>(v[4 * k + 2], v[4 * k + 3]) << 16);
+        for (int i = 0; i < UNIT / 4; i++)
+            row_set_word(out, i, fp8x2_rne<FMT>(v[4 * i], v[4 * i + 1]) | (fp8x2_rne<FMT>(v[4 * i + 2], v[4 * i + 3]) << 16));
     } else {
+        /* the integer encoder with Philox words: a loop over local copies
+         * (each step is dozens of instructions; unrolling 16 would bloat) */
+        float t[UNIT];
+        unsigned w[UNIT / 4];
 #pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const uint4 r = philox_block(c.seed, stream, (i0 >> 2) + (u64)k);
-            w[k] = fp8_encode_sw<FMT>(v[4 * k], true, r.x) | (fp8_encode_sw<FMT>(v[4 * k + 1], true, r.y) << 8) |
-                   (fp8_encode_sw<FMT>(v[4 * k + 2], true, r.z) << 16) | (fp8_encode_sw<FMT>(v[4 * k + 3], true, r.w) << 24);
+        for (int j = 0; j < UNIT; j++) t[j] = v[j];
+#pragma unroll 1
+        for (int i = 0; i < UNIT / 4; i++) {
+            const uint4 r = philox_block(c.seed, stream, (u64)(UNIT / 4) * u + (u64)i);
+            w[i] = fp8_encode_sw<FMT>(t[4 * i], true, r.x) | (fp8_encode_sw<FMT>(t[4 * i + 1], true, r.y) << 8) |
+                   (fp8_encode_sw<FMT>(t[4 * i + 2], true, r.z) << 16) | (fp8_encode_sw<FMT>(t[4 * i + 3], true, r.w) << 24);
         }
-    }
-    if (nanmask) {
 #pragma unroll
-        for (int j = 0; j < UNIT; j++)
-            if ((nanmask >> j) & 1u) w[j >> 2] = (w[j >> 2] & ~(0xFFu << (8 * (j & 3)))) | (0x7Fu << (8 * (j & 3)));
+        for (int i = 0; i < UNIT / 4; i++) row_set_word(out, i, w[i]);
     }
 }
 
-/* The FP8 pipeline's encode of one unit (taco.c pass 2, or cast_encode). */
+/* code 0x7F in the slots of mask */
+__device__ __forceinline__ void set_nan_codes(Row<1>& out, u64 mask) {
+#pragma unroll
+    for (int i = 0; i < UNIT / 4; i++) {
+        unsigned w = row_word(out, i);
+#pragma unroll
+        for (int b = 0; b < 4; b++)
+            if ((mask >> (4 * i + b)) & 1ull) w = (w & ~(0xFFu << (8 * b))) | (0x7Fu << (8 * b));
+        row_set_word(out, i, w);
+    }
+}
+
+/* where an encoded unit's group bytes go */
+struct GOut {
+    uint8_t* exps; /* group bytes of the job's first group (NULL when gb == 0) */
+    unsigned g0;   /* that group's index in the chunk */
+};
+
+/* taco.c steps 5-6 for the thread's groups (after fp8_prepare), or the bare
+ * cast (c.cast; v as given). kc = the chunk scale's exponent. */
 template <int FMT, bool SR>
-__device__ __forceinline__ void fp8_encode_unit(const Codec& c, float (&v)[UNIT], int nv, unsigned u, const ORange& o,
-                                                int kc, int lane, TStats& ts) {
-    const u64 i0 = (u64)UNIT * u; /* the element's index in the chunk: the Philox counter */
-    unsigned w[4];
+__device__ __forceinline__ void fp8_encode_unit(const Codec& c, float (&v)[UNIT], const Scan& sc, unsigned u, int nv,
+                                                const Span& sp, int kc, int lane, const GOut& go, u64 stream,
+                                                Row<1>& out, TStats& ts) {
     if (c.cast) {
         /* the bare codec: NaN -> 0x7F, +-inf -> +-max, |finite| > L counted */
-        const Scan sc = scan_finite(v);
-        ts.nf += __popc(sc.nfmask);
-        const float a = __uint_as_float(sc.amax_u);
+        ts.nf += __popcll(sc.nfmask);
+        const float a = max4f(sc.amax);
         ts.amax = fmaxf(ts.amax, a);
         if (a > c.L) {
 #pragma unroll
             for (int j = 0; j < UNIT; j++)
-                if (!((sc.nfmask >> j) & 1u) && fabsf(v[j]) > c.L) ts.sat++;
+                if (!((sc.nfmask >> j) & 1ull) && fabsf(v[j]) > c.L) ts.sat++;
         }
-        quantize16<FMT, SR>(c, v, sc.nanmask, i0, o.stream, w);
-    } else {
-        const Prep p = fp8_prepare(c, v, u, o.sp, lane);
-        ts.nf += __popc(p.sc.nfmask);
-        ts.amax = fmaxf(ts.amax, c.stats_amax_r ? p.tr : __uint_as_float(p.sc.amax_u));
+        quantize<FMT, SR>(c, v, u, stream, out);
+        if (sc.nanmask) set_nan_codes(out, sc.nanmask);
+        return;
+    }
+    const Prep p = fp8_prepare(c, v, sc, u, sp, lane);
+    ts.nf += __popcll(sc.nfmask);
+    ts.amax = fmaxf(ts.amax, c.stats_amax_r ? prep_amax_r(p) : p.amax_x);
+    float M[SB];
+    bool check = c.hadamard && !c.adaptive; /* only then can h hold a NaN (overflow) */
+#pragma unroll
+    for (int sb = 0; sb < SB; sb++) {
         int b = 0, km = 0;
         if (c.dual) {
-            b = p.e_u;
+            b = p.e_u[sb];
             km = kc;
         } else if (c.adaptive) {
             /* the group's own exponent maps it onto the fp8 range */
-            const int kg = pow2_fit_dev(group_max_f32(p.tr, c.tpg), c.L);
-            b = min(max(p.e_u - kg, TACO_EXP_MIN), TACO_EXP_MAX);
-            km = p.e_u - b;
+            const int kg = pow2_fit_dev(__fmul_rn(__uint_as_float(p.amax_h[sb]), p.ng[sb]), c.L);
+            b = min(max(p.e_u[sb] - kg, TACO_EXP_MIN), TACO_EXP_MAX);
+            km = p.e_u[sb] - b;
         }
-        if (o.exps && nv > 0 && (lane & (c.tpg - 1)) == 0) o.exps[(u >> c.ltpg) - (o.sp.u0 >> c.ltpg)] = (uint8_t)(b + 127);
-        const float m = pow2f_dev(km);
+        M[sb] = __fmul_rn(p.ng[sb], pow2f_dev(km));
+        /* max |v| = round(max |h| * M) (rounding is monotonic): one compare per group */
+        check |= !(__fmul_rn(__uint_as_float(p.amax_h[sb]), M[sb]) <= c.L);
+        /* the group's byte, from the lane and sub-block that start it */
+        if (go.exps && 16 * sb < nv && ((16 * sb) & (c.G - 1)) == 0 && (lane & (c.tpg - 1)) == 0)
+            go.exps[((u64)UNIT * u + 16u * (unsigned)sb) / (unsigned)c.G - go.g0] = (uint8_t)(b + 127);
+    }
 #pragma unroll
-        for (int j = 0; j < UNIT; j++) v[j] = __fmul_rn(v[j], m);
-        /* saturation: max |v| = round(max |r| * m) (rounding is monotonic), so
-         * one compare decides for the whole unit; a NaN r (overflow inside
-         * the transform) is only possible with adaptive off and Hadamard on */
-        if ((c.hadamard && !c.adaptive) || !(__fmul_rn(p.tr, m) <= c.L)) {
+    for (int j = 0; j < UNIT; j++) v[j] = __fmul_rn(v[j], M[j >> 4]);
+    if (check) { /* rare: count, and turn an overflow NaN into +inf (a local loop) */
+        float t[UNIT];
 #pragma unroll
-            for (int j = 0; j < UNIT; j++) {
-                if (j < nv && !((p.sc.nfmask >> j) & 1u) && !(fabsf(v[j]) <= c.L)) {
-                    ts.sat++;
-                    if (isnan(v[j])) v[j] = __uint_as_float(0x7F800000u); /* never a NaN code for finite input */
-                }
+        for (int j = 0; j < UNIT; j++) t[j] = v[j];
+#pragma unroll 1
+        for (int j = 0; j < nv; j++) {
+            if (!((sc.nfmask >> j) & 1ull) && !(fabsf(t[j]) <= c.L)) {
+                ts.sat++;
+                if (isnan(t[j])) t[j] = __uint_as_float(0x7F800000u); /* never a NaN code for finite input */
             }
         }
-        quantize16<FMT, SR>(c, v, p.sc.nfmask, i0, o.stream, w);
+#pragma unroll
+        for (int j = 0; j < UNIT; j++) v[j] = t[j];
     }
-    store_bytes16(o.codes, u, o.sp, nv, w, lane);
+    quantize<FMT, SR>(c, v, u, stream, out);
+    if (sc.nfmask) set_nan_codes(out, sc.nfmask);
 }
 
 /* int8_group (compress.c int8_encode): step d = amax / 127 per group, q =
- * round(x / d), -128 for NaN/inf; RNE by rintf, SR with F = frac * 2^32. */
-__device__ __forceinline__ void int8_encode_unit(const Codec& c, const float (&v)[UNIT], int nv, unsigned u,
-                                                 const ORange& o, int lane, TStats& ts) {
-    const Scan sc = scan_finite(v);
-    ts.nf += __popc(sc.nfmask);
-    ts.amax = fmaxf(ts.amax, __uint_as_float(sc.amax_u));
-    const float d = __fdiv_rn(__uint_as_float(group_max_u32(sc.amax_u, c.tpg)), 127.0f);
-    const u64 i0 = (u64)UNIT * u;
-    if (o.exps && nv > 0 && (lane & (c.tpg - 1)) == 0)
-        store_u32_any(o.exps + 4 * (size_t)((u >> c.ltpg) - (o.sp.u0 >> c.ltpg)), __float_as_uint(d));
-    unsigned rw[UNIT];
-    if (c.stochastic) {
+ * round(x * (127 / amax)) (x / d where 127 / amax overflows), -128 for
+ * NaN/inf; RNE, or SR with F = frac * 2^32. RNE rounds by the 1.5 * 2^23
+ * trick: adding it leaves round(t) in the low bits of the sum, the same
+ * ties-to-even rounding as rintf. */
+__device__ __forceinline__ void int8_encode_unit(const Codec& c, const float (&v)[UNIT], const Scan& sc, unsigned u,
+                                                 int nv, int lane, const GOut& go, u64 stream, Row<1>& out, TStats& ts) {
+    ts.nf += __popcll(sc.nfmask);
+    ts.amax = fmaxf(ts.amax, max4f(sc.amax));
+    unsigned a[SB];
 #pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const uint4 r = philox_block(c.seed, o.stream, (i0 >> 2) + (u64)k);
-            rw[4 * k] = r.x; rw[4 * k + 1] = r.y; rw[4 * k + 2] = r.z; rw[4 * k + 3] = r.w;
-        }
-    }
-    unsigned w[4] = {0u, 0u, 0u, 0u};
+    for (int sb = 0; sb < SB; sb++) a[sb] = sc.amax[sb];
+    group_max(a, c);
+    float d[SB], inv[SB];
+    bool slow = sc.nfmask != 0ull || c.stochastic;
 #pragma unroll
-    for (int j = 0; j < UNIT; j++) {
-        int q = 0;
-        if ((sc.nfmask >> j) & 1u) {
-            q = -128;
-        } else if (d != 0.0f && j < nv) {
-            const float t = __fdiv_rn(v[j], d);
-            const float a = fabsf(t);
-            float r;
-            if (c.stochastic) {
-                const float fl = floorf(a);
-                const unsigned F = __float2uint_rz(__fmul_rn(__fsub_rn(a, fl), 4294967296.0f));
-                r = __fadd_rn(fl, ((u64)F + rw[j] >= 0x100000000ull) ? 1.0f : 0.0f);
-            } else {
-                r = rintf(a);
-            }
-            if (r > 127.0f) {
-                r = 127.0f;
-                ts.sat++;
-            }
-            q = (t < 0.0f) ? -(int)r : (int)r;
-        }
-        w[j >> 2] |= ((unsigned)q & 0xFFu) << (8 * (j & 3));
+    for (int sb = 0; sb < SB; sb++) {
+        const float am = __uint_as_float(a[sb]);
+        d[sb] = __fdiv_rn(am, 127.0f);
+        inv[sb] = __fdiv_rn(127.0f, am);
+        slow |= d[sb] == 0.0f || !(inv[sb] <= 3.0e38f);
+        if (go.exps && 16 * sb < nv && ((16 * sb) & (c.G - 1)) == 0 && (lane & (c.tpg - 1)) == 0)
+            store_u32_any(go.exps + 4 * (size_t)(((u64)UNIT * u + 16u * (unsigned)sb) / (unsigned)c.G - go.g0), __float_as_uint(d[sb]));
     }
-    store_bytes16(o.codes, u, o.sp, nv, w, lane);
+    if (!slow) {
+#pragma unroll
+        for (int i = 0; i < UNIT / 4; i++) {
+            unsigned w = 0u;
+#pragma unroll
+            for (int b = 0; b < 4; b++) {
+                const int j = 4 * i + b;
+                const float t = __fadd_rn(__fmul_rn(v[j], inv[j >> 4]), 12582912.0f);
+                w |= (__float_as_uint(t) & 0xFFu) << (8 * b);
+            }
+            row_set_word(out, i, w);
+        }
+        return;
+    }
+    /* nonfinite, stochastic, or a step the reciprocal cannot take: element by
+     * element over local copies (the rare path, and SR) */
+    float t[UNIT];
+    unsigned w[UNIT / 4];
+#pragma unroll
+    for (int j = 0; j < UNIT; j++) t[j] = v[j];
+#pragma unroll 1
+    for (int i = 0; i < UNIT / 4; i++) {
+        uint4 r = make_uint4(0u, 0u, 0u, 0u);
+        if (c.stochastic) r = philox_block(c.seed, stream, (u64)(UNIT / 4) * u + (u64)i);
+        const unsigned rw[4] = {r.x, r.y, r.z, r.w};
+        unsigned wd = 0u;
+        for (int b = 0; b < 4; b++) {
+            const int j = 4 * i + b, sb = j >> 4;
+            int q = 0;
+            const float dj = sb == 0 ? d[0] : sb == 1 ? d[1] : sb == 2 ? d[2] : d[3];
+            const float ij = sb == 0 ? inv[0] : sb == 1 ? inv[1] : sb == 2 ? inv[2] : inv[3];
+            if ((sc.nfmask >> j) & 1ull) {
+                q = -128;
+            } else if (dj != 0.0f && j < nv) {
+                const float tq = (ij <= 3.0e38f) ? __fmul_rn(t[j], ij) : __fdiv_rn(t[j], dj);
+                const float at = fabsf(tq);
+                float rr;
+                if (c.stochastic) {
+                    const float fl = floorf(at);
+                    const unsigned F = __float2uint_rz(__fmul_rn(__fsub_rn(at, fl), 4294967296.0f));
+                    rr = __fadd_rn(fl, ((u64)F + rw[b] >= 0x100000000ull) ? 1.0f : 0.0f);
+                } else {
+                    rr = rintf(at);
+                }
+                if (rr > 127.0f) {
+                    rr = 127.0f;
+                    ts.sat++;
+                }
+                q = (tq < 0.0f) ? -(int)rr : (int)rr;
+            }
+            wd |= ((unsigned)q & 0xFFu) << (8 * b);
+        }
+        w[i] = wd;
+    }
+#pragma unroll
+    for (int i = 0; i < UNIT / 4; i++) row_set_word(out, i, w[i]);
 }
 
 /* none: the fp32 bits as they are (eb = 4); bf16: rounded to nearest even
  * by bf16.h's integer rule, the CPU's bytes exactly (eb = 2) */
-__device__ __forceinline__ void raw_encode_unit(const Codec& c, const float (&v)[UNIT], int nv, unsigned u, const ORange& o,
-                                                TStats& ts) {
-    const Scan sc = scan_finite(v);
-    ts.nf += __popc(sc.nfmask);
-    ts.amax = fmaxf(ts.amax, __uint_as_float(sc.amax_u));
-    if (c.eb == 4) {
-        unsigned w[UNIT];
-#pragma unroll
-        for (int j = 0; j < UNIT; j++) w[j] = __float_as_uint(v[j]);
-        store_words16(o.codes + (size_t)UNIT * 4 * (u - o.sp.u0), nv, w);
-    } else {
-        unsigned w[UNIT / 2];
-#pragma unroll
-        for (int k = 0; k < UNIT / 2; k++) {
-            const unsigned b0 = __float_as_uint(v[2 * k]), b1 = __float_as_uint(v[2 * k + 1]);
-            w[k] = (unsigned)bf16_from_bits(b0) | ((unsigned)bf16_from_bits(b1) << 16);
-            ts.sat += (unsigned)bf16_overflows(b0) + (unsigned)bf16_overflows(b1); /* slots past nv hold 0 */
-        }
-        store_halves16(o.codes + (size_t)UNIT * 2 * (u - o.sp.u0), nv, w);
-    }
+__device__ __forceinline__ void raw_stats(const Scan& sc, TStats& ts) {
+    ts.nf += __popcll(sc.nfmask);
+    ts.amax = fmaxf(ts.amax, max4f(sc.amax));
 }
-
-template <int FAM, int FMT, bool SR>
-__device__ __forceinline__ void encode_unit(const Codec& c, float (&v)[UNIT], int nv, unsigned u, const ORange& o, int kc,
-                                            int lane, TStats& ts) {
-    if constexpr (FAM == FAM_FP8) fp8_encode_unit<FMT, SR>(c, v, nv, u, o, kc, lane, ts);
-    else if constexpr (FAM == FAM_INT8) int8_encode_unit(c, v, nv, u, o, lane, ts);
-    else raw_encode_unit(c, v, nv, u, o, ts);
+__device__ __forceinline__ void raw_encode_bf16(const float (&v)[UNIT], Row<2>& out, TStats& ts) {
+#pragma unroll
+    for (int i = 0; i < UNIT / 2; i++) {
+        const unsigned b0 = __float_as_uint(v[2 * i]), b1 = __float_as_uint(v[2 * i + 1]);
+        row_set_word(out, i, (unsigned)bf16_from_bits(b0) | ((unsigned)bf16_from_bits(b1) << 16));
+        ts.sat += (unsigned)bf16_overflows(b0) + (unsigned)bf16_overflows(b1); /* slots past nv hold 0 */
+    }
 }
 
 /* the chunk scale exponent k_c of taco.c step 4 (0 without dual scale) */
@@ -284,49 +504,91 @@ __device__ __forceinline__ int chunk_kc(const Codec& c, const CompressStatsDev* 
 /* ========================================================================== */
 /* decode                                                                      */
 
-/* unit lu of a raw (none / bf16) input as fp32 */
-__device__ __forceinline__ void raw_decode_unit(const Codec& c, const uint8_t* codes, unsigned lu, int nv, float (&d)[UNIT]) {
-    if (c.eb == 4) {
-        unsigned w[UNIT];
-        load_words16(codes + (size_t)UNIT * 4 * lu, nv, w);
-#pragma unroll
-        for (int j = 0; j < UNIT; j++) d[j] = __uint_as_float(w[j]);
-    } else {
-        unsigned w[UNIT / 2];
-        load_halves16(codes + (size_t)UNIT * 2 * lu, nv, w);
-#pragma unroll
-        for (int k = 0; k < UNIT / 2; k++) {
-            d[2 * k] = __uint_as_float(w[k] << 16);
-            d[2 * k + 1] = __uint_as_float(w[k] & 0xFFFF0000u);
-        }
-    }
-}
+/* What a copy's scale means for dequantisation (taco.c's dq): k = its
+ * exponent when it is a normal power of two, else foreign (divide). */
+struct InScale {
+    float s;
+    int k;
+    int foreign;
+};
 
-/* one compressed FP8 input's unit, decoded and inverse-transformed, times 2^b */
+/* Which sub-blocks of a row of codes hold an inf / NaN code (special: they
+ * take the exact decode) and which a NaN code (nan: the group was sent
+ * unrotated). */
 template <int FMT>
-__device__ __forceinline__ void fp8_decode_unit(const Codec& ci, const unsigned (&w)[4], unsigned ebyte, const DecConst& dc,
-                                                bool full, int lane, float (&d)[UNIT]) {
-    const unsigned nanmask = fp8_decode16<FMT>(w, dc, d);
-    if (ci.hadamard) {
-        const bool gnan = group_any(nanmask != 0u, ci.tpg, lane);
-        hadamard_unit(d, ci.tpg, lane, full && !gnan, ci.norm);
-    }
-    if (ci.gb) {
-        const float up = pow2f_dev((int)ebyte - 127);
+__device__ __forceinline__ void fp8_row_flags(const Row<1>& r, unsigned (&special)[SB], unsigned (&nan)[SB]) {
 #pragma unroll
-        for (int j = 0; j < UNIT; j++) d[j] = __fmul_rn(d[j], up);
+    for (int sb = 0; sb < SB; sb++) {
+        unsigned sp = 0u, na = 0u;
+#pragma unroll
+        for (int i = 4 * sb; i < 4 * sb + 4; i++) {
+            const unsigned w = row_word(r, i);
+            if (FMT == FP8_E4M3) {
+                sp |= __vcmpeq4(w & 0x7F7F7F7Fu, 0x7F7F7F7Fu);
+            } else {
+                sp |= __vcmpeq4(w & 0x7C7C7C7Cu, 0x7C7C7C7Cu);
+                na |= __vcmpgtu4(w & 0x7F7F7F7Fu, 0x7C7C7C7Cu);
+            }
+        }
+        special[sb] = sp != 0u ? 1u : 0u;
+        nan[sb] = (FMT == FP8_E4M3 ? sp : na) != 0u ? 1u : 0u;
     }
 }
 
-/* acc = d (the first copy of a sum that starts with it) or acc + d */
-__device__ __forceinline__ void accumulate(float (&acc)[UNIT], const float (&d)[UNIT], bool assign) {
-    if (assign) {
+/* The 16 codes of sub-block sb as f' = fp8 value * 2^-BA: the float whose
+ * bits are (sign << 31) | (code & 0x7F) << SHIFT, exact for every finite code
+ * (fp8 subnormals become float subnormals). A special sub-block takes the
+ * exact decode (times 2^-BA, still exact). */
+template <int FMT>
+__device__ __forceinline__ void fp8_sb_values(const Row<1>& r, int sb, bool special, float (&f)[16]) {
+    typedef Fp8T<FMT> T;
 #pragma unroll
-        for (int j = 0; j < UNIT; j++) acc[j] = d[j];
-    } else {
-#pragma unroll
-        for (int j = 0; j < UNIT; j++) acc[j] = __fadd_rn(acc[j], d[j]);
+    for (int j = 0; j < 16; j++) {
+        const unsigned code = (row_word(r, 4 * sb + (j >> 2)) >> (8 * (j & 3))) & 0xFFu;
+        f[j] = __uint_as_float(((code & 0x80u) << 24) | ((code & 0x7Fu) << T::SHIFT));
     }
+    if (special) { /* rare: inf / NaN codes */
+        unsigned w[4];
+        float t[16];
+#pragma unroll
+        for (int i = 0; i < 4; i++) w[i] = row_word(r, 4 * sb + i);
+#pragma unroll 1
+        for (int j = 0; j < 16; j++) t[j] = __fmul_rn(fp8_decode_exact<FMT>((w[j >> 2] >> (8 * (j & 3))) & 0xFFu), pow2f_dev(-T::BA));
+#pragma unroll
+        for (int j = 0; j < 16; j++) f[j] = t[j];
+    }
+}
+
+/* dq(f) = ldexpf(f, b - k) (or ldexpf(f / s, b) for a foreign scale) from f' = f * 2^-BA:
+ * one multiply by 2^(e + BA) when that is a normal power of two (one
+ * rounding of the exact product, as ldexpf), else exact steps */
+template <int FMT>
+__device__ __forceinline__ void dequant16(float (&f)[16], int b, const InScale& is) {
+    constexpr int BA = Fp8T<FMT>::BA;
+    const int e = b - is.k;
+    if (!is.foreign && e + BA >= -126 && e + BA <= 127) {
+        const float m = pow2f_dev(e + BA);
+#pragma unroll
+        for (int j = 0; j < 16; j++) f[j] = __fmul_rn(f[j], m);
+        return;
+    }
+    /* rare: exact steps, in a loop over a local copy */
+    float t[16];
+#pragma unroll
+    for (int j = 0; j < 16; j++) t[j] = f[j];
+#pragma unroll 1
+    for (int j = 0; j < 16; j++) {
+        const float fv = __fmul_rn(t[j], pow2f_dev(BA)); /* the fp8 value, exact */
+        t[j] = is.foreign ? ldexpf(__fdiv_rn(fv, is.s), b) : ldexpf(fv, e);
+    }
+#pragma unroll
+    for (int j = 0; j < 16; j++) f[j] = t[j];
+}
+
+/* acc's sub-block sb += d */
+__device__ __forceinline__ void add_sb(float (&acc)[UNIT], const float (&d)[16], int sb) {
+#pragma unroll
+    for (int j = 0; j < 16; j++) acc[16 * sb + j] = __fadd_rn(acc[16 * sb + j], d[j]);
 }
 
 } /* namespace */

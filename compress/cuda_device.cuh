@@ -5,9 +5,9 @@
  * compress/ (a header: what an anonymous namespace holds is per file).
  *
  * Every function repeats the CPU reference (compress.c, taco.c, fp8.c,
- * hadamard.c) operation for operation, so that for round-to-nearest the bytes
- * on the wire and the decoded fp32 bits are IDENTICAL to the CPU's. The rules
- * that make that possible (compress/README.md):
+ * hadamard.c) operation for operation, so that the bytes on the wire and the
+ * decoded fp32 bits are IDENTICAL to the CPU's. The rules that make that
+ * possible (compress/README.md):
  *   - every scale is a power of two: multiplying by it is exact unless the
  *     result under/overflows, and then it rounds once, like the CPU;
  *   - every float operation that rounds is written as an explicit _rn
@@ -15,8 +15,8 @@
  *     an FMA, whatever --fmad says: the CPU reference is built with
  *     -ffp-contract=off and an FMA would round differently;
  *   - the Hadamard butterflies run in the CPU's stage order h = 1, 2, 4, ...
- *     (float addition is not associative), then one multiply by the same
- *     norm(G) constant (computed by hadamard_norm on the host).
+ *     (float addition is not associative); the normalisation is folded into
+ *     the one per-group multiply that follows, as in taco.c.
  * The FP8 conversion: cvt.rn.satfinite.{e4m3,e5m2}x2.f32 is round-to-nearest-
  * even with saturation of finite overflow and of +-inf to +-max, the CPU's
  * rule. NaN gets no say: a NaN (or, in the group pipeline, inf) input's code
@@ -41,7 +41,8 @@
 
 namespace {
 
-constexpr int UNIT = 16;                /* consecutive elements per thread and step */
+constexpr int UNIT = 64;                /* consecutive elements per thread and step */
+constexpr int SB = 4;                   /* 16-element sub-blocks of a unit: the smallest group */
 static_assert(UNIT == COMPRESS_WIRE_UNIT, "methods.h: ranges of methods without groups are cut on units");
 constexpr unsigned FULL = 0xffffffffu;
 typedef unsigned long long u64;
@@ -94,8 +95,6 @@ __device__ __forceinline__ int pow2_fit_dev(float amax, float limit) {
     return min(max(k, TACO_EXP_MIN), TACO_EXP_MAX);
 }
 
-__device__ __forceinline__ unsigned byte_of(const unsigned (&w)[4], int j) { return (w[j >> 2] >> (8 * (j & 3))) & 0xFFu; }
-
 __device__ __forceinline__ unsigned load_u32_any(const uint8_t* p) {
     if (((uintptr_t)p & 3u) == 0) return *reinterpret_cast<const unsigned*>(p);
     return (unsigned)p[0] | ((unsigned)p[1] << 8) | ((unsigned)p[2] << 16) | ((unsigned)p[3] << 24);
@@ -108,62 +107,6 @@ __device__ __forceinline__ void store_u32_any(uint8_t* p, unsigned v) {
         p[1] = (uint8_t)(v >> 8);
         p[2] = (uint8_t)(v >> 16);
         p[3] = (uint8_t)(v >> 24);
-    }
-}
-
-/* ========================================================================== */
-/* group reductions and the Hadamard                                           */
-
-/* Reductions over the tpg lanes of a group (xor masks < tpg stay inside the
- * aligned lane block of the group). Every lane of the warp must call. */
-__device__ __forceinline__ unsigned group_max_u32(unsigned v, int tpg) {
-    for (int m = 1; m < tpg; m <<= 1) v = max(v, __shfl_xor_sync(FULL, v, m));
-    return v;
-}
-/* NaN-ignoring, like the CPU's "if (v > a) a = v" */
-__device__ __forceinline__ float group_max_f32(float v, int tpg) {
-    for (int m = 1; m < tpg; m <<= 1) v = fmaxf(v, __shfl_xor_sync(FULL, v, m));
-    return v;
-}
-__device__ __forceinline__ bool group_any(bool pred, int tpg, int lane) {
-    const unsigned b = __ballot_sync(FULL, pred);
-    const unsigned gm = (tpg >= 32) ? FULL : (((1u << tpg) - 1u) << (lane & ~(tpg - 1)));
-    return (b & gm) != 0u;
-}
-
-/* The orthonormal Walsh-Hadamard transform of the group, in place, bit-exact
- * with hadamard_transform(): stages h = 1, 2, 4, 8 on the thread's 16
- * registers, then h = 16 m for lane masks m = 1, 2, .., tpg/2, then one
- * multiply by norm. In a cross-lane stage the lane without bit m holds x[j]
- * (a) and computes a + b; its partner holds x[j + h] (b) and must compute
- * a - b = partner - mine. Both are fma(mine, +-1, partner): mine * +-1 is
- * exact, so the fma rounds exactly once, like the CPU's add/subtract, also
- * for signed zeros. The shuffles run in every lane (groups in one warp may
- * differ in `rot`); only lanes of rotating groups update. */
-__device__ __forceinline__ void hadamard_unit(float (&v)[UNIT], int tpg, int lane, bool rot, float norm) {
-    if (rot) {
-#pragma unroll
-        for (int h = 1; h < UNIT; h <<= 1) {
-#pragma unroll
-            for (int j = 0; j < UNIT; j++) {
-                if (j & h) continue;
-                const float a = v[j], b = v[j + h];
-                v[j] = __fadd_rn(a, b);
-                v[j + h] = __fsub_rn(a, b);
-            }
-        }
-    }
-    for (int m = 1; m < tpg; m <<= 1) {
-        const float sgn = (lane & m) ? -1.0f : 1.0f;
-#pragma unroll
-        for (int j = 0; j < UNIT; j++) {
-            const float q = __shfl_xor_sync(FULL, v[j], m);
-            if (rot) v[j] = __fmaf_rn(v[j], sgn, q);
-        }
-    }
-    if (rot) {
-#pragma unroll
-        for (int j = 0; j < UNIT; j++) v[j] = __fmul_rn(v[j], norm);
     }
 }
 
@@ -205,7 +148,7 @@ __device__ __forceinline__ unsigned fp8_encode_sw(float x, bool stochastic, unsi
 }
 
 /* two codes, round to nearest even, saturating (+-inf -> +-max); lo in the
- * low byte. A NaN input's code is overwritten by the caller (quantize16). */
+ * low byte. A NaN input's code is overwritten by the caller (cuda_codec.cuh). */
 template <int FMT>
 __device__ __forceinline__ unsigned fp8x2_rne(float lo, float hi) {
 #ifdef COMPRESS_CUDA_SOFT_FP8
@@ -231,78 +174,8 @@ __device__ __forceinline__ float fp8_decode_exact(unsigned c) {
     float v;
     if (FMT == FP8_E4M3 && mag == 0x7Fu) v = __uint_as_float(0x7FC00000u);
     else if (FMT == FP8_E5M2 && mag >= 0x7Cu) v = __uint_as_float(mag == 0x7Cu ? 0x7F800000u : 0x7FC00000u);
-    else v = __fmul_rn(__uint_as_float(mag << T::SHIFT), pow2f_dev(T::BA)); /* exact, see DecConst */
+    else v = __fmul_rn(__uint_as_float(mag << T::SHIFT), pow2f_dev(T::BA)); /* the fp8 value * 2^-BA, exact (also fp8 subnormals), then * 2^BA: exact */
     return (c & 0x80u) ? -v : v;
-}
-
-/* How one compressed input turns a code into d = fp8_decode(code) / scale.
- * raw = the float whose bits are (sign << 31) | (code & 0x7F) << SHIFT is
- * EXACTLY fp8_value * 2^-BA, also for fp8 subnormals (it is then a float
- * subnormal). With scale s = 2^k (every scale our encoders write):
- *   mode 0: d = raw * 2^(BA - k)             when BA - k <= 127
- *   mode 1: d = (raw * 2^BA) * 2^-k          (the first product is exact)
- * Each rounds the exact real fp8_value * 2^-k once, as the CPU's IEEE
- * division fp8_value / s does, so the bits are the same. Any other scale
- * (foreign bytes): mode 2, an IEEE division __fdiv_rn, like the CPU. */
-struct DecConst {
-    float c1, c2, s;
-    int mode;
-};
-
-template <int FMT>
-__device__ DecConst dec_const(const uint8_t* scale) {
-    const int BA = Fp8T<FMT>::BA;
-    DecConst d;
-    d.s = scale ? __uint_as_float(load_u32_any(scale)) : 1.0f;
-    d.c2 = 1.0f;
-    const unsigned b = __float_as_uint(d.s);
-    if ((b & 0x807FFFFFu) == 0u && b >= 0x00800000u && b < 0x7F800000u) {
-        const int k = (int)(b >> 23) - 127;
-        if (BA - k <= 127) {
-            d.mode = 0;
-            d.c1 = pow2f_dev(BA - k);
-        } else {
-            d.mode = 1;
-            d.c1 = pow2f_dev(BA);
-            d.c2 = pow2f_dev(-k);
-        }
-    } else {
-        d.mode = 2;
-        d.c1 = pow2f_dev(BA);
-    }
-    return d;
-}
-
-/* 16 codes -> d[j] = fp8_decode(code_j) / s; returns the mask of NaN codes.
- * Fast path when no code is NaN/inf; the rare special codes take the exact
- * per-element path (which is also the division path for foreign scales). */
-template <int FMT>
-__device__ __forceinline__ unsigned fp8_decode16(const unsigned (&w)[4], const DecConst& dc, float (&d)[UNIT]) {
-    typedef Fp8T<FMT> T;
-    unsigned special = 0;
-#pragma unroll
-    for (int k = 0; k < 4; k++)
-        special |= (FMT == FP8_E4M3) ? __vcmpeq4(w[k] & 0x7F7F7F7Fu, 0x7F7F7F7Fu) : __vcmpeq4(w[k] & 0x7C7C7C7Cu, 0x7C7C7C7Cu);
-    unsigned nanmask = 0;
-    if (special == 0u && dc.mode != 2) {
-#pragma unroll
-        for (int j = 0; j < UNIT; j++) {
-            const unsigned c = byte_of(w, j);
-            d[j] = __fmul_rn(__uint_as_float(((c & 0x80u) << 24) | ((c & 0x7Fu) << T::SHIFT)), dc.c1);
-        }
-        if (dc.mode == 1) {
-#pragma unroll
-            for (int j = 0; j < UNIT; j++) d[j] = __fmul_rn(d[j], dc.c2);
-        }
-    } else {
-#pragma unroll
-        for (int j = 0; j < UNIT; j++) {
-            const float v = fp8_decode_exact<FMT>(byte_of(w, j));
-            if (isnan(v)) nanmask |= 1u << j;
-            d[j] = __fdiv_rn(v, dc.s);
-        }
-    }
-    return nanmask;
 }
 
 } /* namespace */

@@ -2,17 +2,20 @@
  * compress/cuda_kernels.cuh - the compression kernels and the launch
  * parameters they take; compress_cuda.cu launches them.
  *
- * Kernels (grid-stride over units; gridDim.y = job, several chunks per launch):
+ * Kernels (gridDim.y = job, several chunks per launch; a block walks the
+ * job's units THREADS at a time, grid-stride; a warp's 32 units move through
+ * its shared-memory staging area, cuda_unit_io.cuh):
  *   k_amax        pass 1 of current dual scaling: the chunk amax of the
  *                 transformed values, atomicMax into the job's slot;
  *   k_compress    encode (pass 2, or the only pass): group exponent, Hadamard,
  *                 chunk scale, FP8 cast (hardware cvt with satfinite, or the
  *                 integer encoder for stochastic rounding), codes + exponent
  *                 bytes + statistics;
- *   k_decompress  decode 1..16 compressed copies of a chunk range, inverse
- *                 Hadamard each, sum in fp32 in rank order (acc = 0.0f first),
- *                 then store fp32/bf16, or reduce the sum's transformed amax,
- *                 or re-compress the sum directly (the fused all-gather step).
+ *   k_decompress  the sum of 1..16 compressed copies of a chunk range
+ *                 (taco.c: rotated copies summed before ONE inverse
+ *                 transform), then stored as fp32 / bf16, or its transformed
+ *                 amax reduced, or re-compressed directly (the fused
+ *                 all-gather step).
  */
 #ifndef COMPRESS_CUDA_KERNELS_CUH
 #define COMPRESS_CUDA_KERNELS_CUH
@@ -27,7 +30,7 @@
 
 namespace {
 
-constexpr int THREADS = 256;            /* threads per block */
+constexpr int THREADS = 128;            /* threads per block */
 constexpr int WARPS = THREADS / 32;
 constexpr int MAX_IN = COMPRESS_DEV_MAX_IN;
 constexpr int MAX_JOBS = COMPRESS_DEV_MAX_JOBS;
@@ -49,8 +52,8 @@ struct CLaunch {
 
 struct DIn {
     const uint8_t* scale;
-    const uint8_t* exps;
-    const uint8_t* codes;
+    const uint8_t* exps;  /* group bytes of the range's first group */
+    const uint8_t* codes; /* element bytes of unit u0 */
 };
 struct DJob {
     void* y;                                    /* element 0 of the chunk's output (fp32 / bf16) */
@@ -67,28 +70,19 @@ struct DLaunch {
 };
 
 /* Minimum resident blocks per SM asked of the register allocator
- * (__launch_bounds__): 4 x 256 threads caps a kernel at 64 registers, 3 at 80,
- * 2 at 128. Memory-bound kernels want many loads in flight, so the RNE paths
- * get the tight cap (they fit without spilling); the variants that need more
- * registers get fewer blocks: int8 compress one less, stochastic rounding
- * (Philox words) two less in compress and one less in the recompress. The
- * register report (compress/CUDA.md) flags any spill. */
+ * (__launch_bounds__): 8 x 128 threads caps a kernel at 64 registers, 6 at
+ * 80, 5 at 96, 4 at 128. A thread holds 64 values, so the kernels get 4 (the
+ * stochastic-rounding ones, with Philox words, 3); the register report
+ * (compress/CUDA.md) flags any spill. */
 #ifndef COMPRESS_MIN_BLOCKS
 #define COMPRESS_MIN_BLOCKS 4
 #endif
 #ifndef DECOMPRESS_MIN_BLOCKS
-#define DECOMPRESS_MIN_BLOCKS 3
-#endif
-/* compressed inputs whose 16-byte loads a decompress thread issues before
- * decoding the first of them */
-#ifndef PREFETCH
-#define PREFETCH 2
+#define DECOMPRESS_MIN_BLOCKS 4
 #endif
 
-/* what k_decompress does with the sum, and what the sum starts from (the
- * first copy, 0.0f, or the output's fp32 values) */
+/* what k_decompress does with the sum */
 enum OutKind { OUT_F32 = 0, OUT_BF16 = 1, OUT_AMAX = 2, OUT_RECOMP = 3 };
-enum AccInit { INIT_FIRST = 0, INIT_ZERO = 1, INIT_LOAD = 2 };
 
 /* ========================================================================== */
 /* statistics                                                                  */
@@ -135,78 +129,388 @@ __device__ void flush_scale_amax(float amax, CompressStatsDev* st) {
 }
 
 /* ========================================================================== */
+/* units in and out                                                            */
+
+/* A warp's steps through a job: step t covers the 32 units from lu(t) (counted
+ * from the job's u0); the blocks of the grid take turns, THREADS units each. */
+struct WarpSteps {
+    unsigned first, stride, nunits;
+    __device__ __forceinline__ unsigned lu(unsigned t) const { return first + t * stride; }
+    __device__ __forceinline__ bool has(unsigned t) const { return lu(t) < nunits; }
+};
+__device__ __forceinline__ WarpSteps warp_steps(const Span& sp, int warp) {
+    WarpSteps s;
+    s.first = blockIdx.x * THREADS + 32u * (unsigned)warp;
+    s.stride = gridDim.x * THREADS;
+    s.nunits = sp.u1 - sp.u0;
+    return s;
+}
+
+/* The warp's pipeline of input rows: steps are (unit step t, copy i), copy i
+ * of P at bytes[i] (the job's unit u0; one array for a compress, P copies for
+ * a decompress), taken in the order t = 0, 1, ..; i = 0 .. P-1. take() issues
+ * the step after the one it returns, so one step is always in flight. */
+template <int EB>
+struct InRows {
+    uint4* area0; /* two areas back to back: step k uses area(k) (no pointer array: it would live in local memory) */
+    const uint8_t* const* bytes;
+    int P;
+    WarpSteps ws;
+    Span sp;
+    int lane;
+    unsigned issued, taken;
+
+    __device__ __forceinline__ const uint8_t* fast_src(unsigned t, int i) const {
+        if (!ws.has(t)) return nullptr;
+        const WarpUnits w = warp_units(sp, ws.lu(t), lane);
+        return (w.full && aligned16(bytes[i])) ? bytes[i] + (size_t)EB * UNIT * ws.lu(t) : nullptr;
+    }
+    __device__ __forceinline__ uint4* area(unsigned k) const { return area0 + (k & 1u) * (unsigned)(area_bytes<EB>() / 16); }
+    __device__ __forceinline__ void issue(unsigned t, int i) {
+        rows_issue<EB>(area(issued), fast_src(t, i), lane);
+        issued++;
+    }
+    __device__ __forceinline__ void start() {
+        issued = taken = 0;
+        if (ws.has(0)) issue(0, 0);
+    }
+    __device__ __forceinline__ void take(unsigned t, int i, const WarpUnits& w, Row<EB>& r) {
+        if (i + 1 < P) issue(t, i + 1);
+        else issue(t + 1, 0);
+        rows_take<EB>(area(taken), fast_src(t, i) != nullptr, bytes[i] + (size_t)EB * UNIT * (w.lu0 + (unsigned)lane),
+                      w.nv, lane, r);
+        taken++;
+    }
+};
+
+/* the staging areas of a warp in the block's dynamic shared memory: two
+ * for input rows of EBI bytes per element, one for output rows of EBO */
+template <int EBI, int EBO>
+__host__ __device__ constexpr int warp_smem_bytes() { return 2 * area_bytes<EBI>() + area_bytes<EBO>(); }
+
+/* a compress job's input unit as fp32 values, and its scan */
+template <bool BF16>
+__device__ __forceinline__ void input_values(const Row<BF16 ? 2 : 4>& r, float (&v)[UNIT], Scan& sc) {
+    if constexpr (BF16) {
+        sc = scan_bf16(r);
+        bf16_row_to_f32(r, v);
+    } else {
+        f32_row_to_f32(r, v);
+        sc = scan_f32(v);
+    }
+    scan_resolve(sc, v);
+}
+
+/* encode the unit's values v with c and store its element bytes at codes
+ * (the job's unit u0) */
+template <int FAM, int FMT, bool SR>
+__device__ __forceinline__ void encode_store(const Codec& c, float (&v)[UNIT], const Scan& sc, const WarpUnits& w,
+                                             const Span& sp, int kc, int lane, const GOut& go, u64 stream,
+                                             uint8_t* codes, uint4* aout, TStats& ts) {
+    const bool al = aligned16(codes);
+    if constexpr (FAM == FAM_NONE) {
+        raw_stats(sc, ts);
+        if (c.eb == 4) {
+            Row<4> r;
+            f32_to_f32_row(v, r);
+            store_row<4>(codes, w, al, aout, lane, r);
+        } else {
+            Row<2> r;
+            raw_encode_bf16(v, r, ts);
+            store_row<2>(codes, w, al, aout, lane, r);
+        }
+    } else {
+        Row<1> r;
+        if constexpr (FAM == FAM_INT8) int8_encode_unit(c, v, sc, w.u, w.nv, lane, go, stream, r, ts);
+        else fp8_encode_unit<FMT, SR>(c, v, sc, w.u, w.nv, sp, kc, lane, go, stream, r, ts);
+        store_row<1>(codes, w, al, aout, lane, r);
+    }
+}
+
+/* ========================================================================== */
+/* the sum of P compressed copies (taco.c's taco_decode_sum, compress.c)       */
+
+/* taco.c's dq computed from f' and the transform folded in: a single copy's
+ * rotated group can skip dequantising, d = H_un(f') * C with C = norm *
+ * 2^(e + BA), when that gives the CPU's bits: C is a normal float, and
+ * ldexpf(f, e) is exact and its transform cannot overflow (e in
+ * [-130, 100]), so every rounding of H_un(dq(f)) happens at the same
+ * relative place in H_un(f'). */
+template <int FMT>
+__device__ __forceinline__ bool fold_const(const Codec& ci, int b, const InScale& is, float* C) {
+    constexpr int BA = Fp8T<FMT>::BA;
+    if (is.foreign) return false;
+    const int e = b - is.k;
+    if (e < -130 || e > 100 || e + BA > 127) return false;
+    const float c = __fmul_rn(ci.norm, pow2f_dev(e + BA));
+    *C = c;
+    return c >= 1.17549435e-38f && c <= 3.0e38f;
+}
+
+/* the group exponent of sub-block sb of unit u of a copy (0 without group bytes) */
+__device__ __forceinline__ int group_exp(const Codec& ci, const uint8_t* exps, unsigned g0, unsigned u, int sb, int nv) {
+    if (!ci.gb || 16 * sb >= nv) return 0;
+    return (int)exps[((u64)UNIT * u + 16u * (unsigned)sb) / (unsigned)ci.G - g0] - 127;
+}
+
+/* the rare copies whose group was sent unrotated inside a full group (a NaN
+ * code): added after the transform, in order, from a per-lane reload */
+template <int FMT>
+__device__ __forceinline__ void add_late(const Codec& ci, const DLaunch& L, const DJob& J, const WarpUnits& w,
+                                      const InScale* is, u64 late, float (&acc)[UNIT]) {
+    const unsigned g0 = (unsigned)(((u64)UNIT * J.sp.u0) / (unsigned)ci.G);
+    for (int i = 0; i < J.nin; i++) {
+        if (!((late >> (4 * i)) & 0xFull)) continue;
+        const DIn in = L.in[J.in_first + i];
+        Row<1> r;
+        load_row_slow<1>(in.codes + (size_t)UNIT * (w.lu0 + (threadIdx.x & 31)), w.nv, r);
+        unsigned special[SB], nan[SB];
+        fp8_row_flags<FMT>(r, special, nan);
+#pragma unroll
+        for (int sb = 0; sb < SB; sb++) {
+            if (!((late >> (4 * i + sb)) & 1ull)) continue;
+            float f[16];
+            fp8_sb_values<FMT>(r, sb, special[sb], f);
+            dequant16<FMT>(f, group_exp(ci, in.exps, g0, w.u, sb, w.nv), is[i]);
+            add_sb(acc, f, sb);
+        }
+    }
+}
+
+/* taco.c's taco_decode_sum for the lane's unit. A sum starts from -0.0f, the
+ * exact identity of IEEE addition (-0 + x is x, also for x = +-0), so "the
+ * first term, then the others added" needs no flags. */
+template <int FMT>
+__device__ __forceinline__ void fp8_sum_unit(const Codec& ci, const DLaunch& L, const DJob& J, const WarpUnits& w,
+                                             const InScale* is, InRows<1>& rows, unsigned t, int lane,
+                                             float (&acc)[UNIT]) {
+    const Span& sp = J.sp;
+    const unsigned g0 = (unsigned)(((u64)UNIT * sp.u0) / (unsigned)ci.G);
+    bool rotatable[SB], rsum[SB];
+    float fin[SB]; /* the multiplier after the transform: norm, or C for a folded single copy */
+#pragma unroll
+    for (int sb = 0; sb < SB; sb++) {
+        rotatable[sb] = ci.hadamard && sb_full(ci, w.u, sb, sp);
+        rsum[sb] = false;
+        fin[sb] = ci.norm;
+    }
+    u64 late = 0ull; /* bit 4 i + sb: copy i's sub-block sb came unrotated from a full group */
+    if (J.nin == 1) { /* a plain decode: the values are the sum */
+        const DIn in = L.in[J.in_first];
+        Row<1> r;
+        rows.take(t, 0, w, r);
+        unsigned special[SB], nan[SB];
+        fp8_row_flags<FMT>(r, special, nan);
+        group_max(nan, ci);
+#pragma unroll
+        for (int sb = 0; sb < SB; sb++) {
+            const bool rot = rotatable[sb] && !nan[sb];
+            const int b = group_exp(ci, in.exps, g0, w.u, sb, w.nv);
+            float f[16], C;
+            fp8_sb_values<FMT>(r, sb, special[sb], f);
+            if (rot && fold_const<FMT>(ci, b, is[0], &C)) fin[sb] = C;
+            else dequant16<FMT>(f, b, is[0]);
+#pragma unroll
+            for (int j = 0; j < 16; j++) acc[16 * sb + j] = f[j];
+            rsum[sb] = rot;
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < UNIT; j++) acc[j] = -0.0f;
+        for (int i = 0; i < J.nin; i++) {
+            const DIn in = L.in[J.in_first + i];
+            Row<1> r;
+            rows.take(t, i, w, r);
+            unsigned special[SB], nan[SB];
+            fp8_row_flags<FMT>(r, special, nan);
+            group_max(nan, ci);
+#pragma unroll
+            for (int sb = 0; sb < SB; sb++) {
+                const bool rot = rotatable[sb] && !nan[sb];
+                if (rotatable[sb] && !rot) {
+                    late |= 1ull << (4 * i + sb);
+                    continue;
+                }
+                float f[16];
+                fp8_sb_values<FMT>(r, sb, special[sb], f);
+                dequant16<FMT>(f, group_exp(ci, in.exps, g0, w.u, sb, w.nv), is[i]);
+                add_sb(acc, f, sb);
+                rsum[sb] = rsum[sb] || rot;
+            }
+        }
+    }
+    if (ci.hadamard) {
+        butterflies(acc, ci, rsum, lane);
+        if (rsum[0] && rsum[1] && rsum[2] && rsum[3]) {
+#pragma unroll
+            for (int j = 0; j < UNIT; j++) acc[j] = __fmul_rn(acc[j], fin[j >> 4]);
+        } else {
+#pragma unroll
+            for (int j = 0; j < UNIT; j++)
+                if (rsum[j >> 4]) acc[j] = __fmul_rn(acc[j], fin[j >> 4]);
+        }
+    }
+    if (late) add_late<FMT>(ci, L, J, w, is, late, acc);
+}
+
+/* What a decompress kernel reads (a template parameter: one code path per
+ * kernel keeps the register allocation tight), and its bytes per element. */
+enum InKind { IN_E4M3 = 0, IN_E5M2 = 1, IN_INT8 = 2, IN_BF16 = 3, IN_F32 = 4 };
+__host__ __device__ constexpr int in_bytes(int in) { return in == IN_F32 ? 4 : in == IN_BF16 ? 2 : 1; }
+
+/* acc = the job's sum for this lane's unit (step t). Every lane of the warp calls. */
+template <int IN>
+__device__ __forceinline__ void sum_unit(const Codec& ci, const DLaunch& L, const DJob& J, const WarpUnits& w,
+                                         const InScale* is, InRows<in_bytes(IN)>& rows, unsigned t, int lane,
+                                         float (&acc)[UNIT]) {
+    if constexpr (IN == IN_E4M3 || IN == IN_E5M2) {
+        fp8_sum_unit<IN == IN_E4M3 ? FP8_E4M3 : FP8_E5M2>(ci, L, J, w, is, rows, t, lane, acc);
+    } else {
+        const unsigned g0 = (unsigned)(((u64)UNIT * J.sp.u0) / (unsigned)ci.G);
+#pragma unroll
+        for (int j = 0; j < UNIT; j++) acc[j] = -0.0f; /* the identity of addition: see fp8_sum_unit */
+        for (int i = 0; i < J.nin; i++) {
+            Row<in_bytes(IN)> r;
+            rows.take(t, i, w, r);
+            if constexpr (IN == IN_F32) {
+#pragma unroll
+                for (int j = 0; j < UNIT; j++) {
+                    const float d = __uint_as_float(row_word(r, j));
+                    acc[j] = __fadd_rn(acc[j], d);
+                }
+            } else if constexpr (IN == IN_BF16) {
+#pragma unroll
+                for (int j = 0; j < UNIT; j++) {
+                    const unsigned wd = row_word(r, j >> 1);
+                    const float d = __uint_as_float((j & 1) ? (wd & 0xFFFF0000u) : (wd << 16));
+                    acc[j] = __fadd_rn(acc[j], d);
+                }
+            } else { /* int8_group: q * step, -128 = NaN */
+                const uint8_t* steps = L.in[J.in_first + i].exps;
+                float step[SB];
+#pragma unroll
+                for (int sb = 0; sb < SB; sb++) {
+                    step[sb] = 0.0f;
+                    if (16 * sb < w.nv) {
+                        const u64 gi = ((u64)UNIT * w.u + 16u * (unsigned)sb) / (unsigned)ci.G - g0;
+                        step[sb] = __uint_as_float(load_u32_any(steps + 4 * gi));
+                    }
+                }
+#pragma unroll
+                for (int j = 0; j < UNIT; j++) {
+                    const int q = (int)(signed char)((row_word(r, j >> 2) >> (8 * (j & 3))) & 0xFFu);
+                    const float d = q == -128 ? __uint_as_float(0x7FC00000u) : __fmul_rn((float)q, step[j >> 4]);
+                    acc[j] = __fadd_rn(acc[j], d);
+                }
+            }
+        }
+    }
+}
+
+/* ========================================================================== */
 /* kernels                                                                     */
+
+/* the dynamic shared memory of a block of each kernel (compress_cuda.cu
+ * launches with it) */
+template <bool BF16, int FAM>
+__host__ __device__ constexpr int compress_smem_bytes() {
+    return WARPS * warp_smem_bytes<BF16 ? 2 : 4, FAM == FAM_NONE ? 4 : 1>();
+}
+template <int IN, int OUT>
+__host__ __device__ constexpr int decompress_out_bytes() {
+    /* a raw -> raw recompress may widen bf16 words to fp32 ones */
+    return OUT == OUT_F32 ? 4 : OUT == OUT_BF16 ? 2 : OUT == OUT_RECOMP ? (in_bytes(IN) > 1 ? 4 : 1) : 1;
+}
+template <int IN, int OUT>
+__host__ __device__ constexpr int decompress_smem_bytes() {
+    return WARPS * warp_smem_bytes<in_bytes(IN), decompress_out_bytes<IN, OUT>()>();
+}
+
+/* The input rows of a compress kernel's warp, from its share of the smem. */
+template <bool BF16>
+__device__ __forceinline__ InRows<BF16 ? 2 : 4> compress_rows(unsigned char* smem, int warp, const uint8_t* const* xb,
+                                                             const Span& sp, int lane, int ebo) {
+    constexpr int EBI = BF16 ? 2 : 4;
+    InRows<EBI> rows;
+    rows.area0 = reinterpret_cast<uint4*>(smem + (size_t)warp * (2 * area_bytes<EBI>() + ebo * area_bytes<1>()));
+    rows.bytes = xb;
+    rows.P = 1;
+    rows.ws = warp_steps(sp, warp);
+    rows.sp = sp;
+    rows.lane = lane;
+    rows.start();
+    return rows;
+}
 
 /* Pass 1 of current dual scaling: max |r| over the job's range -> its slot. */
 template <bool BF16>
 __global__ void __launch_bounds__(THREADS, COMPRESS_MIN_BLOCKS) k_amax(const Codec c, const __grid_constant__ CLaunch L) {
+    DYNAMIC_SMEM(smem);
     const CJob& J = L.job[blockIdx.y];
-    const int lane = threadIdx.x & 31;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const Span sp = J.sp;
-    const unsigned nunits = sp.u1 - sp.u0, stride = gridDim.x * THREADS;
+    const uint8_t* xb = static_cast<const uint8_t*>(J.x) + (size_t)(BF16 ? 2 : 4) * UNIT * sp.u0;
+    InRows<BF16 ? 2 : 4> rows = compress_rows<BF16>(smem, warp, &xb, sp, lane, 1);
     float tam = 0.0f;
-    /* t0 is the warp's first unit: the loop condition is warp-uniform, so
-     * every lane reaches the shuffles of every iteration */
-    for (unsigned t0 = blockIdx.x * THREADS + (threadIdx.x & ~31u); t0 < nunits; t0 += stride) {
-        const unsigned u = sp.u0 + t0 + lane;
-        const int nv = unit_valid(u, sp);
+    for (unsigned t = 0; rows.ws.has(t); t++) {
+        const WarpUnits w = warp_units(sp, rows.ws.lu(t), lane);
+        Row<BF16 ? 2 : 4> r;
+        rows.take(t, 0, w, r);
         float v[UNIT];
-        load_x16<BF16>(J.x, u, nv, v);
-        tam = fmaxf(tam, fp8_prepare(c, v, u, sp, lane).tr);
+        Scan sc;
+        input_values<BF16>(r, v, sc);
+        tam = fmaxf(tam, prep_amax_r(fp8_prepare(c, v, sc, w.u, sp, lane)));
     }
     flush_scale_amax(tam, J.st);
 }
 
-/* The loads of the warp's next unit are issued before this unit is encoded
- * (one unit of raw words in registers), so part of the memory latency hides
- * behind the encode. Measured on the H200 (compress/CUDA.md): 0-9% faster
- * depending on the method, never slower; the kernel is issue-bound. */
 template <int FAM, int FMT, bool SR, bool BF16>
-__global__ void __launch_bounds__(THREADS, SR ? COMPRESS_MIN_BLOCKS - 2 : FAM == FAM_INT8 ? COMPRESS_MIN_BLOCKS - 1 : COMPRESS_MIN_BLOCKS)
+__global__ void __launch_bounds__(THREADS, SR ? COMPRESS_MIN_BLOCKS - 1 : COMPRESS_MIN_BLOCKS)
     k_compress(const Codec c, const __grid_constant__ CLaunch L) {
+    DYNAMIC_SMEM(smem);
+    constexpr int EBO = FAM == FAM_NONE ? 4 : 1;
     const CJob& J = L.job[blockIdx.y];
-    const int lane = threadIdx.x & 31;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const Span sp = J.sp;
     const int kc = chunk_kc(c, J.st);
     if (blockIdx.x == 0 && threadIdx.x == 0 && sp.u0 == 0 && J.scale) store_u32_any(J.scale, __float_as_uint(pow2f_dev(kc)));
-    const ORange o = {J.exps, J.codes, sp, J.stream};
+    const GOut go = {J.exps, (unsigned)(((u64)UNIT * sp.u0) / (unsigned)c.G)};
     TStats ts = {0u, 0u, 0.0f};
-    const unsigned nunits = sp.u1 - sp.u0, stride = gridDim.x * THREADS;
-    unsigned t0 = blockIdx.x * THREADS + (threadIdx.x & ~31u); /* the warp's first unit: uniform loop tests */
-    Raw16<BF16> next;
-    unsigned u = sp.u0 + t0 + lane;
-    int nv = 0;
-    if (t0 < nunits) {
-        nv = unit_valid(u, sp);
-        load_raw16<BF16>(J.x, u, nv, next);
-    }
-    for (; t0 < nunits; t0 += stride) {
+    const uint8_t* xb = static_cast<const uint8_t*>(J.x) + (size_t)(BF16 ? 2 : 4) * UNIT * sp.u0;
+    InRows<BF16 ? 2 : 4> rows = compress_rows<BF16>(smem, warp, &xb, sp, lane, EBO);
+    uint4* aout = rows.area0 + 2 * area_bytes<BF16 ? 2 : 4>() / 16;
+    for (unsigned t = 0; rows.ws.has(t); t++) {
+        const WarpUnits w = warp_units(sp, rows.ws.lu(t), lane);
+        Row<BF16 ? 2 : 4> r;
+        rows.take(t, 0, w, r);
         float v[UNIT];
-        raw_to_x16<BF16>(next, v);
-        const unsigned uc = u;
-        const int nvc = nv;
-        if (t0 + stride < nunits) {
-            u = sp.u0 + t0 + stride + lane;
-            nv = unit_valid(u, sp);
-            load_raw16<BF16>(J.x, u, nv, next);
-        }
-        encode_unit<FAM, FMT, SR>(c, v, nvc, uc, o, kc, lane, ts);
+        Scan sc;
+        input_values<BF16>(r, v, sc);
+        encode_store<FAM, FMT, SR>(c, v, sc, w, sp, kc, lane, go, J.stream, J.codes, aout, ts);
     }
     flush_stats(ts, J.st);
 }
 
-/* Decode (and sum) the job's inputs over its range, then OUT. */
-template <int OUT, int FMT_OUT, bool SR>
-__global__ void __launch_bounds__(THREADS, SR ? DECOMPRESS_MIN_BLOCKS - 1 : DECOMPRESS_MIN_BLOCKS) k_decompress(const Codec ci, const Codec co, const int init,
-                                                        const __grid_constant__ DLaunch L) {
+/* Sum the job's inputs over its range, then OUT. */
+template <int IN, int OUT, int FMT_OUT, bool SR>
+__global__ void __launch_bounds__(THREADS, SR ? DECOMPRESS_MIN_BLOCKS - 1 : DECOMPRESS_MIN_BLOCKS)
+    k_decompress(const Codec ci, const Codec co, const __grid_constant__ DLaunch L) {
+    DYNAMIC_SMEM(smem);
+    constexpr int EBI = in_bytes(IN), EBO = decompress_out_bytes<IN, OUT>();
+    __shared__ InScale s_is[MAX_IN];
+    __shared__ const uint8_t* s_codes[MAX_IN];
     const DJob& J = L.job[blockIdx.y];
-    const int lane = threadIdx.x & 31;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const Span sp = J.sp;
-    __shared__ DecConst s_dc[MAX_IN];
     if ((int)threadIdx.x < J.nin) {
-        const uint8_t* sp = L.in[J.in_first + (int)threadIdx.x].scale;
-        if (ci.fam == FAM_FP8) s_dc[threadIdx.x] = ci.fmt == FP8_E4M3 ? dec_const<FP8_E4M3>(sp) : dec_const<FP8_E5M2>(sp);
-        else s_dc[threadIdx.x] = DecConst{1.0f, 1.0f, 1.0f, 0};
+        const DIn& in = L.in[J.in_first + (int)threadIdx.x];
+        InScale is;
+        is.s = in.scale ? __uint_as_float(load_u32_any(in.scale)) : 1.0f;
+        const unsigned bits = __float_as_uint(is.s);
+        is.foreign = !((bits & 0x807FFFFFu) == 0u && bits >= 0x00800000u && bits < 0x7F800000u);
+        is.k = is.foreign ? 0 : (int)(bits >> 23) - 127;
+        s_is[threadIdx.x] = is;
+        s_codes[threadIdx.x] = in.codes;
     }
     __syncthreads();
     int kc = 0;
@@ -214,79 +518,48 @@ __global__ void __launch_bounds__(THREADS, SR ? DECOMPRESS_MIN_BLOCKS - 1 : DECO
         kc = chunk_kc(co, J.st);
         if (blockIdx.x == 0 && threadIdx.x == 0 && sp.u0 == 0 && J.oscale) store_u32_any(J.oscale, __float_as_uint(pow2f_dev(kc)));
     }
-    const ORange o = {J.oexps, J.ocodes, sp, J.stream};
+    const GOut go = {J.oexps, (unsigned)(((u64)UNIT * sp.u0) / (unsigned)co.G)};
     TStats ts = {0u, 0u, 0.0f};
     float tam = 0.0f;
-    const unsigned nunits = sp.u1 - sp.u0, stride = gridDim.x * THREADS;
-    for (unsigned t0 = blockIdx.x * THREADS + (threadIdx.x & ~31u); t0 < nunits; t0 += stride) {
-        const unsigned u = sp.u0 + t0 + lane;
-        const int nv = unit_valid(u, sp);
-        const bool next_ok = unit_valid(u + 1, sp) == UNIT;
-        const unsigned lu = u - sp.u0;                                  /* unit inside the range */
-        const bool full = (u >> ci.ltpg) < (sp.nfull >> ci.ltpg);
-        const unsigned lg = (u >> ci.ltpg) - (sp.u0 >> ci.ltpg);        /* group inside the range */
+    InRows<EBI> rows;
+    rows.area0 = reinterpret_cast<uint4*>(smem + (size_t)warp * warp_smem_bytes<EBI, EBO>());
+    uint4* aout = rows.area0 + 2 * area_bytes<EBI>() / 16;
+    rows.bytes = s_codes;
+    rows.P = J.nin;
+    rows.ws = warp_steps(sp, warp);
+    rows.sp = sp;
+    rows.lane = lane;
+    rows.start();
+    for (unsigned t = 0; rows.ws.has(t); t++) {
+        const WarpUnits w = warp_units(sp, rows.ws.lu(t), lane);
         float acc[UNIT];
-        if (init == INIT_LOAD) {
-            load_x16<false>(J.y, u, nv, acc);
-        } else {
-#pragma unroll
-            for (int j = 0; j < UNIT; j++) acc[j] = 0.0f;
-        }
-        if (ci.fam == FAM_NONE) {
-            for (int i = 0; i < J.nin; i++) {
-                float d[UNIT];
-                raw_decode_unit(ci, L.in[J.in_first + i].codes, lu, nv, d);
-                accumulate(acc, d, i == 0 && init == INIT_FIRST);
-            }
-        } else {
-            /* PREFETCH inputs' loads in flight before the first is decoded */
-            for (int i0 = 0; i0 < J.nin; i0 += PREFETCH) {
-                unsigned cw[PREFETCH][4], eb[PREFETCH];
-#pragma unroll
-                for (int q = 0; q < PREFETCH; q++) {
-                    eb[q] = 0u;
-                    if (i0 + q < J.nin) {
-                        const DIn in = L.in[J.in_first + i0 + q];
-                        load_bytes16(in.codes + (size_t)UNIT * lu, nv, next_ok, cw[q]);
-                        if (ci.gb == 1 && nv > 0) eb[q] = in.exps[lg];
-                        else if (ci.gb == 4 && nv > 0) eb[q] = load_u32_any(in.exps + 4 * (size_t)lg);
-                    }
-                }
-#pragma unroll
-                for (int q = 0; q < PREFETCH; q++) {
-                    if (i0 + q < J.nin) {
-                        float d[UNIT];
-                        if (ci.fam == FAM_INT8) {
-                            const float step = __uint_as_float(eb[q]);
-#pragma unroll
-                            for (int j = 0; j < UNIT; j++) {
-                                const int qv = (int)(signed char)byte_of(cw[q], j);
-                                d[j] = qv == -128 ? __uint_as_float(0x7FC00000u) : __fmul_rn((float)qv, step);
-                            }
-                        } else if (ci.fmt == FP8_E4M3) {
-                            fp8_decode_unit<FP8_E4M3>(ci, cw[q], eb[q], s_dc[i0 + q], full, lane, d);
-                        } else {
-                            fp8_decode_unit<FP8_E5M2>(ci, cw[q], eb[q], s_dc[i0 + q], full, lane, d);
-                        }
-                        accumulate(acc, d, i0 + q == 0 && init == INIT_FIRST);
-                    }
-                }
-            }
-        }
+        sum_unit<IN>(ci, L, J, w, s_is, rows, t, lane, acc);
         if constexpr (OUT == OUT_F32 || OUT == OUT_BF16) {
-            store_y16<OUT == OUT_BF16>(J.y, u, nv, acc);
-        } else if constexpr (OUT == OUT_AMAX) {
-            tam = fmaxf(tam, fp8_prepare(co, acc, u, sp, lane).tr);
+            uint8_t* yb = static_cast<uint8_t*>(J.y) + (size_t)EBO * UNIT * sp.u0;
+            if constexpr (OUT == OUT_BF16) {
+                Row<2> r;
+                f32_to_bf16_row(acc, r);
+                store_row<2>(yb, w, aligned16(yb), aout, lane, r);
+            } else {
+                Row<4> r;
+                f32_to_f32_row(acc, r);
+                store_row<4>(yb, w, aligned16(yb), aout, lane, r);
+            }
         } else {
-            if (co.fam == FAM_NONE) encode_unit<FAM_NONE, FMT_OUT, false>(co, acc, nv, u, o, kc, lane, ts);
-            else encode_unit<FAM_FP8, FMT_OUT, SR>(co, acc, nv, u, o, kc, lane, ts);
+            Scan sc = scan_f32(acc);
+            scan_resolve(sc, acc);
+            if constexpr (OUT == OUT_AMAX) {
+                tam = fmaxf(tam, prep_amax_r(fp8_prepare(co, acc, sc, w.u, sp, lane)));
+            } else {
+                /* the pairs compress_cuda.cu fuses: raw -> raw, FP8 -> FP8 of one format */
+                constexpr int FAM_OUT = (IN == IN_BF16 || IN == IN_F32) ? FAM_NONE : FAM_FP8;
+                encode_store<FAM_OUT, FMT_OUT, SR>(co, acc, sc, w, sp, kc, lane, go, J.stream, J.ocodes, aout, ts);
+            }
         }
     }
     if constexpr (OUT == OUT_AMAX) flush_scale_amax(tam, J.st);
     if constexpr (OUT == OUT_RECOMP) flush_stats(ts, J.st);
 }
-
-/* ---- self-checks used by tests/test_compress_gpu.cu ---------------------- */
 
 } /* namespace */
 

@@ -1,9 +1,30 @@
 /*
- * compress/cuda_unit_io.cuh - one unit (16 consecutive elements of a chunk,
- * a thread's share per step) between memory and registers: the units a job
- * covers, element bytes at any alignment (16-byte loads and stores where
- * possible, funnel shifts and neighbour shuffles where not), fp32 / bf16
- * words, and the fp32 / bf16 tensors on either side of a compression.
+ * compress/cuda_unit_io.cuh - one unit (UNIT = 64 consecutive elements of a
+ * chunk, a thread's share per step) between memory and registers.
+ *
+ * A unit is one "row" of 64 elements: 64 code bytes, 128 bf16 bytes or 256
+ * fp32 bytes, held by its thread as 4, 8 or 16 words of 16 bytes (Row). The
+ * thread then owns whole groups (G <= 64), or a 64-element part of one
+ * (G = 128, 256), so the Hadamard runs in its registers.
+ *
+ * Rows of consecutive lanes are consecutive in memory, so a thread reading
+ * its own row with 16-byte loads would touch 32 different 128-byte lines per
+ * warp instruction. Instead a warp moves its 32 rows through shared memory:
+ * lane l copies the l-th 16 bytes of each 512-byte stretch (coalesced) into
+ * the warp's staging area, and reads its own row from there. The area is
+ * swizzled so that neither side has a bank conflict: 16-byte column c of row
+ * t sits at column (c + (t >> s)) mod C (s = 1 for 64-byte rows, else 0).
+ *
+ * Loads go through two areas in turn, as asynchronous copies (cp.async):
+ * the rows of the next step are on their way while this step's are
+ * computed on (rows_issue, then rows_take one step later), so a warp keeps
+ * memory busy without holding a second unit in registers. Stores go through
+ * one area (stage_out), then leave as coalesced 16-byte stores.
+ *
+ * That fast path needs the warp's 32 units full and inside the job, and the
+ * memory 16-byte aligned. Every other unit (a chunk's tail, a range edge, a
+ * wire placed at any byte) is moved element by element by its own thread:
+ * slower, and the same bytes.
  */
 #ifndef COMPRESS_CUDA_UNIT_IO_CUH
 #define COMPRESS_CUDA_UNIT_IO_CUH
@@ -13,14 +34,13 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "common/cuda_async.cuh"
 #include "compress/cuda_device.cuh"
 
 namespace {
 
-/* The units [u0, u1) of a chunk of n = 16 nfull + tail elements. Unit
- * indices are 32-bit (the host checks n < 2^35): fewer registers in the
- * loops. u0 is a multiple of the lanes per group, so the range's first group
- * is u0 >> ltpg, and group gi is full iff gi < nfull >> ltpg. */
+/* The units [u0, u1) of a chunk of n = UNIT nfull + tail elements (unit
+ * indices are 32-bit: the host checks n < 2^37). */
 struct Span {
     unsigned u0, u1, nfull, tail;
 };
@@ -30,216 +50,163 @@ __device__ __forceinline__ int unit_valid(unsigned u, const Span& sp) {
     return u >= sp.u1 ? 0 : (u < sp.nfull ? UNIT : (int)sp.tail);
 }
 
-/* out = bytes [off, off + 16) of the 32 bytes a ++ b, off in 1..15
- * (little-endian words; a run-time register index would go to local memory,
- * so the four word offsets are spelled out) */
-__device__ __forceinline__ void bytes_window(const unsigned (&a)[4], const unsigned (&b)[4], unsigned off,
-                                             unsigned (&out)[4]) {
-    const unsigned s = 8u * (off & 3u);
-    switch (off >> 2) {
-    case 0:
-        out[0] = __funnelshift_r(a[0], a[1], s); out[1] = __funnelshift_r(a[1], a[2], s);
-        out[2] = __funnelshift_r(a[2], a[3], s); out[3] = __funnelshift_r(a[3], b[0], s);
-        break;
-    case 1:
-        out[0] = __funnelshift_r(a[1], a[2], s); out[1] = __funnelshift_r(a[2], a[3], s);
-        out[2] = __funnelshift_r(a[3], b[0], s); out[3] = __funnelshift_r(b[0], b[1], s);
-        break;
-    case 2:
-        out[0] = __funnelshift_r(a[2], a[3], s); out[1] = __funnelshift_r(a[3], b[0], s);
-        out[2] = __funnelshift_r(b[0], b[1], s); out[3] = __funnelshift_r(b[1], b[2], s);
-        break;
-    default:
-        out[0] = __funnelshift_r(a[3], b[0], s); out[1] = __funnelshift_r(b[0], b[1], s);
-        out[2] = __funnelshift_r(b[1], b[2], s); out[3] = __funnelshift_r(b[2], b[3], s);
-        break;
-    }
-}
-
-/* ========================================================================== */
-/* loads and stores of one unit                                                */
-
-/* The 16 element bytes at p (first nv valid, the rest read as 0). Aligned:
- * one 16-byte load. Unaligned but followed by a full unit (next_ok): the two
- * aligned 16-byte words around it and a funnel shift (the second load mostly
- * hits L1: it is the neighbour's first). Otherwise byte loads (range ends). */
-__device__ __forceinline__ void load_bytes16(const uint8_t* p, int nv, bool next_ok, unsigned (&w)[4]) {
-    const unsigned d = (unsigned)((uintptr_t)p & 15u);
-    if (nv == UNIT && d == 0) {
-        const uint4 t = __ldg(reinterpret_cast<const uint4*>(p));
-        w[0] = t.x; w[1] = t.y; w[2] = t.z; w[3] = t.w;
-    } else if (nv == UNIT && next_ok) {
-        const uint4* a = reinterpret_cast<const uint4*>(p - d);
-        const uint4 t0 = __ldg(a), t1 = __ldg(a + 1);
-        const unsigned x0[4] = {t0.x, t0.y, t0.z, t0.w}, x1[4] = {t1.x, t1.y, t1.z, t1.w};
-        bytes_window(x0, x1, d, w);
-    } else {
-#pragma unroll
-        for (int k = 0; k < 4; k++) w[k] = 0u;
-#pragma unroll
-        for (int j = 0; j < UNIT; j++)
-            if (j < nv) w[j >> 2] |= (unsigned)p[j] << (8 * (j & 3));
-    }
-}
-
-/* Store this thread's 16 element bytes (first nv valid) for unit u at
- * base + 16 (u - u0). Consecutive lanes hold consecutive units; ALL 32 lanes
- * of the warp must call (shuffles). When base is 16-byte aligned: one 16-byte
- * store. Otherwise (the wire puts the codes at 4 + ng, anywhere) each full
- * unit whose left neighbour is in the same warp writes the aligned 16-byte
- * word holding its first 16 - d bytes and the neighbour's last d bytes (taken
- * by shuffle); the units at warp and range edges write their leftover bytes
- * one by one. Every byte is written by exactly one thread. */
-__device__ __forceinline__ void store_bytes16(uint8_t* base, unsigned u, const Span& sp, int nv,
-                                              const unsigned (&w)[4], int lane) {
-    uint8_t* p = base + (size_t)UNIT * (u - sp.u0);
-    const unsigned d = (unsigned)((uintptr_t)base & 15u); /* the same for every unit */
-    if (d == 0) {
-        if (nv == UNIT) {
-            *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
-        } else {
-#pragma unroll
-            for (int j = 0; j < UNIT; j++)
-                if (j < nv) p[j] = (uint8_t)byte_of(w, j);
-        }
-        return;
-    }
-    unsigned prev[4];
-#pragma unroll
-    for (int k = 0; k < 4; k++) prev[k] = __shfl_up_sync(FULL, w[k], 1);
-    const int head = UNIT - (int)d;   /* my bytes [0, head) go to my aligned word, [head, 16) to the next */
-    const bool me_full = lane > 0 && u > sp.u0 && nv == UNIT;
-    const bool next_full = lane < 31 && unit_valid(u + 1, sp) == UNIT;
-    if (me_full) {
-        unsigned x[4];
-        bytes_window(prev, w, (unsigned)head, x);
-        *reinterpret_cast<uint4*>(p - d) = make_uint4(x[0], x[1], x[2], x[3]);
-    } else {
-#pragma unroll
-        for (int j = 0; j < UNIT; j++)
-            if (j < head && j < nv) p[j] = (uint8_t)byte_of(w, j);
-    }
-    if (!next_full) {
-#pragma unroll
-        for (int j = 0; j < UNIT; j++)
-            if (j >= head && j < nv) p[j] = (uint8_t)byte_of(w, j);
-    }
-}
-
-/* 16 fp32 words (64 bytes) at p, first nv valid */
-__device__ __forceinline__ void load_words16(const uint8_t* p, int nv, unsigned (&w)[UNIT]) {
-    if (nv == UNIT && ((uintptr_t)p & 15u) == 0) {
-        const uint4* a = reinterpret_cast<const uint4*>(p);
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const uint4 t = __ldg(a + k);
-            w[4 * k] = t.x; w[4 * k + 1] = t.y; w[4 * k + 2] = t.z; w[4 * k + 3] = t.w;
-        }
-    } else {
-#pragma unroll
-        for (int j = 0; j < UNIT; j++) w[j] = j < nv ? load_u32_any(p + 4 * j) : 0u;
-    }
-}
-__device__ __forceinline__ void store_words16(uint8_t* p, int nv, const unsigned (&w)[UNIT]) {
-    if (nv == UNIT && ((uintptr_t)p & 15u) == 0) {
-        uint4* a = reinterpret_cast<uint4*>(p);
-#pragma unroll
-        for (int k = 0; k < 4; k++) a[k] = make_uint4(w[4 * k], w[4 * k + 1], w[4 * k + 2], w[4 * k + 3]);
-    } else {
-#pragma unroll
-        for (int j = 0; j < UNIT; j++)
-            if (j < nv) store_u32_any(p + 4 * j, w[j]);
-    }
-}
-
-/* 16 bf16 halves (32 bytes) at p as 8 words (element 2k in the low half of
- * word k), first nv valid; the bytes of any alignment */
-__device__ __forceinline__ void load_halves16(const uint8_t* p, int nv, unsigned (&w)[UNIT / 2]) {
-    if (nv == UNIT && ((uintptr_t)p & 15u) == 0) {
-        const uint4 a = __ldg(reinterpret_cast<const uint4*>(p)), b = __ldg(reinterpret_cast<const uint4*>(p) + 1);
-        w[0] = a.x; w[1] = a.y; w[2] = a.z; w[3] = a.w; w[4] = b.x; w[5] = b.y; w[6] = b.z; w[7] = b.w;
-    } else {
-#pragma unroll
-        for (int k = 0; k < UNIT / 2; k++) {
-            const unsigned lo = 2 * k < nv ? (unsigned)p[4 * k] | ((unsigned)p[4 * k + 1] << 8) : 0u;
-            const unsigned hi = 2 * k + 1 < nv ? (unsigned)p[4 * k + 2] | ((unsigned)p[4 * k + 3] << 8) : 0u;
-            w[k] = lo | (hi << 16);
-        }
-    }
-}
-__device__ __forceinline__ void store_halves16(uint8_t* p, int nv, const unsigned (&w)[UNIT / 2]) {
-    if (nv == UNIT && ((uintptr_t)p & 15u) == 0) {
-        uint4* a = reinterpret_cast<uint4*>(p);
-        a[0] = make_uint4(w[0], w[1], w[2], w[3]);
-        a[1] = make_uint4(w[4], w[5], w[6], w[7]);
-    } else {
-#pragma unroll
-        for (int j = 0; j < UNIT; j++) {
-            if (j < nv) {
-                const unsigned h = (w[j >> 1] >> (16 * (j & 1))) & 0xFFFFu;
-                p[2 * j] = (uint8_t)h;
-                p[2 * j + 1] = (uint8_t)(h >> 8);
-            }
-        }
-    }
-}
-
-/* Unit u's input as raw words, loaded now and converted later (raw_to_x16),
- * so a loop can keep the next unit's loads in flight while it computes on
- * this one: 8 words for bf16, 16 for fp32. load_x16 is both at once. */
-template <bool BF16>
-struct Raw16 {
-    unsigned w[BF16 ? UNIT / 2 : UNIT];
+/* a row of EB-byte elements: 64 EB / 16 words of 16 bytes */
+template <int EB>
+struct Row {
+    uint4 q[EB * UNIT / 16];
 };
-template <bool BF16>
-__device__ __forceinline__ void load_raw16(const void* x, unsigned u, int nv, Raw16<BF16>& r) {
-    if (BF16) {
-        const uint16_t* p = static_cast<const uint16_t*>(x) + (size_t)UNIT * u;
-        if (nv == UNIT && ((uintptr_t)p & 15u) == 0) {
-            const uint4 a = __ldg(reinterpret_cast<const uint4*>(p)), b = __ldg(reinterpret_cast<const uint4*>(p) + 1);
-            r.w[0] = a.x; r.w[1] = a.y; r.w[2] = a.z; r.w[3] = a.w;
-            r.w[4] = b.x; r.w[5] = b.y; r.w[6] = b.z; r.w[7] = b.w;
-        } else {
+
+/* the word / byte views of a row, with compile-time indices only */
+template <int EB>
+__device__ __forceinline__ unsigned row_word(const Row<EB>& r, int i) {
+    const uint4& q = r.q[i >> 2];
+    return (i & 3) == 0 ? q.x : (i & 3) == 1 ? q.y : (i & 3) == 2 ? q.z : q.w;
+}
+template <int EB>
+__device__ __forceinline__ void row_set_word(Row<EB>& r, int i, unsigned v) {
+    uint4& q = r.q[i >> 2];
+    if ((i & 3) == 0) q.x = v;
+    else if ((i & 3) == 1) q.y = v;
+    else if ((i & 3) == 2) q.z = v;
+    else q.w = v;
+}
+
+/* the 16-byte columns of a row, and the bytes of a warp's staging area */
+template <int EB>
+__host__ __device__ constexpr int row_cols() { return EB * UNIT / 16; }
+template <int EB>
+__host__ __device__ constexpr int area_bytes() { return 32 * EB * UNIT; }
+
+template <int C>
+__device__ __forceinline__ int swz(int t, int c) {
+    return (c + (C == 4 ? (t >> 1) : t)) & (C - 1);
+}
+
+/* Start copying the warp's 32 rows at src (16-byte aligned, all valid) into
+ * area, asynchronously; src == nullptr: nothing to copy (that step's rows are
+ * loaded lane by lane). Commits one group either way, so that rows_take's
+ * "all but the newest group" is always this step's. Every lane calls. */
+template <int EB>
+__device__ __forceinline__ void rows_issue(uint4* area, const uint8_t* src, int lane) {
+    constexpr int C = row_cols<EB>();
+    if (src) {
+        const uint4* g = reinterpret_cast<const uint4*>(src);
 #pragma unroll
-            for (int k = 0; k < UNIT / 2; k++)
-                r.w[k] = (2 * k < nv ? (unsigned)p[2 * k] : 0u) | ((2 * k + 1 < nv ? (unsigned)p[2 * k + 1] : 0u) << 16);
-        }
-    } else {
-        const float* p = static_cast<const float*>(x) + (size_t)UNIT * u;
-        if (nv == UNIT && ((uintptr_t)p & 15u) == 0) {
-#pragma unroll
-            for (int k = 0; k < 4; k++) {
-                const float4 t = __ldg(reinterpret_cast<const float4*>(p) + k);
-                r.w[4 * k] = __float_as_uint(t.x); r.w[4 * k + 1] = __float_as_uint(t.y);
-                r.w[4 * k + 2] = __float_as_uint(t.z); r.w[4 * k + 3] = __float_as_uint(t.w);
-            }
-        } else {
-#pragma unroll
-            for (int j = 0; j < UNIT; j++) r.w[j] = j < nv ? __float_as_uint(p[j]) : 0u;
+        for (int k = 0; k < C; k++) {
+            const int q = 32 * k + lane, row = q / C, col = q % C;
+            cp_async16(area + row * C + swz<C>(row, col), g + q, true);
         }
     }
+    cp_async_commit();
 }
-template <bool BF16>
-__device__ __forceinline__ void raw_to_x16(const Raw16<BF16>& r, float (&v)[UNIT]) {
-    if (BF16) {
+
+/* each lane's row -> the warp's 32 rows at g (16-byte aligned), through area */
+template <int EB>
+__device__ __forceinline__ void stage_out(uint4* g, uint4* area, int lane, const Row<EB>& r) {
+    constexpr int C = row_cols<EB>();
 #pragma unroll
-        for (int k = 0; k < UNIT / 2; k++) {
-            v[2 * k] = __uint_as_float(r.w[k] << 16);
-            v[2 * k + 1] = __uint_as_float(r.w[k] & 0xFFFF0000u);
-        }
+    for (int k = 0; k < C; k++) area[lane * C + swz<C>(lane, k)] = r.q[k];
+    __syncwarp();
+#pragma unroll
+    for (int k = 0; k < C; k++) {
+        const int q = 32 * k + lane, row = q / C, col = q % C;
+        g[q] = area[row * C + swz<C>(row, col)];
+    }
+    __syncwarp();
+}
+
+/* The row at p (EB-byte elements), the first nv of them, byte by byte (p
+ * may have any alignment: a wire's element bytes can start at any byte); the
+ * rest of the row reads as 0. The rare path: a small loop over a local
+ * buffer, copied into the row's registers with constant indices, so the
+ * fast path keeps its registers. */
+template <int EB>
+__device__ __forceinline__ void load_row_slow(const uint8_t* p, int nv, Row<EB>& r) {
+    constexpr int W = EB * UNIT / 4;
+    unsigned t[W];
+#pragma unroll
+    for (int i = 0; i < W; i++) t[i] = 0u;
+    const int nb = EB * nv;
+#pragma unroll 1
+    for (int j = 0; j < nb; j++) t[j >> 2] |= (unsigned)p[j] << (8 * (j & 3));
+#pragma unroll
+    for (int i = 0; i < W; i++) row_set_word(r, i, t[i]);
+}
+template <int EB>
+__device__ __forceinline__ void store_row_slow(uint8_t* p, int nv, const Row<EB>& r) {
+    constexpr int W = EB * UNIT / 4;
+    unsigned t[W];
+#pragma unroll
+    for (int i = 0; i < W; i++) t[i] = row_word(r, i);
+    const int nb = EB * nv;
+#pragma unroll 1
+    for (int j = 0; j < nb; j++) p[j] = (uint8_t)(t[j >> 2] >> (8 * (j & 3)));
+}
+
+/* Where a warp's units are and whether they take the fast path: all 32 full
+ * and inside the job (a warp-uniform test), the rows 16-byte aligned. */
+struct WarpUnits {
+    unsigned u;    /* this lane's unit (chunk index) */
+    unsigned lu0;  /* the warp's first unit, counted from the job's u0 */
+    int nv;        /* valid elements of this lane's unit */
+    bool full;     /* the warp's 32 units are all full */
+};
+__device__ __forceinline__ WarpUnits warp_units(const Span& sp, unsigned lu0, int lane) {
+    WarpUnits w;
+    w.lu0 = lu0;
+    w.u = sp.u0 + lu0 + (unsigned)lane;
+    w.nv = unit_valid(w.u, sp);
+    const unsigned last = sp.u0 + lu0 + 31u;
+    w.full = last < sp.u1 && last < sp.nfull;
+    return w;
+}
+
+/* This lane's row of the step issued one rows_issue earlier: from area when
+ * it was copied there (fast), else from slow_row (this lane's row in memory,
+ * nv valid elements). Every lane of the warp calls. */
+template <int EB>
+__device__ __forceinline__ void rows_take(const uint4* area, bool fast, const uint8_t* slow_row, int nv, int lane,
+                                          Row<EB>& r) {
+    constexpr int C = row_cols<EB>();
+    cp_async_wait<1>();
+    __syncwarp(); /* every lane's copies have landed */
+    if (fast) {
+#pragma unroll
+        for (int k = 0; k < C; k++) r.q[k] = area[lane * C + swz<C>(lane, k)];
     } else {
-#pragma unroll
-        for (int j = 0; j < UNIT; j++) v[j] = __uint_as_float(r.w[j]);
+        load_row_slow<EB>(slow_row, nv, r);
+    }
+    __syncwarp(); /* the area may be refilled by the next issue */
+}
+
+/* This lane's row of the job's output `base` (the bytes of unit u0, EB per
+ * element). Every lane of the warp calls. */
+template <int EB>
+__device__ __forceinline__ void store_row(uint8_t* base, const WarpUnits& w, bool aligned, uint4* area, int lane,
+                                          const Row<EB>& r) {
+    if (w.full && aligned) {
+        stage_out<EB>(reinterpret_cast<uint4*>(base + (size_t)EB * UNIT * w.lu0), area, lane, r);
+    } else {
+        store_row_slow<EB>(base + (size_t)EB * UNIT * (w.lu0 + (unsigned)lane), w.nv, r);
     }
 }
 
-/* unit u of an fp32 or bf16 tensor as fp32 (bf16 -> fp32 is exact: the bits
- * shifted up by 16); elements past nv read as 0 */
-template <bool BF16>
-__device__ __forceinline__ void load_x16(const void* x, unsigned u, int nv, float (&v)[UNIT]) {
-    Raw16<BF16> r;
-    load_raw16<BF16>(x, u, nv, r);
-    raw_to_x16<BF16>(r, v);
+__device__ __forceinline__ bool aligned16(const void* p) { return ((uintptr_t)p & 15u) == 0; }
+
+/* ---- rows <-> fp32 values -------------------------------------------------- */
+
+/* bf16 -> fp32 is exact: the bits shifted up by 16 (element 2i in the low half of word i) */
+__device__ __forceinline__ void bf16_row_to_f32(const Row<2>& r, float (&v)[UNIT]) {
+#pragma unroll
+    for (int i = 0; i < UNIT / 2; i++) {
+        const unsigned w = row_word(r, i);
+        v[2 * i] = __uint_as_float(w << 16);
+        v[2 * i + 1] = __uint_as_float(w & 0xFFFF0000u);
+    }
+}
+__device__ __forceinline__ void f32_row_to_f32(const Row<4>& r, float (&v)[UNIT]) {
+#pragma unroll
+    for (int i = 0; i < UNIT; i++) v[i] = __uint_as_float(row_word(r, i));
 }
 
 __device__ __forceinline__ unsigned bf16x2_bits(float lo, float hi) {
@@ -248,35 +215,13 @@ __device__ __forceinline__ unsigned bf16x2_bits(float lo, float hi) {
     memcpy(&r, &h, sizeof(r));
     return r;
 }
-
-/* unit u of an fp32 or bf16 (round to nearest even) tensor; elements past nv untouched */
-template <bool BF16>
-__device__ __forceinline__ void store_y16(void* y, unsigned u, int nv, const float (&a)[UNIT]) {
-    if (BF16) {
-        uint16_t* p = static_cast<uint16_t*>(y) + (size_t)UNIT * u;
-        if (nv == UNIT && ((uintptr_t)p & 15u) == 0) {
-            unsigned h[8];
+__device__ __forceinline__ void f32_to_bf16_row(const float (&v)[UNIT], Row<2>& r) {
 #pragma unroll
-            for (int k = 0; k < 8; k++) h[k] = bf16x2_bits(a[2 * k], a[2 * k + 1]);
-            reinterpret_cast<uint4*>(p)[0] = make_uint4(h[0], h[1], h[2], h[3]);
-            reinterpret_cast<uint4*>(p)[1] = make_uint4(h[4], h[5], h[6], h[7]);
-        } else {
+    for (int i = 0; i < UNIT / 2; i++) row_set_word(r, i, bf16x2_bits(v[2 * i], v[2 * i + 1]));
+}
+__device__ __forceinline__ void f32_to_f32_row(const float (&v)[UNIT], Row<4>& r) {
 #pragma unroll
-            for (int j = 0; j < UNIT; j++)
-                if (j < nv) p[j] = (uint16_t)(bf16x2_bits(a[j], 0.0f) & 0xFFFFu);
-        }
-    } else {
-        float* p = static_cast<float*>(y) + (size_t)UNIT * u;
-        if (nv == UNIT && ((uintptr_t)p & 15u) == 0) {
-#pragma unroll
-            for (int k = 0; k < 4; k++)
-                reinterpret_cast<float4*>(p)[k] = make_float4(a[4 * k], a[4 * k + 1], a[4 * k + 2], a[4 * k + 3]);
-        } else {
-#pragma unroll
-            for (int j = 0; j < UNIT; j++)
-                if (j < nv) p[j] = a[j];
-        }
-    }
+    for (int i = 0; i < UNIT; i++) row_set_word(r, i, __float_as_uint(v[i]));
 }
 
 } /* namespace */

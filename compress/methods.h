@@ -95,7 +95,7 @@ float compress_method_delayed_amax(const CompressParams* p);
  * pipelined collectives' sub-chunks) start on multiples of gran: whole
  * groups, and whole units of the kernels' COMPRESS_WIRE_UNIT elements per
  * thread (the unit is also G for methods without groups). */
-#define COMPRESS_WIRE_UNIT 16
+#define COMPRESS_WIRE_UNIT 64
 
 typedef struct {
     int hdr;    /* bytes of the chunk header: 4 (fp32 scale) or 0 */

@@ -3,28 +3,33 @@
  * dual-scale quantization, FP8 cast (TACO, and fp8_tensor / fp8_group as
  * special cases; see taco.h).
  *
- * The exact arithmetic, which the GPU kernels repeat operation for operation.
- * A chunk of n values is cut into groups of G (the last one may be shorter);
- * L = fp8_max(format). For each group:
+ * The exact arithmetic, which the GPU kernels repeat bit for bit. It is
+ * written so that each element costs as few operations as the method allows:
+ * the Hadamard's normalisation and every power-of-two scale after it are ONE
+ * multiply by one per-group constant. A chunk of n values is cut into groups
+ * of G (the last one may be shorter); L = fp8_max(format); H_un is the
+ * unnormalised butterfly network (hadamard_butterflies) and norm =
+ * hadamard_norm(G). For each group:
  *
  *   1. a   = max |x_i| over its finite elements (NaN/inf are left out).
  *      e_u = adaptive ? -taco_pow2_fit(a, 1.0f) : 0    (smallest e: a*2^-e <= 1)
- *   2. y_i = x_i * 2^-e_u, and 0 for a nonfinite x_i  (exact)
- *   3. r   = hadamard_transform(y)  if hadamard, the group is full (len == G)
- *                                   and it has no nonfinite element;
- *            y                      otherwise ("rotated" = the first case)
+ *   2. y_i = x_i * 2^-e_u, and 0 for a nonfinite x_i  (exact unless subnormal)
+ *   3. rotated = hadamard, the group is full (len == G) and it has no
+ *      nonfinite element;  h = rotated ? H_un(y) : y,  n_g = rotated ? norm : 1
+ *      amax_r = max|h_i| * n_g  (= max_i |h_i * n_g|, as rounding is monotonic:
+ *      the amax of the orthonormal transform, from one multiply per group)
  * Then for the chunk (only when dual):
- *   4. A   = max |r_i| over the chunk (current), or p->delayed_amax (delayed)
+ *   4. A   = max amax_r over the chunk (current), or p->delayed_amax (delayed)
  *      k_c = taco_pow2_fit(A, L / headroom)         (headroom: compress.h)
  *      chunk scale s = 2^k_c, written as fp32; s = 1 when dual is off
  * And for each group again:
- *   5. the wire exponent b and the cast multiplier 2^k_m:
+ *   5. the wire exponent b and the cast exponent k_m:
  *        dual              b = e_u,  k_m = k_c
- *        !dual, adaptive   k_g = taco_pow2_fit(max|r|, L); b = clamp(e_u - k_g); k_m = e_u - b
+ *        !dual, adaptive   k_g = taco_pow2_fit(amax_r, L); b = clamp(e_u - k_g); k_m = e_u - b
  *                          (the group's own exponent now maps it onto the fp8 range)
- *        !dual, !adaptive  b = 0, k_m = 0                (a bare cast of r)
+ *        !dual, !adaptive  b = 0, k_m = 0                (a bare cast of the values)
  *      exponent byte = b + 127, as E8M0 (value 2^(byte - 127))
- *   6. v_i = r_i * 2^k_m (one multiply, exact unless it under/overflows);
+ *   6. M = n_g * 2^k_m (one float multiply, per group);  v_i = h_i * M;
  *      code_i = NaN code 0x7F        if x_i was nonfinite
  *               fp8 encode of v_i    otherwise, RNE or SR with the Philox word
  *                                    of (seed, stream, i), i = index in the chunk;
@@ -32,15 +37,24 @@
  *      come from overflow inside the transform (adaptive off, |x| near FLT_MAX)
  *      and is encoded as +L, also counted, so a NaN code always means
  *      "this input element was NaN or inf".
- * Decode, per group:
- *   d_i = fp8_decode(code_i) / s;  d = hadamard_transform(d) if hadamard, the
- *   group is full and no code in it is NaN (exactly the encoder's "rotated");
- *   x_hat_i = d_i * 2^b  (stored, or added to the accumulator).
+ * For data in the float's normal range this is the textbook pipeline
+ * (scale, orthonormal transform, scale, cast) to the bit: a power-of-two
+ * factor commutes with rounding there.
  *
- * So a NaN or inf input comes back as NaN in its own slot and nowhere else:
- * its group skips the rotation (costing that group only the Hadamard's
- * benefit) and the statistics ignore it. Every scale is a power of two, so the
- * only roundings are in the Hadamard and the fp8 cast.
+ * Decode of a SUM of P compressed copies (P = 1 is a plain decode), per group.
+ * Each copy's code f (exact fp8 value) is dequantised as
+ *   dq(f) = ldexpf(f, b - k)      when its scale s is a normal power of two 2^k
+ *           ldexpf(f / s, b)      otherwise (bytes our encoders never write)
+ * with b its group exponent (0 without group bytes). A copy's group is
+ * "rotated" when hadamard is on, the group is full and none of its codes is
+ * NaN: exactly the encoder's rule. The sum is formed in the ROTATED domain,
+ * where the transform is linear:
+ *   R_i   = dq(f_i) of the first rotated copy + those of the next ones, in order
+ *   acc_i = H_un(R)_i * norm                 (one transform for all P copies)
+ * then the unrotated copies' dq(f_i) are added in order (to acc, or starting
+ * from the first of them when no copy is rotated). So P copies cost one
+ * inverse transform, and a NaN input still comes back as NaN in its own slot
+ * only: its copy's group skipped the rotation, on both sides.
  *
  * The CPU reference makes two passes when the chunk scale needs the current
  * amax (the GPU does a reduction first, or uses the delayed amax and one pass).
@@ -50,6 +64,8 @@
 #include "compress/taco.h"
 
 #include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
 
 #include "common/check.h"
 #include "compress/hadamard.h"
@@ -71,16 +87,17 @@ int taco_pow2_fit(float amax, float limit) {
     return clampi(k, TACO_EXP_MIN, TACO_EXP_MAX);
 }
 
-/* Steps 1-3 for one group: r[0..len) gets the scaled (and maybe rotated)
- * values. Returns what step 5 and the statistics need. */
+/* Steps 1-3 for one group: h[0..len) gets the scaled (and maybe rotated,
+ * unnormalised) values. Returns what step 5 and the statistics need. */
 typedef struct {
-    int e_unit;        /* the adaptive exponent e_u */
-    int nonfinite;     /* NaN/inf elements in the group */
-    float amax_r;      /* max |r|, NaN-free */
+    int e_unit;    /* the adaptive exponent e_u */
+    int nonfinite; /* NaN/inf elements in the group */
+    float n_g;     /* norm if rotated, else 1 */
+    float amax_r;  /* max |h| * n_g, NaN-free */
 } TacoGroup;
 
-static TacoGroup taco_group_prepare(const TacoCfg* c, const float* x, int len, float* r) {
-    TacoGroup g = {0, 0, 0.0f};
+static TacoGroup taco_group_prepare(const TacoCfg* c, const float* x, int len, float* h) {
+    TacoGroup g = {0, 0, 1.0f, 0.0f};
     float a = 0.0f;
     for (int j = 0; j < len; j++) {
         if (!isfinite(x[j])) { g.nonfinite++; continue; }
@@ -89,12 +106,17 @@ static TacoGroup taco_group_prepare(const TacoCfg* c, const float* x, int len, f
     }
     g.e_unit = c->adaptive ? -taco_pow2_fit(a, 1.0f) : 0;
     float down = pow2f(-g.e_unit);
-    for (int j = 0; j < len; j++) r[j] = isfinite(x[j]) ? x[j] * down : 0.0f;
-    if (c->hadamard && len == c->G && g.nonfinite == 0) hadamard_transform(r, len);
-    for (int j = 0; j < len; j++) {
-        float v = fabsf(r[j]);
-        if (v > g.amax_r) g.amax_r = v; /* comparison is false for NaN */
+    for (int j = 0; j < len; j++) h[j] = isfinite(x[j]) ? x[j] * down : 0.0f;
+    if (c->hadamard && len == c->G && g.nonfinite == 0) {
+        hadamard_butterflies(h, len);
+        g.n_g = hadamard_norm(len);
     }
+    float amax_h = 0.0f;
+    for (int j = 0; j < len; j++) {
+        float v = fabsf(h[j]);
+        if (v > amax_h) amax_h = v; /* comparison is false for NaN */
+    }
+    g.amax_r = amax_h * g.n_g;
     return g;
 }
 
@@ -108,7 +130,7 @@ void taco_encode(const TacoCfg* c, const float* x, size_t n, uint64_t stream, fl
     if (!exps && c->adaptive) FATAL("taco_encode: adaptive scale needs exponent bytes on the wire");
     const float L = fp8_max(c->format);
     const size_t G = (size_t)c->G;
-    float r[TACO_GROUP_MAX];
+    float h[TACO_GROUP_MAX];
     int delayed = c->delayed_amax > 0.0f && isfinite(c->delayed_amax);
 
     /* pass 1 (current dual scale only): the chunk amax of the prepared values */
@@ -120,7 +142,7 @@ void taco_encode(const TacoCfg* c, const float* x, size_t n, uint64_t stream, fl
         } else {
             for (size_t b0 = 0; b0 < n; b0 += G) {
                 int len = (int)(n - b0 < G ? n - b0 : G);
-                TacoGroup g = taco_group_prepare(c, x + b0, len, r);
+                TacoGroup g = taco_group_prepare(c, x + b0, len, h);
                 if (g.amax_r > A) A = g.amax_r;
             }
         }
@@ -134,7 +156,7 @@ void taco_encode(const TacoCfg* c, const float* x, size_t n, uint64_t stream, fl
     rng_cursor_init(&rng, c->seed, stream);
     for (size_t b0 = 0, gi = 0; b0 < n; b0 += G, gi++) {
         int len = (int)(n - b0 < G ? n - b0 : G);
-        TacoGroup g = taco_group_prepare(c, x + b0, len, r);
+        TacoGroup g = taco_group_prepare(c, x + b0, len, h);
         s.nonfinite += (uint64_t)g.nonfinite;
         if (g.amax_r > s.amax) s.amax = g.amax_r;
 
@@ -148,7 +170,7 @@ void taco_encode(const TacoCfg* c, const float* x, size_t n, uint64_t stream, fl
             k_m = g.e_unit - b;
         }
         if (exps) exps[gi] = (uint8_t)(b + 127);
-        float m = pow2f(k_m);
+        const float M = g.n_g * pow2f(k_m);
 
         for (int j = 0; j < len; j++) {
             size_t i = b0 + (size_t)j;
@@ -156,7 +178,7 @@ void taco_encode(const TacoCfg* c, const float* x, size_t n, uint64_t stream, fl
                 codes[i] = FP8_NAN_CODE;
                 continue;
             }
-            float v = r[j] * m;
+            float v = h[j] * M;
             if (!(fabsf(v) <= L)) {       /* beyond the range, or NaN from overflow */
                 s.saturated++;
                 if (isnan(v)) v = INFINITY; /* never emit a NaN code for a finite input */
@@ -167,25 +189,63 @@ void taco_encode(const TacoCfg* c, const float* x, size_t n, uint64_t stream, fl
     *st = s;
 }
 
-void taco_decode(const TacoCfg* c, float scale, const uint8_t* exps, const uint8_t* codes, size_t n, float* out,
-                 int accumulate) {
+/* exponent k if s is a normal power of two 2^k, else INT32_MIN */
+static int pow2_exponent(float s) {
+    int e;
+    float m = frexpf(s, &e); /* s = m * 2^e, m in [0.5, 1) */
+    if (!(s > 0.0f) || isinf(s) || m != 0.5f || e - 1 < -126) return INT32_MIN;
+    return e - 1;
+}
+
+/* dq(f) of the header: ldexpf(f, b - k) for a power-of-two scale, else ldexpf(f / s, b) */
+static float dequant(float f, int b, int k, float s) { return k != INT32_MIN ? ldexpf(f, b - k) : ldexpf(f / s, b); }
+
+/* the encoder's rule, seen from the codes: hadamard on, a full group, no NaN code */
+static int copy_rotated(const TacoCfg* c, const uint8_t* codes, int len) {
+    if (!c->hadamard || len != c->G) return 0;
+    for (int j = 0; j < len; j++)
+        if (isnan(fp8_decode(codes[j], c->format))) return 0;
+    return 1;
+}
+
+void taco_decode_sum(const TacoCfg* c, const TacoWireIn* in, int P, size_t n, float* out) {
     taco_check(c);
+    if (P < 1) FATAL("taco_decode_sum: %d copies; at least 1", P);
     const size_t G = (size_t)c->G;
-    float d[TACO_GROUP_MAX];
+    const float norm = hadamard_norm(c->G);
+    float R[TACO_GROUP_MAX];
+    int* k = (int*)mallocCheck(sizeof(int) * (size_t)P);
+    for (int p = 0; p < P; p++) k[p] = pow2_exponent(in[p].scale);
     for (size_t b0 = 0, gi = 0; b0 < n; b0 += G, gi++) {
         int len = (int)(n - b0 < G ? n - b0 : G);
-        int has_nan = 0;
-        for (int j = 0; j < len; j++) {
-            d[j] = fp8_decode(codes[b0 + (size_t)j], c->format) / scale;
-            if (isnan(d[j])) has_nan = 1;
-        }
-        if (c->hadamard && len == c->G && !has_nan) hadamard_transform(d, len);
-        float up = exps ? pow2f((int)exps[gi] - 127) : 1.0f;
         float* o = out + b0;
-        if (accumulate) {
-            for (int j = 0; j < len; j++) o[j] += d[j] * up;
-        } else {
-            for (int j = 0; j < len; j++) o[j] = d[j] * up;
+        /* the rotated copies, summed in the rotated domain, then one transform */
+        int have = 0;
+        for (int p = 0; p < P; p++) {
+            const uint8_t* cp = in[p].codes + b0;
+            if (!copy_rotated(c, cp, len)) continue;
+            int b = in[p].exps ? (int)in[p].exps[gi] - 127 : 0;
+            for (int j = 0; j < len; j++) {
+                float d = dequant(fp8_decode(cp[j], c->format), b, k[p], in[p].scale);
+                R[j] = have ? R[j] + d : d;
+            }
+            have = 1;
+        }
+        if (have) {
+            hadamard_butterflies(R, len);
+            for (int j = 0; j < len; j++) o[j] = R[j] * norm;
+        }
+        /* then the copies whose group was sent unrotated, in order */
+        for (int p = 0; p < P; p++) {
+            const uint8_t* cp = in[p].codes + b0;
+            if (copy_rotated(c, cp, len)) continue;
+            int b = in[p].exps ? (int)in[p].exps[gi] - 127 : 0;
+            for (int j = 0; j < len; j++) {
+                float d = dequant(fp8_decode(cp[j], c->format), b, k[p], in[p].scale);
+                o[j] = have ? o[j] + d : d;
+            }
+            have = 1;
         }
     }
+    free(k);
 }

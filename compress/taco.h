@@ -46,10 +46,19 @@ int taco_pow2_fit(float amax, float limit);
 void taco_encode(const TacoCfg* c, const float* x, size_t n, uint64_t stream, float* scale, uint8_t* exps,
                  uint8_t* codes, CompressStats* st);
 
-/* Decode n values into out (accumulate = 0) or add them to out (1). exps may
- * be NULL (all exponents 0); scale is 1.0f when the wire has none. */
-void taco_decode(const TacoCfg* c, float scale, const uint8_t* exps, const uint8_t* codes, size_t n, float* out,
-                 int accumulate);
+/* One compressed copy of a chunk as taco_decode_sum reads it: its scale
+ * (1.0f when the wire has none), its group exponent bytes (NULL: all 0) and
+ * its codes. */
+typedef struct {
+    float scale;
+    const uint8_t* exps;
+    const uint8_t* codes;
+} TacoWireIn;
+
+/* out[0..n) = the sum of the P copies' decoded values, formed as taco.c's
+ * header says (rotated copies summed before one inverse transform, the
+ * others added after, each in order). P = 1 is a plain decode. */
+void taco_decode_sum(const TacoCfg* c, const TacoWireIn* in, int P, size_t n, float* out);
 
 #ifdef __cplusplus
 }
