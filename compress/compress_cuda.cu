@@ -69,6 +69,8 @@ static Codec codec_of(const CompressParams* p, const char* who) {
         c.delayed_amax = delayed_amax;
     }
     c.tpg = c.G > UNIT ? c.G / UNIT : 1;
+    c.lg = 0;
+    while ((1 << c.lg) < c.G) c.lg++;
     c.norm = hadamard_norm(c.G);
     return c;
 }

@@ -16,6 +16,8 @@
 #ifndef COMPRESS_CUDA_CODEC_CUH
 #define COMPRESS_CUDA_CODEC_CUH
 
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
@@ -37,7 +39,7 @@ enum Family { FAM_FP8 = 0, FAM_INT8 = 1, FAM_NONE = 2 };
 struct Codec {
     int fam;          /* Family */
     int fmt;          /* Fp8Format */
-    int G, tpg;       /* group length (16 for methods without groups), lanes per group (1, 2 or 4) */
+    int G, lg, tpg;   /* group length (UNIT for methods without groups), log2(G), lanes per group (1, 2 or 4) */
     int cast;         /* the bare codec: no scaling, NaN stays NaN, inf saturates */
     int hadamard, adaptive, dual;
     int delayed;      /* dual scale from delayed_amax (valid: > 0 and finite) */
@@ -67,10 +69,8 @@ __device__ __forceinline__ void group_max(unsigned (&a)[SB], const Codec& c) {
         a[2] = a[3] = max(a[2], a[3]);
     }
     if (c.G >= 64) a[0] = a[1] = a[2] = a[3] = max(a[0], a[2]);
-    for (int m = 1; m < c.tpg; m <<= 1) {
-        const unsigned o = __shfl_xor_sync(FULL, a[0], m);
-        a[0] = a[1] = a[2] = a[3] = max(a[0], o);
-    }
+    if (c.tpg > 1) a[0] = a[1] = a[2] = a[3] = max(a[0], __shfl_xor_sync(FULL, a[0], 1));
+    if (c.tpg > 2) a[0] = a[1] = a[2] = a[3] = max(a[0], __shfl_xor_sync(FULL, a[0], 2));
 }
 
 /* 1 if sub-block sb of unit u lies in a full group of the chunk */
@@ -80,12 +80,6 @@ __device__ __forceinline__ bool sb_full(const Codec& c, unsigned u, int sb, cons
     return gs + (u64)c.G <= n;
 }
 
-/* hadamard_butterflies on every group with rot[sb] set, in the CPU's stage
- * order. A cross-lane stage h = 64 m: the lane without bit m holds x[j] (a)
- * and computes a + b, its partner holds x[j + h] (b) and computes a - b =
- * partner - mine; both are fma(mine, +-1, partner), which rounds once (the
- * product is exact), like the CPU's add / subtract, signed zeros included.
- * Every lane of the warp calls (the shuffles). */
 /* stage h on the pairs of elements [j0, j0 + 2h) */
 template <int H>
 __device__ __forceinline__ void bfly_block(float (&v)[UNIT], int j0) {
@@ -135,6 +129,16 @@ __device__ __forceinline__ void bfly_local_some(float (&v)[UNIT], int G, const b
     if (G >= 64 && rot[0]) bfly_block<32>(v, 0);
 }
 
+/* one stage across the lanes of a group (lane mask m), see butterflies */
+__device__ __forceinline__ void bfly_lanes(float (&v)[UNIT], int m, bool rot, int lane) {
+    const float sgn = (lane & m) ? -1.0f : 1.0f;
+#pragma unroll
+    for (int j = 0; j < UNIT; j++) {
+        const float q = __shfl_xor_sync(FULL, v[j], m);
+        if (rot) v[j] = __fmaf_rn(v[j], sgn, q);
+    }
+}
+
 /* hadamard_butterflies on every group with rot[sb] set, in the CPU's stage
  * order. A cross-lane stage h = 64 m: the lane without bit m holds x[j] (a)
  * and computes a + b, its partner holds x[j + h] (b) and computes a - b =
@@ -144,14 +148,10 @@ __device__ __forceinline__ void bfly_local_some(float (&v)[UNIT], int G, const b
 __device__ __forceinline__ void butterflies(float (&v)[UNIT], const Codec& c, const bool (&rot)[SB], int lane) {
     if (rot[0] && rot[1] && rot[2] && rot[3]) bfly_local_all(v, c.G);
     else bfly_local_some(v, c.G, rot);
-    for (int m = 1; m < c.tpg; m <<= 1) {
-        const float sgn = (lane & m) ? -1.0f : 1.0f;
-#pragma unroll
-        for (int j = 0; j < UNIT; j++) {
-            const float q = __shfl_xor_sync(FULL, v[j], m);
-            if (rot[0]) v[j] = __fmaf_rn(v[j], sgn, q);
-        }
-    }
+    /* at most two stages, spelled out: a run-time loop over all 64 values
+     * would pin them to fixed registers and cost a move each */
+    if (c.tpg > 1) bfly_lanes(v, 1, rot[0], lane);
+    if (c.tpg > 2) bfly_lanes(v, 2, rot[0], lane);
 }
 
 /* ========================================================================== */
@@ -271,12 +271,26 @@ __device__ __forceinline__ Prep fp8_prepare(const Codec& c, float (&v)[UNIT], co
             if ((sc.nfmask >> j) & 1ull) v[j] = 0.0f;
     }
     if (c.hadamard) butterflies(v, c, rot, lane);
+    /* max |h| as an integer max of the magnitude bits (cheaper than a float
+     * max of fabsf); a NaN (only from overflow inside the transform) would
+     * win it, so such a sub-block takes the NaN-ignoring float max, as taco.c */
+    bool nan_h = false;
 #pragma unroll
     for (int sb = 0; sb < SB; sb++) {
-        float m = 0.0f;
+        unsigned m = 0u;
 #pragma unroll
-        for (int j = 16 * sb; j < 16 * sb + 16; j++) m = fmaxf(m, fabsf(v[j])); /* NaN-ignoring */
-        p.amax_h[sb] = __float_as_uint(m);
+        for (int j = 16 * sb; j < 16 * sb + 16; j++) m = max(m, __float_as_uint(v[j]) & 0x7FFFFFFFu);
+        p.amax_h[sb] = m;
+        nan_h |= m > 0x7F800000u;
+    }
+    if (nan_h) {
+#pragma unroll
+        for (int sb = 0; sb < SB; sb++) {
+            float m = 0.0f;
+#pragma unroll
+            for (int j = 16 * sb; j < 16 * sb + 16; j++) m = fmaxf(m, fabsf(v[j]));
+            p.amax_h[sb] = __float_as_uint(m);
+        }
     }
     group_max(p.amax_h, c);
     return p;
@@ -375,23 +389,29 @@ __device__ __forceinline__ void fp8_encode_unit(const Codec& c, float (&v)[UNIT]
         check |= !(__fmul_rn(__uint_as_float(p.amax_h[sb]), M[sb]) <= c.L);
         /* the group's byte, from the lane and sub-block that start it */
         if (go.exps && 16 * sb < nv && ((16 * sb) & (c.G - 1)) == 0 && (lane & (c.tpg - 1)) == 0)
-            go.exps[((u64)UNIT * u + 16u * (unsigned)sb) / (unsigned)c.G - go.g0] = (uint8_t)(b + 127);
+            go.exps[(((u64)UNIT * u + 16u * (unsigned)sb) >> c.lg) - go.g0] = (uint8_t)(b + 127);
     }
 #pragma unroll
     for (int j = 0; j < UNIT; j++) v[j] = __fmul_rn(v[j], M[j >> 4]);
-    if (check) { /* rare: count, and turn an overflow NaN into +inf (a local loop) */
-        float t[UNIT];
+    if (check) { /* count what saturates (delayed scaling can), and turn an overflow NaN into +inf */
+        unsigned s = 0u;
+        if (nv == UNIT && !sc.nfmask) {
 #pragma unroll
-        for (int j = 0; j < UNIT; j++) t[j] = v[j];
-#pragma unroll 1
-        for (int j = 0; j < nv; j++) {
-            if (!((sc.nfmask >> j) & 1ull) && !(fabsf(t[j]) <= c.L)) {
-                ts.sat++;
-                if (isnan(t[j])) t[j] = __uint_as_float(0x7F800000u); /* never a NaN code for finite input */
+            for (int j = 0; j < UNIT; j++) s += fabsf(v[j]) > c.L ? 1u : 0u;
+        } else {
+#pragma unroll
+            for (int j = 0; j < UNIT; j++) s += (j < nv && !((sc.nfmask >> j) & 1ull) && fabsf(v[j]) > c.L) ? 1u : 0u;
+        }
+        if (c.hadamard && !c.adaptive) { /* only then can v hold a NaN (overflow inside the transform) */
+#pragma unroll
+            for (int j = 0; j < UNIT; j++) {
+                if (j < nv && !((sc.nfmask >> j) & 1ull) && isnan(v[j])) {
+                    s++;
+                    v[j] = __uint_as_float(0x7F800000u); /* never a NaN code for finite input */
+                }
             }
         }
-#pragma unroll
-        for (int j = 0; j < UNIT; j++) v[j] = t[j];
+        ts.sat += s;
     }
     quantize<FMT, SR>(c, v, u, stream, out);
     if (sc.nfmask) set_nan_codes(out, sc.nfmask);
@@ -419,7 +439,7 @@ __device__ __forceinline__ void int8_encode_unit(const Codec& c, const float (&v
         inv[sb] = __fdiv_rn(127.0f, am);
         slow |= d[sb] == 0.0f || !(inv[sb] <= 3.0e38f);
         if (go.exps && 16 * sb < nv && ((16 * sb) & (c.G - 1)) == 0 && (lane & (c.tpg - 1)) == 0)
-            store_u32_any(go.exps + 4 * (size_t)(((u64)UNIT * u + 16u * (unsigned)sb) / (unsigned)c.G - go.g0), __float_as_uint(d[sb]));
+            store_u32_any(go.exps + 4 * (size_t)((((u64)UNIT * u + 16u * (unsigned)sb) >> c.lg) - go.g0), __float_as_uint(d[sb]));
     }
     if (!slow) {
 #pragma unroll
@@ -512,77 +532,79 @@ struct InScale {
     int foreign;
 };
 
-/* Which sub-blocks of a row of codes hold an inf / NaN code (special: they
- * take the exact decode) and which a NaN code (nan: the group was sent
- * unrotated). */
+/* Which sub-blocks of a row of codes hold a NaN code (nan: that copy's group
+ * was sent unrotated), by byte arithmetic on whole words: adding 1 to each
+ * 7-bit magnitude carries into bit 7 exactly for 0x7F (E4M3's NaN); adding 3
+ * does it for the magnitudes above 0x7C (E5M2's NaNs). */
 template <int FMT>
-__device__ __forceinline__ void fp8_row_flags(const Row<1>& r, unsigned (&special)[SB], unsigned (&nan)[SB]) {
+__device__ __forceinline__ void fp8_row_nan(const Row<1>& r, unsigned (&nan)[SB]) {
+    constexpr unsigned ADD = FMT == FP8_E4M3 ? 0x01010101u : 0x03030303u;
 #pragma unroll
     for (int sb = 0; sb < SB; sb++) {
-        unsigned sp = 0u, na = 0u;
+        unsigned t = 0u;
 #pragma unroll
-        for (int i = 4 * sb; i < 4 * sb + 4; i++) {
-            const unsigned w = row_word(r, i);
-            if (FMT == FP8_E4M3) {
-                sp |= __vcmpeq4(w & 0x7F7F7F7Fu, 0x7F7F7F7Fu);
-            } else {
-                sp |= __vcmpeq4(w & 0x7C7C7C7Cu, 0x7C7C7C7Cu);
-                na |= __vcmpgtu4(w & 0x7F7F7F7Fu, 0x7C7C7C7Cu);
-            }
+        for (int i = 4 * sb; i < 4 * sb + 4; i++) t |= (row_word(r, i) & 0x7F7F7F7Fu) + ADD;
+        nan[sb] = (t & 0x80808080u) != 0u ? 1u : 0u;
+    }
+}
+
+/* The 16 codes of sub-block sb as their fp8 values (fp8_decode), two at a
+ * time by the hardware conversion to f16 pairs (exact: f16 holds every E4M3
+ * and E5M2 value, inf and NaN included), then to fp32 (exact). */
+template <int FMT>
+__device__ __forceinline__ void fp8_sb_values(const Row<1>& r, int sb, float (&f)[16]) {
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const unsigned w = row_word(r, 4 * sb + i);
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w >> (16 * h)),
+                                                             FMT == FP8_E4M3 ? __NV_E4M3 : __NV_E5M2);
+            const float2 v = __half22float2(__half2(hr));
+            f[4 * i + 2 * h] = v.x;
+            f[4 * i + 2 * h + 1] = v.y;
         }
-        special[sb] = sp != 0u ? 1u : 0u;
-        nan[sb] = (FMT == FP8_E4M3 ? sp : na) != 0u ? 1u : 0u;
     }
 }
 
-/* The 16 codes of sub-block sb as f' = fp8 value * 2^-BA: the float whose
- * bits are (sign << 31) | (code & 0x7F) << SHIFT, exact for every finite code
- * (fp8 subnormals become float subnormals). A special sub-block takes the
- * exact decode (times 2^-BA, still exact). */
-template <int FMT>
-__device__ __forceinline__ void fp8_sb_values(const Row<1>& r, int sb, bool special, float (&f)[16]) {
-    typedef Fp8T<FMT> T;
-#pragma unroll
-    for (int j = 0; j < 16; j++) {
-        const unsigned code = (row_word(r, 4 * sb + (j >> 2)) >> (8 * (j & 3))) & 0xFFu;
-        f[j] = __uint_as_float(((code & 0x80u) << 24) | ((code & 0x7Fu) << T::SHIFT));
-    }
-    if (special) { /* rare: inf / NaN codes */
-        unsigned w[4];
-        float t[16];
-#pragma unroll
-        for (int i = 0; i < 4; i++) w[i] = row_word(r, 4 * sb + i);
-#pragma unroll 1
-        for (int j = 0; j < 16; j++) t[j] = __fmul_rn(fp8_decode_exact<FMT>((w[j >> 2] >> (8 * (j & 3))) & 0xFFu), pow2f_dev(-T::BA));
-#pragma unroll
-        for (int j = 0; j < 16; j++) f[j] = t[j];
-    }
-}
-
-/* dq(f) = ldexpf(f, b - k) (or ldexpf(f / s, b) for a foreign scale) from f' = f * 2^-BA:
- * one multiply by 2^(e + BA) when that is a normal power of two (one
- * rounding of the exact product, as ldexpf), else exact steps */
-template <int FMT>
+/* dq(f) = ldexpf(f, b - k) (or ldexpf(f / s, b) for a foreign scale): one
+ * multiply by 2^(b - k) when that is a normal power of two (one rounding of
+ * the exact product, as ldexpf), else ldexpf itself */
 __device__ __forceinline__ void dequant16(float (&f)[16], int b, const InScale& is) {
-    constexpr int BA = Fp8T<FMT>::BA;
     const int e = b - is.k;
-    if (!is.foreign && e + BA >= -126 && e + BA <= 127) {
-        const float m = pow2f_dev(e + BA);
+    if (!is.foreign && e >= -126 && e <= 127) {
+        const float m = pow2f_dev(e);
 #pragma unroll
         for (int j = 0; j < 16; j++) f[j] = __fmul_rn(f[j], m);
         return;
     }
-    /* rare: exact steps, in a loop over a local copy */
+    /* rare: a loop over a local copy */
     float t[16];
 #pragma unroll
     for (int j = 0; j < 16; j++) t[j] = f[j];
 #pragma unroll 1
-    for (int j = 0; j < 16; j++) {
-        const float fv = __fmul_rn(t[j], pow2f_dev(BA)); /* the fp8 value, exact */
-        t[j] = is.foreign ? ldexpf(__fdiv_rn(fv, is.s), b) : ldexpf(fv, e);
-    }
+    for (int j = 0; j < 16; j++) t[j] = is.foreign ? ldexpf(__fdiv_rn(t[j], is.s), b) : ldexpf(t[j], e);
 #pragma unroll
     for (int j = 0; j < 16; j++) f[j] = t[j];
+}
+
+/* The group exponent bytes of the lane's four sub-blocks (byte sb of the
+ * result; 127, the neutral byte, where a sub-block is past the unit's end or
+ * there are no group bytes): one load per group the unit holds. */
+__device__ __forceinline__ unsigned load_group_bytes(const Codec& c, const uint8_t* exps, unsigned g0, unsigned u, int nv) {
+    if (!c.gb || nv <= 0) return 0x7F7F7F7Fu;
+    const unsigned gi = (unsigned)(((u64)UNIT * u) >> c.lg) - g0; /* the unit's first group, in the range */
+    if (c.G >= UNIT) return 0x01010101u * (unsigned)exps[gi];
+    unsigned r = 0x7F7F7F7Fu;
+    if (c.G == 32) {
+        r = 0x0101u * (unsigned)exps[gi];
+        r |= (nv > 32 ? 0x0101u * (unsigned)exps[gi + 1] : 0x7F7Fu) << 16;
+        return r;
+    }
+#pragma unroll
+    for (int sb = 0; sb < SB; sb++)
+        if (16 * sb < nv) r = (r & ~(0xFFu << (8 * sb))) | ((unsigned)exps[gi + (unsigned)sb] << (8 * sb));
+    return r;
 }
 
 /* acc's sub-block sb += d */

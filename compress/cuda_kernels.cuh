@@ -78,7 +78,7 @@ struct DLaunch {
 #define COMPRESS_MIN_BLOCKS 4
 #endif
 #ifndef DECOMPRESS_MIN_BLOCKS
-#define DECOMPRESS_MIN_BLOCKS 4
+#define DECOMPRESS_MIN_BLOCKS 3
 #endif
 
 /* what k_decompress does with the sum */
@@ -159,6 +159,11 @@ struct InRows {
     Span sp;
     int lane;
     unsigned issued, taken;
+    /* the copies' group bytes (FP8 inputs with a group byte: gcodec set),
+     * loaded one step ahead like the rows: eb is the taken step's */
+    const uint8_t* const* gbytes;
+    const Codec* gcodec;
+    unsigned eb_next, eb;
 
     __device__ __forceinline__ const uint8_t* fast_src(unsigned t, int i) const {
         if (!ws.has(t)) return nullptr;
@@ -168,13 +173,19 @@ struct InRows {
     __device__ __forceinline__ uint4* area(unsigned k) const { return area0 + (k & 1u) * (unsigned)(area_bytes<EB>() / 16); }
     __device__ __forceinline__ void issue(unsigned t, int i) {
         rows_issue<EB>(area(issued), fast_src(t, i), lane);
+        if (gcodec && ws.has(t)) {
+            const WarpUnits w = warp_units(sp, ws.lu(t), lane);
+            eb_next = load_group_bytes(*gcodec, gbytes[i], (unsigned)(((u64)UNIT * sp.u0) >> gcodec->lg), w.u, w.nv);
+        }
         issued++;
     }
     __device__ __forceinline__ void start() {
         issued = taken = 0;
+        eb_next = eb = 0x7F7F7F7Fu;
         if (ws.has(0)) issue(0, 0);
     }
     __device__ __forceinline__ void take(unsigned t, int i, const WarpUnits& w, Row<EB>& r) {
+        eb = eb_next;
         if (i + 1 < P) issue(t, i + 1);
         else issue(t + 1, 0);
         rows_take<EB>(area(taken), fast_src(t, i) != nullptr, bytes[i] + (size_t)EB * UNIT * (w.lu0 + (unsigned)lane),
@@ -230,48 +241,41 @@ __device__ __forceinline__ void encode_store(const Codec& c, float (&v)[UNIT], c
 /* ========================================================================== */
 /* the sum of P compressed copies (taco.c's taco_decode_sum, compress.c)       */
 
-/* taco.c's dq computed from f' and the transform folded in: a single copy's
- * rotated group can skip dequantising, d = H_un(f') * C with C = norm *
- * 2^(e + BA), when that gives the CPU's bits: C is a normal float, and
- * ldexpf(f, e) is exact and its transform cannot overflow (e in
- * [-130, 100]), so every rounding of H_un(dq(f)) happens at the same
- * relative place in H_un(f'). */
-template <int FMT>
+/* A single copy's rotated group can skip dequantising: H_un(dq(f)) * norm
+ * == H_un(f) * C with C = norm * 2^(b - k), to the bit, when C is a normal
+ * float, dq(f) = ldexpf(f, b - k) is exact (b - k >= -130: no fp8 value's
+ * bits fall off) and no sum overflows (b - k <= 100): every rounding of the
+ * butterflies then happens at the same relative place. */
 __device__ __forceinline__ bool fold_const(const Codec& ci, int b, const InScale& is, float* C) {
-    constexpr int BA = Fp8T<FMT>::BA;
     if (is.foreign) return false;
     const int e = b - is.k;
-    if (e < -130 || e > 100 || e + BA > 127) return false;
-    const float c = __fmul_rn(ci.norm, pow2f_dev(e + BA));
+    if (e < -126 || e > 100) return false;
+    const float c = __fmul_rn(ci.norm, pow2f_dev(e));
     *C = c;
-    return c >= 1.17549435e-38f && c <= 3.0e38f;
+    return c >= 1.17549435e-38f;
 }
 
-/* the group exponent of sub-block sb of unit u of a copy (0 without group bytes) */
-__device__ __forceinline__ int group_exp(const Codec& ci, const uint8_t* exps, unsigned g0, unsigned u, int sb, int nv) {
-    if (!ci.gb || 16 * sb >= nv) return 0;
-    return (int)exps[((u64)UNIT * u + 16u * (unsigned)sb) / (unsigned)ci.G - g0] - 127;
-}
+/* the group exponent of sub-block sb from load_group_bytes' word */
+__device__ __forceinline__ int group_exp(unsigned bytes, int sb) { return (int)((bytes >> (8 * sb)) & 0xFFu) - 127; }
 
 /* the rare copies whose group was sent unrotated inside a full group (a NaN
  * code): added after the transform, in order, from a per-lane reload */
 template <int FMT>
 __device__ __forceinline__ void add_late(const Codec& ci, const DLaunch& L, const DJob& J, const WarpUnits& w,
                                       const InScale* is, u64 late, float (&acc)[UNIT]) {
-    const unsigned g0 = (unsigned)(((u64)UNIT * J.sp.u0) / (unsigned)ci.G);
+    const unsigned g0 = (unsigned)(((u64)UNIT * J.sp.u0) >> ci.lg);
     for (int i = 0; i < J.nin; i++) {
         if (!((late >> (4 * i)) & 0xFull)) continue;
         const DIn in = L.in[J.in_first + i];
         Row<1> r;
         load_row_slow<1>(in.codes + (size_t)UNIT * (w.lu0 + (threadIdx.x & 31)), w.nv, r);
-        unsigned special[SB], nan[SB];
-        fp8_row_flags<FMT>(r, special, nan);
+        const unsigned eb = load_group_bytes(ci, in.exps, g0, w.u, w.nv);
 #pragma unroll
         for (int sb = 0; sb < SB; sb++) {
             if (!((late >> (4 * i + sb)) & 1ull)) continue;
             float f[16];
-            fp8_sb_values<FMT>(r, sb, special[sb], f);
-            dequant16<FMT>(f, group_exp(ci, in.exps, g0, w.u, sb, w.nv), is[i]);
+            fp8_sb_values<FMT>(r, sb, f);
+            dequant16(f, group_exp(eb, sb), is[i]);
             add_sb(acc, f, sb);
         }
     }
@@ -285,7 +289,6 @@ __device__ __forceinline__ void fp8_sum_unit(const Codec& ci, const DLaunch& L, 
                                              const InScale* is, InRows<1>& rows, unsigned t, int lane,
                                              float (&acc)[UNIT]) {
     const Span& sp = J.sp;
-    const unsigned g0 = (unsigned)(((u64)UNIT * sp.u0) / (unsigned)ci.G);
     bool rotatable[SB], rsum[SB];
     float fin[SB]; /* the multiplier after the transform: norm, or C for a folded single copy */
 #pragma unroll
@@ -296,20 +299,19 @@ __device__ __forceinline__ void fp8_sum_unit(const Codec& ci, const DLaunch& L, 
     }
     u64 late = 0ull; /* bit 4 i + sb: copy i's sub-block sb came unrotated from a full group */
     if (J.nin == 1) { /* a plain decode: the values are the sum */
-        const DIn in = L.in[J.in_first];
         Row<1> r;
         rows.take(t, 0, w, r);
-        unsigned special[SB], nan[SB];
-        fp8_row_flags<FMT>(r, special, nan);
+        unsigned nan[SB];
+        fp8_row_nan<FMT>(r, nan);
         group_max(nan, ci);
 #pragma unroll
         for (int sb = 0; sb < SB; sb++) {
             const bool rot = rotatable[sb] && !nan[sb];
-            const int b = group_exp(ci, in.exps, g0, w.u, sb, w.nv);
+            const int b = group_exp(rows.eb, sb);
             float f[16], C;
-            fp8_sb_values<FMT>(r, sb, special[sb], f);
-            if (rot && fold_const<FMT>(ci, b, is[0], &C)) fin[sb] = C;
-            else dequant16<FMT>(f, b, is[0]);
+            fp8_sb_values<FMT>(r, sb, f);
+            if (rot && fold_const(ci, b, is[0], &C)) fin[sb] = C;
+            else dequant16(f, b, is[0]);
 #pragma unroll
             for (int j = 0; j < 16; j++) acc[16 * sb + j] = f[j];
             rsum[sb] = rot;
@@ -318,11 +320,10 @@ __device__ __forceinline__ void fp8_sum_unit(const Codec& ci, const DLaunch& L, 
 #pragma unroll
         for (int j = 0; j < UNIT; j++) acc[j] = -0.0f;
         for (int i = 0; i < J.nin; i++) {
-            const DIn in = L.in[J.in_first + i];
             Row<1> r;
             rows.take(t, i, w, r);
-            unsigned special[SB], nan[SB];
-            fp8_row_flags<FMT>(r, special, nan);
+            unsigned nan[SB];
+            fp8_row_nan<FMT>(r, nan);
             group_max(nan, ci);
 #pragma unroll
             for (int sb = 0; sb < SB; sb++) {
@@ -332,8 +333,8 @@ __device__ __forceinline__ void fp8_sum_unit(const Codec& ci, const DLaunch& L, 
                     continue;
                 }
                 float f[16];
-                fp8_sb_values<FMT>(r, sb, special[sb], f);
-                dequant16<FMT>(f, group_exp(ci, in.exps, g0, w.u, sb, w.nv), is[i]);
+                fp8_sb_values<FMT>(r, sb, f);
+                dequant16(f, group_exp(rows.eb, sb), is[i]);
                 add_sb(acc, f, sb);
                 rsum[sb] = rsum[sb] || rot;
             }
@@ -366,7 +367,7 @@ __device__ __forceinline__ void sum_unit(const Codec& ci, const DLaunch& L, cons
     if constexpr (IN == IN_E4M3 || IN == IN_E5M2) {
         fp8_sum_unit<IN == IN_E4M3 ? FP8_E4M3 : FP8_E5M2>(ci, L, J, w, is, rows, t, lane, acc);
     } else {
-        const unsigned g0 = (unsigned)(((u64)UNIT * J.sp.u0) / (unsigned)ci.G);
+        const unsigned g0 = (unsigned)(((u64)UNIT * J.sp.u0) >> ci.lg);
 #pragma unroll
         for (int j = 0; j < UNIT; j++) acc[j] = -0.0f; /* the identity of addition: see fp8_sum_unit */
         for (int i = 0; i < J.nin; i++) {
@@ -392,7 +393,7 @@ __device__ __forceinline__ void sum_unit(const Codec& ci, const DLaunch& L, cons
                 for (int sb = 0; sb < SB; sb++) {
                     step[sb] = 0.0f;
                     if (16 * sb < w.nv) {
-                        const u64 gi = ((u64)UNIT * w.u + 16u * (unsigned)sb) / (unsigned)ci.G - g0;
+                        const u64 gi = (((u64)UNIT * w.u + 16u * (unsigned)sb) >> ci.lg) - g0;
                         step[sb] = __uint_as_float(load_u32_any(steps + 4 * gi));
                     }
                 }
@@ -434,6 +435,8 @@ __device__ __forceinline__ InRows<BF16 ? 2 : 4> compress_rows(unsigned char* sme
     InRows<EBI> rows;
     rows.area0 = reinterpret_cast<uint4*>(smem + (size_t)warp * (2 * area_bytes<EBI>() + ebo * area_bytes<1>()));
     rows.bytes = xb;
+    rows.gbytes = nullptr;
+    rows.gcodec = nullptr;
     rows.P = 1;
     rows.ws = warp_steps(sp, warp);
     rows.sp = sp;
@@ -474,7 +477,7 @@ __global__ void __launch_bounds__(THREADS, SR ? COMPRESS_MIN_BLOCKS - 1 : COMPRE
     const Span sp = J.sp;
     const int kc = chunk_kc(c, J.st);
     if (blockIdx.x == 0 && threadIdx.x == 0 && sp.u0 == 0 && J.scale) store_u32_any(J.scale, __float_as_uint(pow2f_dev(kc)));
-    const GOut go = {J.exps, (unsigned)(((u64)UNIT * sp.u0) / (unsigned)c.G)};
+    const GOut go = {J.exps, (unsigned)(((u64)UNIT * sp.u0) >> c.lg)};
     TStats ts = {0u, 0u, 0.0f};
     const uint8_t* xb = static_cast<const uint8_t*>(J.x) + (size_t)(BF16 ? 2 : 4) * UNIT * sp.u0;
     InRows<BF16 ? 2 : 4> rows = compress_rows<BF16>(smem, warp, &xb, sp, lane, EBO);
@@ -499,6 +502,7 @@ __global__ void __launch_bounds__(THREADS, SR ? DECOMPRESS_MIN_BLOCKS - 1 : DECO
     constexpr int EBI = in_bytes(IN), EBO = decompress_out_bytes<IN, OUT>();
     __shared__ InScale s_is[MAX_IN];
     __shared__ const uint8_t* s_codes[MAX_IN];
+    __shared__ const uint8_t* s_exps[MAX_IN];
     const DJob& J = L.job[blockIdx.y];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const Span sp = J.sp;
@@ -511,6 +515,7 @@ __global__ void __launch_bounds__(THREADS, SR ? DECOMPRESS_MIN_BLOCKS - 1 : DECO
         is.k = is.foreign ? 0 : (int)(bits >> 23) - 127;
         s_is[threadIdx.x] = is;
         s_codes[threadIdx.x] = in.codes;
+        s_exps[threadIdx.x] = in.exps;
     }
     __syncthreads();
     int kc = 0;
@@ -518,13 +523,15 @@ __global__ void __launch_bounds__(THREADS, SR ? DECOMPRESS_MIN_BLOCKS - 1 : DECO
         kc = chunk_kc(co, J.st);
         if (blockIdx.x == 0 && threadIdx.x == 0 && sp.u0 == 0 && J.oscale) store_u32_any(J.oscale, __float_as_uint(pow2f_dev(kc)));
     }
-    const GOut go = {J.oexps, (unsigned)(((u64)UNIT * sp.u0) / (unsigned)co.G)};
+    const GOut go = {J.oexps, (unsigned)(((u64)UNIT * sp.u0) >> co.lg)};
     TStats ts = {0u, 0u, 0.0f};
     float tam = 0.0f;
     InRows<EBI> rows;
     rows.area0 = reinterpret_cast<uint4*>(smem + (size_t)warp * warp_smem_bytes<EBI, EBO>());
     uint4* aout = rows.area0 + 2 * area_bytes<EBI>() / 16;
     rows.bytes = s_codes;
+    rows.gbytes = s_exps;
+    rows.gcodec = ((IN == IN_E4M3 || IN == IN_E5M2) && ci.gb) ? &ci : nullptr;
     rows.P = J.nin;
     rows.ws = warp_steps(sp, warp);
     rows.sp = sp;
