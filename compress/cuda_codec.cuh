@@ -182,16 +182,20 @@ __device__ __forceinline__ Scan scan_bf16(const Row<2>& r) {
     s.special = special;
     return s;
 }
+/* the integer max of |bits| over sub-block sb: the amax as float bits, NaN > inf > finite */
+__device__ __forceinline__ unsigned absmax_bits(const float (&v)[UNIT], int sb) {
+    unsigned m = 0u;
+#pragma unroll
+    for (int j = 16 * sb; j < 16 * sb + 16; j++) m = max(m, __float_as_uint(v[j]) & 0x7FFFFFFFu);
+    return m;
+}
 __device__ __forceinline__ Scan scan_f32(const float (&v)[UNIT]) {
     Scan s;
     bool special = false;
 #pragma unroll
     for (int sb = 0; sb < SB; sb++) {
-        unsigned m = 0u;
-#pragma unroll
-        for (int j = 16 * sb; j < 16 * sb + 16; j++) m = max(m, __float_as_uint(v[j]) & 0x7FFFFFFFu);
-        s.amax[sb] = m;
-        special |= m >= 0x7F800000u;
+        s.amax[sb] = absmax_bits(v, sb);
+        special |= s.amax[sb] >= 0x7F800000u;
     }
     s.nfmask = s.nanmask = 0ull;
     s.special = special;
@@ -277,11 +281,8 @@ __device__ __forceinline__ Prep fp8_prepare(const Codec& c, float (&v)[UNIT], co
     bool nan_h = false;
 #pragma unroll
     for (int sb = 0; sb < SB; sb++) {
-        unsigned m = 0u;
-#pragma unroll
-        for (int j = 16 * sb; j < 16 * sb + 16; j++) m = max(m, __float_as_uint(v[j]) & 0x7FFFFFFFu);
-        p.amax_h[sb] = m;
-        nan_h |= m > 0x7F800000u;
+        p.amax_h[sb] = absmax_bits(v, sb);
+        nan_h |= p.amax_h[sb] > 0x7F800000u;
     }
     if (nan_h) {
 #pragma unroll

@@ -281,6 +281,15 @@ __device__ __forceinline__ void add_late(const Codec& ci, const DLaunch& L, cons
     }
 }
 
+/* copy i's row of step t, and which of its groups hold a NaN code (every lane calls) */
+template <int FMT>
+__device__ __forceinline__ void take_codes(InRows<1>& rows, const Codec& ci, unsigned t, int i, const WarpUnits& w,
+                                           Row<1>& r, unsigned (&nan)[SB]) {
+    rows.take(t, i, w, r);
+    fp8_row_nan<FMT>(r, nan);
+    group_max(nan, ci);
+}
+
 /* taco.c's taco_decode_sum for the lane's unit. A sum starts from -0.0f, the
  * exact identity of IEEE addition (-0 + x is x, also for x = +-0), so "the
  * first term, then the others added" needs no flags. */
@@ -300,10 +309,8 @@ __device__ __forceinline__ void fp8_sum_unit(const Codec& ci, const DLaunch& L, 
     u64 late = 0ull; /* bit 4 i + sb: copy i's sub-block sb came unrotated from a full group */
     if (J.nin == 1) { /* a plain decode: the values are the sum */
         Row<1> r;
-        rows.take(t, 0, w, r);
         unsigned nan[SB];
-        fp8_row_nan<FMT>(r, nan);
-        group_max(nan, ci);
+        take_codes<FMT>(rows, ci, t, 0, w, r, nan);
 #pragma unroll
         for (int sb = 0; sb < SB; sb++) {
             const bool rot = rotatable[sb] && !nan[sb];
@@ -321,10 +328,8 @@ __device__ __forceinline__ void fp8_sum_unit(const Codec& ci, const DLaunch& L, 
         for (int j = 0; j < UNIT; j++) acc[j] = -0.0f;
         for (int i = 0; i < J.nin; i++) {
             Row<1> r;
-            rows.take(t, i, w, r);
             unsigned nan[SB];
-            fp8_row_nan<FMT>(r, nan);
-            group_max(nan, ci);
+            take_codes<FMT>(rows, ci, t, i, w, r, nan);
 #pragma unroll
             for (int sb = 0; sb < SB; sb++) {
                 const bool rot = rotatable[sb] && !nan[sb];
