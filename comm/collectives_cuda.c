@@ -10,7 +10,7 @@
  *
  *   1. Every rank chunk is cut into K sub-chunks on multiples of the group
  *      size (coll_chunk's unit). Sub-chunk k of a chunk is one MESSAGE: the
- *      chunk's wire bytes of that range, [scale (k = 0 only)][its group
+ *      chunk's wire bytes of that range, [scale (k = 0 only)][its tiles' scales][its group
  *      bytes][its element bytes]. The concatenation of the K messages, taken
  *      field by field, is the host's wire; the receiver never needs it
  *      contiguous, because the kernels take each range's parts by pointer.
@@ -29,11 +29,12 @@
  *   4. All-reduce: the reduce of sub-chunk k is fused with the all-gather's
  *      compression of it (decompress_jobs_dev, CDEV_REDUCE_RECOMPRESS), and
  *      the all-gather message k leaves at once - unless the all-gather's
- *      chunk scale needs the current amax of the whole sum (current dual
- *      scaling): then the reduce pass of each k only reduces that amax, and
+ *      chunk scale needs the current amax of the whole sum (fp8_tensor with
+ *      current scaling; taco's per-tile scales are computed within a
+ *      sub-chunk): then the reduce pass of each k only reduces that amax, and
  *      a second pass re-decodes, re-sums and compresses once all K have
- *      arrived (no fp32 sum in memory). int8_group, which the fused kernel
- *      does not encode, goes through an fp32 sum (d_acc).
+ *      arrived (no fp32 sum in memory). Pairs the fused kernel does not
+ *      encode (compress_dev_can_fuse) go through an fp32 sum (d_acc).
  *
  *   5. With an NCCL communicator set (CollScratchDev.nccl) the same messages
  *      go by ncclSend/ncclRecv between device buffers on a network stream,
@@ -109,6 +110,7 @@ typedef struct {
     size_t bytes;  /* message length; 0 = nothing to send */
     size_t e0, e1; /* the element range of its chunk */
     size_t hdr;    /* header bytes it starts with (the chunk scale, range at e0 == 0 only) */
+    size_t tiles;  /* then the scales of its tiles (methods with tile scales) */
     size_t head;   /* bytes before its element bytes */
 } Msg;
 
@@ -127,7 +129,8 @@ static void place(size_t* cursor, Msg* m, const CompressWireLayout* l, size_t c,
     m->e0 = e0;
     m->e1 = e1;
     m->hdr = e0 == 0 ? (size_t)l->hdr : 0;
-    m->head = m->hdr + (size_t)l->gbytes * (g1 - g0);
+    m->tiles = (size_t)l->tbytes * compress_wire_tiles(l, e0, e1);
+    m->head = m->hdr + m->tiles + (size_t)l->gbytes * (g1 - g0);
     m->bytes = m->head + (size_t)l->ebytes * (e1 - e0);
     m->slot = *cursor;
     m->off = m->slot + (16 - m->head % 16) % 16;
@@ -136,8 +139,8 @@ static void place(size_t* cursor, Msg* m, const CompressWireLayout* l, size_t c,
 
 static CompressWireOut wire_out_of(uint8_t* d, const Msg* m) {
     CompressWireOut w;
-    w.scale = m->hdr ? d + m->off : NULL;
-    w.exps = d + m->off + m->hdr;
+    w.scale = m->hdr ? d + m->off : (m->tiles ? d + m->off : NULL); /* the chunk scale, or the range's tiles' */
+    w.exps = d + m->off + m->hdr + m->tiles;
     w.codes = d + m->off + m->head;
     return w;
 }
@@ -145,8 +148,8 @@ static CompressWireOut wire_out_of(uint8_t* d, const Msg* m) {
 /* m0: message 0 of the same chunk copy, which carries the chunk scale */
 static CompressWireIn wire_in_of(const uint8_t* d, const Msg* m, const Msg* m0) {
     CompressWireIn w;
-    w.scale = m0->hdr ? d + m0->off : NULL;
-    w.exps = d + m->off + m->hdr;
+    w.scale = m0->hdr ? d + m0->off : (m->tiles ? d + m->off : NULL);
+    w.exps = d + m->off + m->hdr + m->tiles;
     w.codes = d + m->off + m->head;
     return w;
 }
@@ -628,7 +631,10 @@ static void coll_run(Call* C, CollStats* st) {
     if (P > COMPRESS_DEV_MAX_IN) FATAL("device collectives support up to %d ranks per group, not %d", COMPRESS_DEV_MAX_IN, P);
     CompressWireLayout l_rs = compress_wire_layout(C->do_rs ? C->p_rs : C->p_ag);
     CompressWireLayout l_ag = compress_wire_layout(C->do_ag ? C->p_ag : C->p_rs);
-    if (l_rs.gran != l_ag.gran) FATAL("all-reduce halves cut sub-chunks differently (%d vs %d)", l_rs.gran, l_ag.gran);
+    /* both halves cut the sub-chunks alike (the fused all-gather step turns RS
+     * sub-chunk k into AG message k): on the coarser granularity, which is a
+     * multiple of the finer (all are powers of two) */
+    if (l_rs.gran != l_ag.gran) l_rs.gran = l_ag.gran = l_rs.gran > l_ag.gran ? l_rs.gran : l_ag.gran;
 
     /* the cut: coll_chunk's, then K sub-chunks (the same K on every rank) */
     C->b = mallocCheck(2 * sizeof(size_t) * (size_t)P);

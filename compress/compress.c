@@ -55,6 +55,8 @@ static TacoCfg taco_cfg_of(const CompressParams* p) {
     c.stochastic = p->stochastic;
     c.seed = p->seed;
     c.delayed_amax = compress_method_delayed_amax(p);
+    const CompressWireLayout l = compress_wire_layout(p);
+    c.tile = l.tbytes ? (size_t)l.T : 0; /* a scale per tile, or one chunk scale in the header */
     return c;
 }
 
@@ -167,11 +169,13 @@ static float int8_value(const CompressParams* p, const uint8_t* steps, const uin
 /* ------------------------------------------------------------------------ */
 /* the interface */
 
-/* The parts of a chunk of n on the wire (methods.h): the chunk scale at 0,
- * the group bytes at hdr, the element bytes after them; a part is present
- * iff the row gives it bytes. */
+/* The parts of a chunk of n on the wire (methods.h): the chunk scale or the
+ * tile scales at 0 (a row has one or the other: methods.c checks), the group
+ * bytes after them, the element bytes last; a part is present iff the row
+ * gives it bytes. */
 typedef struct {
     const CompressMethodInfo* m;
+    int scaled;           /* the wire has second scales at offset 0 */
     size_t groups, codes; /* byte offsets */
 } Wire;
 
@@ -179,7 +183,8 @@ static Wire wire_of(const CompressParams* p, size_t n) {
     const CompressWireLayout l = compress_wire_layout(p);
     Wire w;
     w.m = compress_method_info(p->method);
-    w.groups = (size_t)l.hdr;
+    w.scaled = l.hdr > 0 || l.tbytes > 0;
+    w.groups = compress_wire_groups_offset(&l, n);
     w.codes = compress_wire_codes_offset(&l, n);
     return w;
 }
@@ -214,12 +219,11 @@ size_t compress(const CompressParams* p, const float* x, size_t n, uint64_t stre
         break;
     case CM_FAM_FP8: {
         const TacoCfg c = taco_cfg_of(p);
-        float scale = 1.0f;
-        taco_encode(&c, x, n, stream, &scale, w.m->gbytes ? out + w.groups : NULL, codes, &s);
-        if (w.m->hdr) memcpy(out, &scale, 4);
-        /* without a chunk scale, report the input's amax: there is no scale
+        uint8_t one[4]; /* the second scale of a wire that has none (always 1.0f): not sent */
+        taco_encode(&c, x, n, stream, w.scaled ? out : one, w.m->gbytes ? out + w.groups : NULL, codes, &s);
+        /* without a second scale, report the input's amax: there is no scale
          * history to feed, and the raw magnitude is the useful number */
-        if (!w.m->hdr) s.amax = amax_finite(x, n, NULL);
+        if (!w.scaled) s.amax = amax_finite(x, n, NULL);
         break;
     }
     }
@@ -257,8 +261,7 @@ void decompress_sum(const CompressParams* p, const uint8_t* const* in, int P, si
         const TacoCfg c = taco_cfg_of(p);
         TacoWireIn* t = (TacoWireIn*)mallocCheck(sizeof(TacoWireIn) * (size_t)P);
         for (int i = 0; i < P; i++) {
-            t[i].scale = 1.0f;
-            if (w.m->hdr) memcpy(&t[i].scale, in[i], 4);
+            t[i].scales = w.scaled ? in[i] : NULL;
             t[i].exps = w.m->gbytes ? in[i] + w.groups : NULL;
             t[i].codes = in[i] + w.codes;
         }

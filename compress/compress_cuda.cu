@@ -55,13 +55,15 @@ static Codec codec_of(const CompressParams* p, const char* who) {
     c.seed = p->seed;
     c.G = l.G; /* UNIT for methods without groups */
     c.hdr = l.hdr;
+    c.tiled = l.tbytes > 0;
+    c.gran = l.gran;
     c.gb = l.gbytes;
     c.eb = l.ebytes;
     c.hadamard = sw.hadamard;
     c.adaptive = sw.adaptive;
     c.dual = sw.dual;
     /* a chunk scale is computed from the transformed values: the amax its history needs */
-    c.stats_amax_r = m->hdr > 0;
+    c.stats_amax_r = m->hdr > 0 || m->tbytes > 0;
     /* taco_encode's rule: a delayed amax is used when > 0 and finite, else the current one */
     const float delayed_amax = compress_method_delayed_amax(p);
     if (c.dual && delayed_amax > 0.0f && isfinite(delayed_amax)) {
@@ -76,7 +78,7 @@ static Codec codec_of(const CompressParams* p, const char* who) {
 }
 
 /* 1 if the chunk scale needs the current chunk amax: an amax pass first */
-static bool needs_amax_pass(const Codec& c) { return c.fam == FAM_FP8 && !c.cast && c.dual && !c.delayed; }
+static bool needs_amax_pass(const Codec& c) { return c.fam == FAM_FP8 && !c.cast && c.dual && !c.delayed && !c.tiled; }
 
 int compress_dev_num_sms(void) {
     static int cached[64];
@@ -130,7 +132,7 @@ static dim3 grid_for(const Kernel& k, u64 max_units, int njobs) {
 static u64 ceil_div_u64(u64 a, u64 b) { return (a + b - 1) / b; }
 
 static void check_range(const Codec& c, const CompressJobDev* j, const char* who) {
-    const u64 gran = (u64)(c.G > UNIT ? c.G : UNIT); /* compress_wire_layout's gran */
+    const u64 gran = (u64)c.gran;
     if (j->e0 > j->e1 || j->e1 > j->n) FATAL("%s: job range [%zu, %zu) is outside its chunk of %zu elements", who, j->e0, j->e1, j->n);
     if (j->e0 % gran != 0 || (j->e1 % gran != 0 && j->e1 != j->n))
         FATAL("%s: job range [%zu, %zu) must start (and end, unless at the chunk end %zu) on a multiple of %llu elements",
@@ -151,7 +153,7 @@ static CJob cjob_of(const Codec& c, const CompressJobDev* j, int encode, const c
     check_range(c, j, who);
     CJob r;
     r.x = j->x;
-    r.scale = (c.hdr && j->e0 == 0) ? j->out.scale : nullptr;
+    r.scale = ((c.hdr && j->e0 == 0) || c.tiled) ? j->out.scale : nullptr;
     r.exps = c.gb ? j->out.exps : nullptr;
     r.codes = j->out.codes;
     r.sp = span_of(j, who);
@@ -162,6 +164,7 @@ static CJob cjob_of(const Codec& c, const CompressJobDev* j, int encode, const c
         if (!r.codes && r.sp.u1 > r.sp.u0) FATAL("%s: job without an element-byte pointer", who);
         if (c.gb && !r.exps && r.sp.u1 > r.sp.u0) FATAL("%s: job without a group-byte pointer", who);
         if (c.hdr && j->e0 == 0 && !r.scale) FATAL("%s: the range at element 0 needs the scale pointer", who);
+        if (c.tiled && !r.scale && r.sp.u1 > r.sp.u0) FATAL("%s: job without the pointer to its tile scales", who);
     }
     return r;
 }
@@ -316,20 +319,21 @@ void decompress_jobs_dev(const CompressParams* p_in, const CompressJobDev* jobs,
             d.in_first = nin_used;
             d.nin = j->nin;
             if (out == OUT_RECOMP) {
-                d.oscale = (co.hdr && j->e0 == 0) ? j->out.scale : nullptr;
+                d.oscale = ((co.hdr && j->e0 == 0) || co.tiled) ? j->out.scale : nullptr;
                 d.oexps = co.gb ? j->out.exps : nullptr;
                 d.ocodes = j->out.codes;
                 if (co.hdr && j->e0 == 0 && !d.oscale) FATAL("%s: the range at element 0 needs out.scale", who);
+                if (co.tiled && !d.oscale && d.sp.u1 > d.sp.u0) FATAL("%s: recompress job without its tile scales", who);
                 if (d.sp.u1 > d.sp.u0 && (!d.ocodes || (co.gb && !d.oexps))) FATAL("%s: recompress job without output pointers", who);
             }
             if ((out == OUT_AMAX || out == OUT_RECOMP) && !d.st && needs_amax_pass(co))
                 FATAL("%s: current chunk scaling needs job.st (the amax slot)", who);
             if ((out == OUT_F32 || out == OUT_BF16) && !d.y && d.sp.u1 > d.sp.u0) FATAL("%s: job without an output pointer", who);
             for (int i = 0; i < j->nin; i++) {
-                L.in[nin_used + i].scale = ci.hdr ? j->in[i].scale : nullptr;
+                L.in[nin_used + i].scale = (ci.hdr || ci.tiled) ? j->in[i].scale : nullptr;
                 L.in[nin_used + i].exps = ci.gb ? j->in[i].exps : nullptr;
                 L.in[nin_used + i].codes = j->in[i].codes;
-                if (d.sp.u1 > d.sp.u0 && (!j->in[i].codes || (ci.gb && !j->in[i].exps) || (ci.hdr && !j->in[i].scale)))
+                if (d.sp.u1 > d.sp.u0 && (!j->in[i].codes || (ci.gb && !j->in[i].exps) || ((ci.hdr || ci.tiled) && !j->in[i].scale)))
                     FATAL("%s: input %d of a job lacks a wire pointer", who, i);
             }
             nin_used += j->nin;
@@ -347,15 +351,15 @@ void decompress_jobs_dev(const CompressParams* p_in, const CompressJobDev* jobs,
 /* the three parts of a whole chunk in the standard wire (methods.h) */
 static CompressWireOut wire_out(const CompressWireLayout& l, uint8_t* out, size_t n) {
     CompressWireOut w;
-    w.scale = l.hdr ? out : nullptr;
-    w.exps = l.gbytes ? out + l.hdr : nullptr;
+    w.scale = (l.hdr || l.tbytes) ? out : nullptr; /* the chunk scale, or tile 0's */
+    w.exps = l.gbytes ? out + compress_wire_groups_offset(&l, n) : nullptr;
     w.codes = out + compress_wire_codes_offset(&l, n);
     return w;
 }
 static CompressWireIn wire_in(const CompressWireLayout& l, const uint8_t* in, size_t n) {
     CompressWireIn w;
-    w.scale = l.hdr ? in : nullptr;
-    w.exps = l.gbytes ? in + l.hdr : nullptr;
+    w.scale = (l.hdr || l.tbytes) ? in : nullptr;
+    w.exps = l.gbytes ? in + compress_wire_groups_offset(&l, n) : nullptr;
     w.codes = in + compress_wire_codes_offset(&l, n);
     return w;
 }

@@ -70,9 +70,10 @@ CompressStats compress_stats_dev_read(const CompressStatsDev* st, int count, Com
 
 /* x[n] (fp32, or bf16 bit patterns if x_is_bf16) -> out[compress_bound(p, n)],
  * the same bytes as compress(p, float(x), n, stream, out, NULL). Returns the
- * bytes written. st (may be NULL) accumulates the statistics. Current dual
- * scaling (taco with dual_scale and not delayed, fp8_tensor not delayed)
- * runs two passes: a chunk-amax pass, then the encode pass. */
+ * bytes written. st (may be NULL) accumulates the statistics. One pass,
+ * also for taco's current scaling (a block holds a tile and reduces its
+ * amax); fp8_tensor's current per-tensor scale takes two: a chunk-amax pass,
+ * then the encode pass. */
 size_t compress_dev(const CompressParams* p, const void* x, int x_is_bf16, size_t n, uint64_t stream, uint8_t* out,
                     CompressStatsDev* st, cudaStream_t s);
 /* in (compress_bound(p, n) bytes) -> out[n] as fp32, or bf16 (round to
@@ -90,11 +91,11 @@ void decompress_reduce_dev(const CompressParams* p, const uint8_t* const* chunks
                            CompressDevSum kind, cudaStream_t s);
 /* The fused all-gather step: sum the P chunks as CDEV_SUM_F32 does, then
  * compress the sum with p_out (SR stream `stream`) into out, without the sum
- * going through memory: for current dual scaling one pass finds the amax of
- * the transformed sum and a second pass re-decodes, re-sums and encodes;
- * otherwise one pass. Methods that cannot be fused (int8_group output, or
- * different group sizes) go through an fp32 scratch sum. Same bytes as
- * compress(p_out, sum). Returns compress_bound(p_out, n). */
+ * going through memory: for fp8_tensor's current scale one pass finds the
+ * amax of the sum and a second pass re-decodes, re-sums and encodes;
+ * otherwise one pass. Pairs that are not fused (compress_dev_can_fuse) go
+ * through an fp32 scratch sum. Same bytes as compress(p_out, sum). Returns
+ * compress_bound(p_out, n). */
 size_t decompress_reduce_recompress_dev(const CompressParams* p_in, const uint8_t* const* chunks, int P, size_t n,
                                         const CompressParams* p_out, uint64_t stream, uint8_t* out,
                                         CompressStatsDev* st, cudaStream_t s);
@@ -110,7 +111,10 @@ size_t decompress_reduce_recompress_dev(const CompressParams* p_in, const uint8_
  * exps points at the group byte(s) of group e0 / G, codes at the bytes of
  * element e0, scale (only meaningful when e0 == 0 for outputs; always the
  * chunk's scale for inputs) at the 4 scale bytes. Pointers may have any
- * alignment (16-byte aligned codes take the fastest path). */
+ * alignment (16-byte aligned codes take the fastest path). For methods with
+ * tile scales (taco: COMPRESS_WIRE_TILE elements per fp32 scale) scale points
+ * at the scales of the range's tiles, from tile e0 / T, for inputs and
+ * outputs alike; ranges then start on tiles (layout.gran). */
 #define COMPRESS_DEV_MAX_IN 16   /* most compressed inputs one decompress job sums (the TP degree) */
 #define COMPRESS_DEV_MAX_JOBS 16 /* jobs per kernel launch (more are split over launches) */
 
@@ -137,7 +141,8 @@ typedef struct {
                               for current dual scaling, else may be NULL */
 } CompressJobDev;
 
-/* 1 if p's chunk scale needs the current chunk amax (an amax pass first). */
+/* 1 if p's chunk scale needs the current amax of the whole chunk (an amax
+ * pass first): fp8_tensor with current scaling. */
 int compress_dev_two_pass(const CompressParams* p);
 /* 1 if decompress_jobs_dev can recompress p_in's sums as p_out directly. */
 int compress_dev_can_fuse(const CompressParams* p_in, const CompressParams* p_out);

@@ -45,6 +45,8 @@ struct Codec {
     int delayed;      /* dual scale from delayed_amax (valid: > 0 and finite) */
     int stochastic;
     int hdr, gb, eb;  /* wire: header bytes, bytes per group, bytes per element */
+    int tiled;        /* an fp32 second scale per tile of COMPRESS_WIRE_TILE (taco), not one in the header */
+    int gran;         /* ranges start on multiples of this (compress_wire_layout) */
     int stats_amax_r; /* stats amax = amax of the transformed values (methods with a chunk scale), else raw input amax */
     float L;          /* fp8 max */
     float norm;       /* hadamard_norm(G) */
@@ -351,6 +353,10 @@ struct GOut {
 /* taco.c steps 5-6 for the thread's groups (after fp8_prepare), or the bare
  * cast (c.cast; v as given). kc = the chunk scale's exponent. */
 template <int FMT, bool SR>
+__device__ __forceinline__ void fp8_finish_unit(const Codec& c, float (&v)[UNIT], const Scan& sc, const Prep& p,
+                                                unsigned u, int nv, int kc, int lane, const GOut& go, u64 stream,
+                                                Row<1>& out, TStats& ts);
+template <int FMT, bool SR>
 __device__ __forceinline__ void fp8_encode_unit(const Codec& c, float (&v)[UNIT], const Scan& sc, unsigned u, int nv,
                                                 const Span& sp, int kc, int lane, const GOut& go, u64 stream,
                                                 Row<1>& out, TStats& ts) {
@@ -369,6 +375,15 @@ __device__ __forceinline__ void fp8_encode_unit(const Codec& c, float (&v)[UNIT]
         return;
     }
     const Prep p = fp8_prepare(c, v, sc, u, sp, lane);
+    fp8_finish_unit<FMT, SR>(c, v, sc, p, u, nv, kc, lane, go, stream, out, ts);
+}
+
+/* taco.c steps 5-6 for the thread's groups after fp8_prepare; kc = the
+ * exponent of the second scale (of the chunk, or of the unit's tile) */
+template <int FMT, bool SR>
+__device__ __forceinline__ void fp8_finish_unit(const Codec& c, float (&v)[UNIT], const Scan& sc, const Prep& p,
+                                                unsigned u, int nv, int kc, int lane, const GOut& go, u64 stream,
+                                                Row<1>& out, TStats& ts) {
     ts.nf += __popcll(sc.nfmask);
     ts.amax = fmaxf(ts.amax, c.stats_amax_r ? prep_amax_r(p) : p.amax_x);
     float M[SB];
@@ -515,11 +530,18 @@ __device__ __forceinline__ void raw_encode_bf16(const float (&v)[UNIT], Row<2>& 
     }
 }
 
-/* the chunk scale exponent k_c of taco.c step 4 (0 without dual scale) */
+/* the second scale's exponent k_c of taco.c step 4 (0 without dual scale)
+ * when it is the same for the whole job: delayed, or a current chunk scale
+ * from the amax pass; a current tile scale comes from its block (tile_kc) */
 __device__ __forceinline__ int chunk_kc(const Codec& c, const CompressStatsDev* st) {
     if (c.fam != FAM_FP8 || c.cast || !c.dual) return 0;
     if (c.delayed) return pow2_fit_dev(c.delayed_amax, __fdiv_rn(c.L, COMPRESS_HEADROOM_DELAYED));
+    if (c.tiled) return 0;
     return pow2_fit_dev(__uint_as_float(st->scale_amax_bits), __fdiv_rn(c.L, COMPRESS_HEADROOM_CURRENT));
+}
+/* 1 if each tile's scale comes from its own current amax (one block per tile) */
+__device__ __forceinline__ bool tile_current(const Codec& c) {
+    return c.fam == FAM_FP8 && !c.cast && c.dual && !c.delayed && c.tiled;
 }
 
 /* ========================================================================== */
@@ -532,6 +554,13 @@ struct InScale {
     int k;
     int foreign;
 };
+__device__ __forceinline__ InScale in_scale(unsigned bits) {
+    InScale is;
+    is.s = __uint_as_float(bits);
+    is.foreign = !((bits & 0x807FFFFFu) == 0u && bits >= 0x00800000u && bits < 0x7F800000u);
+    is.k = is.foreign ? 0 : (int)(bits >> 23) - 127;
+    return is;
+}
 
 /* Which sub-blocks of a row of codes hold a NaN code (nan: that copy's group
  * was sent unrotated), by byte arithmetic on whole words: adding 1 to each

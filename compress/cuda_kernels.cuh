@@ -34,6 +34,8 @@ constexpr int THREADS = 128;            /* threads per block */
 constexpr int WARPS = THREADS / 32;
 constexpr int MAX_IN = COMPRESS_DEV_MAX_IN;
 constexpr int MAX_JOBS = COMPRESS_DEV_MAX_JOBS;
+constexpr int TILE_UNITS = COMPRESS_WIRE_TILE / UNIT; /* a tile is one block's units */
+static_assert(TILE_UNITS == THREADS, "a block holds one tile per step");
 
 /* one chunk range a compress launch works on */
 struct CJob {
@@ -114,6 +116,21 @@ __device__ void flush_stats(const TStats& t, CompressStatsDev* st) {
     }
 }
 
+/* The exponent of a tile's current scale: the block's max of amax (>= 0,
+ * NaN-free) fitted onto L. Every thread of the block calls; all get it. */
+__device__ int block_tile_kc(float amax, const Codec& c) {
+    __shared__ unsigned s_am[WARPS];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const unsigned am = __reduce_max_sync(FULL, __float_as_uint(amax));
+    if (lane == 0) s_am[warp] = am;
+    __syncthreads();
+    unsigned m = 0u;
+#pragma unroll
+    for (int i = 0; i < WARPS; i++) m = max(m, s_am[i]);
+    __syncthreads(); /* s_am is refilled by the next step */
+    return pow2_fit_dev(__uint_as_float(m), __fdiv_rn(c.L, COMPRESS_HEADROOM_CURRENT));
+}
+
 /* block max of amax (>= 0) into the chunk's scale slot */
 __device__ void flush_scale_amax(float amax, CompressStatsDev* st) {
     __shared__ unsigned s_am[WARPS];
@@ -164,6 +181,11 @@ struct InRows {
     const uint8_t* const* gbytes;
     const Codec* gcodec;
     unsigned eb_next, eb;
+    /* the copies' second scales (NULL: no scales; a NULL entry reads 1.0f),
+     * one per tile (tiled) or one per chunk, loaded one step ahead too */
+    const uint8_t* const* gscales;
+    bool tiled;
+    unsigned sc_next, sc;
 
     __device__ __forceinline__ const uint8_t* fast_src(unsigned t, int i) const {
         if (!ws.has(t)) return nullptr;
@@ -177,15 +199,19 @@ struct InRows {
             const WarpUnits w = warp_units(sp, ws.lu(t), lane);
             eb_next = load_group_bytes(*gcodec, gbytes[i], (unsigned)(((u64)UNIT * sp.u0) >> gcodec->lg), w.u, w.nv);
         }
+        if (gscales && ws.has(t))
+            sc_next = gscales[i] ? load_u32_any(gscales[i] + (tiled ? 4 * (size_t)(ws.lu(t) / TILE_UNITS) : 0)) : 0x3F800000u;
         issued++;
     }
     __device__ __forceinline__ void start() {
         issued = taken = 0;
         eb_next = eb = 0x7F7F7F7Fu;
+        sc_next = sc = 0x3F800000u; /* 1.0f */
         if (ws.has(0)) issue(0, 0);
     }
     __device__ __forceinline__ void take(unsigned t, int i, const WarpUnits& w, Row<EB>& r) {
         eb = eb_next;
+        sc = sc_next;
         if (i + 1 < P) issue(t, i + 1);
         else issue(t + 1, 0);
         rows_take<EB>(area(taken), fast_src(t, i) != nullptr, bytes[i] + (size_t)EB * UNIT * (w.lu0 + (unsigned)lane),
@@ -262,7 +288,7 @@ __device__ __forceinline__ int group_exp(unsigned bytes, int sb) { return (int)(
  * code): added after the transform, in order, from a per-lane reload */
 template <int FMT>
 __device__ __forceinline__ void add_late(const Codec& ci, const DLaunch& L, const DJob& J, const WarpUnits& w,
-                                      const InScale* is, u64 late, float (&acc)[UNIT]) {
+                                      u64 late, float (&acc)[UNIT]) {
     const unsigned g0 = (unsigned)(((u64)UNIT * J.sp.u0) >> ci.lg);
     for (int i = 0; i < J.nin; i++) {
         if (!((late >> (4 * i)) & 0xFull)) continue;
@@ -270,12 +296,14 @@ __device__ __forceinline__ void add_late(const Codec& ci, const DLaunch& L, cons
         Row<1> r;
         load_row_slow<1>(in.codes + (size_t)UNIT * (w.lu0 + (threadIdx.x & 31)), w.nv, r);
         const unsigned eb = load_group_bytes(ci, in.exps, g0, w.u, w.nv);
+        const InScale isc = in_scale(in.scale ? load_u32_any(in.scale + (ci.tiled ? 4 * (size_t)(w.lu0 / TILE_UNITS) : 0))
+                                              : 0x3F800000u);
 #pragma unroll
         for (int sb = 0; sb < SB; sb++) {
             if (!((late >> (4 * i + sb)) & 1ull)) continue;
             float f[16];
             fp8_sb_values<FMT>(r, sb, f);
-            dequant16(f, group_exp(eb, sb), is[i]);
+            dequant16(f, group_exp(eb, sb), isc);
             add_sb(acc, f, sb);
         }
     }
@@ -295,8 +323,7 @@ __device__ __forceinline__ void take_codes(InRows<1>& rows, const Codec& ci, uns
  * first term, then the others added" needs no flags. */
 template <int FMT>
 __device__ __forceinline__ void fp8_sum_unit(const Codec& ci, const DLaunch& L, const DJob& J, const WarpUnits& w,
-                                             const InScale* is, InRows<1>& rows, unsigned t, int lane,
-                                             float (&acc)[UNIT]) {
+                                             InRows<1>& rows, unsigned t, int lane, float (&acc)[UNIT]) {
     const Span& sp = J.sp;
     bool rotatable[SB], rsum[SB];
     float fin[SB]; /* the multiplier after the transform: norm, or C for a folded single copy */
@@ -311,14 +338,15 @@ __device__ __forceinline__ void fp8_sum_unit(const Codec& ci, const DLaunch& L, 
         Row<1> r;
         unsigned nan[SB];
         take_codes<FMT>(rows, ci, t, 0, w, r, nan);
+        const InScale isc = in_scale(rows.sc);
 #pragma unroll
         for (int sb = 0; sb < SB; sb++) {
             const bool rot = rotatable[sb] && !nan[sb];
             const int b = group_exp(rows.eb, sb);
             float f[16], C;
             fp8_sb_values<FMT>(r, sb, f);
-            if (rot && fold_const(ci, b, is[0], &C)) fin[sb] = C;
-            else dequant16(f, b, is[0]);
+            if (rot && fold_const(ci, b, isc, &C)) fin[sb] = C;
+            else dequant16(f, b, isc);
 #pragma unroll
             for (int j = 0; j < 16; j++) acc[16 * sb + j] = f[j];
             rsum[sb] = rot;
@@ -330,6 +358,7 @@ __device__ __forceinline__ void fp8_sum_unit(const Codec& ci, const DLaunch& L, 
             Row<1> r;
             unsigned nan[SB];
             take_codes<FMT>(rows, ci, t, i, w, r, nan);
+            const InScale isc = in_scale(rows.sc);
 #pragma unroll
             for (int sb = 0; sb < SB; sb++) {
                 const bool rot = rotatable[sb] && !nan[sb];
@@ -339,7 +368,7 @@ __device__ __forceinline__ void fp8_sum_unit(const Codec& ci, const DLaunch& L, 
                 }
                 float f[16];
                 fp8_sb_values<FMT>(r, sb, f);
-                dequant16(f, group_exp(rows.eb, sb), is[i]);
+                dequant16(f, group_exp(rows.eb, sb), isc);
                 add_sb(acc, f, sb);
                 rsum[sb] = rsum[sb] || rot;
             }
@@ -356,7 +385,7 @@ __device__ __forceinline__ void fp8_sum_unit(const Codec& ci, const DLaunch& L, 
                 if (rsum[j >> 4]) acc[j] = __fmul_rn(acc[j], fin[j >> 4]);
         }
     }
-    if (late) add_late<FMT>(ci, L, J, w, is, late, acc);
+    if (late) add_late<FMT>(ci, L, J, w, late, acc);
 }
 
 /* What a decompress kernel reads (a template parameter: one code path per
@@ -367,10 +396,9 @@ __host__ __device__ constexpr int in_bytes(int in) { return in == IN_F32 ? 4 : i
 /* acc = the job's sum for this lane's unit (step t). Every lane of the warp calls. */
 template <int IN>
 __device__ __forceinline__ void sum_unit(const Codec& ci, const DLaunch& L, const DJob& J, const WarpUnits& w,
-                                         const InScale* is, InRows<in_bytes(IN)>& rows, unsigned t, int lane,
-                                         float (&acc)[UNIT]) {
+                                         InRows<in_bytes(IN)>& rows, unsigned t, int lane, float (&acc)[UNIT]) {
     if constexpr (IN == IN_E4M3 || IN == IN_E5M2) {
-        fp8_sum_unit<IN == IN_E4M3 ? FP8_E4M3 : FP8_E5M2>(ci, L, J, w, is, rows, t, lane, acc);
+        fp8_sum_unit<IN == IN_E4M3 ? FP8_E4M3 : FP8_E5M2>(ci, L, J, w, rows, t, lane, acc);
     } else {
         const unsigned g0 = (unsigned)(((u64)UNIT * J.sp.u0) >> ci.lg);
 #pragma unroll
@@ -442,12 +470,43 @@ __device__ __forceinline__ InRows<BF16 ? 2 : 4> compress_rows(unsigned char* sme
     rows.bytes = xb;
     rows.gbytes = nullptr;
     rows.gcodec = nullptr;
+    rows.gscales = nullptr;
+    rows.tiled = false;
     rows.P = 1;
     rows.ws = warp_steps(sp, warp);
     rows.sp = sp;
     rows.lane = lane;
     rows.start();
     return rows;
+}
+
+/* The block's steps: step t covers the units [b0, b0 + THREADS) of the job,
+ * b0 = blockIdx.x THREADS + t gridDim.x THREADS: one tile. The loop test is
+ * the block's, so that every thread reaches the barriers of a tile's
+ * scale; a warp past the job's end runs on empty units (nv = 0). */
+__device__ __forceinline__ bool block_has(const Span& sp, unsigned t) {
+    return blockIdx.x * THREADS + t * gridDim.x * THREADS < sp.u1 - sp.u0;
+}
+/* the byte offset of step t's tile scale in a job's scales */
+__device__ __forceinline__ size_t tile_scale_offset(unsigned t) {
+    return 4 * (size_t)((blockIdx.x * THREADS + t * gridDim.x * THREADS) / TILE_UNITS);
+}
+
+/* Encode the unit's values with the FP8 pipeline (not the bare cast): the
+ * second scale's exponent is kc, or, for a current tile scale, the block's
+ * (tile_current), written by the block's first thread. Every thread of the
+ * block calls. */
+template <int FMT, bool SR>
+__device__ __forceinline__ void fp8_tile_encode(const Codec& c, float (&v)[UNIT], const Scan& sc, const WarpUnits& w,
+                                                const Span& sp, int kc, unsigned t, int lane, const GOut& go,
+                                                u64 stream, uint8_t* scales, uint8_t* codes, uint4* aout,
+                                                TStats& ts) {
+    const Prep p = fp8_prepare(c, v, sc, w.u, sp, lane);
+    const int k = tile_current(c) ? block_tile_kc(prep_amax_r(p), c) : kc;
+    if (c.tiled && threadIdx.x == 0) store_u32_any(scales + tile_scale_offset(t), __float_as_uint(pow2f_dev(k)));
+    Row<1> r;
+    fp8_finish_unit<FMT, SR>(c, v, sc, p, w.u, w.nv, k, lane, go, stream, r, ts);
+    store_row<1>(codes, w, aligned16(codes), aout, lane, r);
 }
 
 /* Pass 1 of current dual scaling: max |r| over the job's range -> its slot. */
@@ -460,7 +519,7 @@ __global__ void __launch_bounds__(THREADS, COMPRESS_MIN_BLOCKS) k_amax(const Cod
     const uint8_t* xb = static_cast<const uint8_t*>(J.x) + (size_t)(BF16 ? 2 : 4) * UNIT * sp.u0;
     InRows<BF16 ? 2 : 4> rows = compress_rows<BF16>(smem, warp, &xb, sp, lane, 1);
     float tam = 0.0f;
-    for (unsigned t = 0; rows.ws.has(t); t++) {
+    for (unsigned t = 0; block_has(sp, t); t++) {
         const WarpUnits w = warp_units(sp, rows.ws.lu(t), lane);
         Row<BF16 ? 2 : 4> r;
         rows.take(t, 0, w, r);
@@ -481,20 +540,23 @@ __global__ void __launch_bounds__(THREADS, SR ? COMPRESS_MIN_BLOCKS - 1 : COMPRE
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const Span sp = J.sp;
     const int kc = chunk_kc(c, J.st);
-    if (blockIdx.x == 0 && threadIdx.x == 0 && sp.u0 == 0 && J.scale) store_u32_any(J.scale, __float_as_uint(pow2f_dev(kc)));
+    if (blockIdx.x == 0 && threadIdx.x == 0 && sp.u0 == 0 && J.scale && !c.tiled)
+        store_u32_any(J.scale, __float_as_uint(pow2f_dev(kc)));
     const GOut go = {J.exps, (unsigned)(((u64)UNIT * sp.u0) >> c.lg)};
     TStats ts = {0u, 0u, 0.0f};
     const uint8_t* xb = static_cast<const uint8_t*>(J.x) + (size_t)(BF16 ? 2 : 4) * UNIT * sp.u0;
     InRows<BF16 ? 2 : 4> rows = compress_rows<BF16>(smem, warp, &xb, sp, lane, EBO);
     uint4* aout = rows.area0 + 2 * area_bytes<BF16 ? 2 : 4>() / 16;
-    for (unsigned t = 0; rows.ws.has(t); t++) {
+    for (unsigned t = 0; block_has(sp, t); t++) {
         const WarpUnits w = warp_units(sp, rows.ws.lu(t), lane);
         Row<BF16 ? 2 : 4> r;
         rows.take(t, 0, w, r);
         float v[UNIT];
         Scan sc;
         input_values<BF16>(r, v, sc);
-        encode_store<FAM, FMT, SR>(c, v, sc, w, sp, kc, lane, go, J.stream, J.codes, aout, ts);
+        if (FAM == FAM_FP8 && !c.cast)
+            fp8_tile_encode<FMT, SR>(c, v, sc, w, sp, kc, t, lane, go, J.stream, J.scale, J.codes, aout, ts);
+        else encode_store<FAM, FMT, SR>(c, v, sc, w, sp, kc, lane, go, J.stream, J.codes, aout, ts);
     }
     flush_stats(ts, J.st);
 }
@@ -505,28 +567,24 @@ __global__ void __launch_bounds__(THREADS, SR ? DECOMPRESS_MIN_BLOCKS - 1 : DECO
     k_decompress(const Codec ci, const Codec co, const __grid_constant__ DLaunch L) {
     DYNAMIC_SMEM(smem);
     constexpr int EBI = in_bytes(IN), EBO = decompress_out_bytes<IN, OUT>();
-    __shared__ InScale s_is[MAX_IN];
     __shared__ const uint8_t* s_codes[MAX_IN];
     __shared__ const uint8_t* s_exps[MAX_IN];
+    __shared__ const uint8_t* s_scales[MAX_IN];
     const DJob& J = L.job[blockIdx.y];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const Span sp = J.sp;
     if ((int)threadIdx.x < J.nin) {
         const DIn& in = L.in[J.in_first + (int)threadIdx.x];
-        InScale is;
-        is.s = in.scale ? __uint_as_float(load_u32_any(in.scale)) : 1.0f;
-        const unsigned bits = __float_as_uint(is.s);
-        is.foreign = !((bits & 0x807FFFFFu) == 0u && bits >= 0x00800000u && bits < 0x7F800000u);
-        is.k = is.foreign ? 0 : (int)(bits >> 23) - 127;
-        s_is[threadIdx.x] = is;
         s_codes[threadIdx.x] = in.codes;
         s_exps[threadIdx.x] = in.exps;
+        s_scales[threadIdx.x] = in.scale;
     }
     __syncthreads();
     int kc = 0;
     if (OUT == OUT_RECOMP) {
         kc = chunk_kc(co, J.st);
-        if (blockIdx.x == 0 && threadIdx.x == 0 && sp.u0 == 0 && J.oscale) store_u32_any(J.oscale, __float_as_uint(pow2f_dev(kc)));
+        if (blockIdx.x == 0 && threadIdx.x == 0 && sp.u0 == 0 && J.oscale && !co.tiled)
+            store_u32_any(J.oscale, __float_as_uint(pow2f_dev(kc)));
     }
     const GOut go = {J.oexps, (unsigned)(((u64)UNIT * sp.u0) >> co.lg)};
     TStats ts = {0u, 0u, 0.0f};
@@ -537,15 +595,17 @@ __global__ void __launch_bounds__(THREADS, SR ? DECOMPRESS_MIN_BLOCKS - 1 : DECO
     rows.bytes = s_codes;
     rows.gbytes = s_exps;
     rows.gcodec = ((IN == IN_E4M3 || IN == IN_E5M2) && ci.gb) ? &ci : nullptr;
+    rows.gscales = (IN == IN_E4M3 || IN == IN_E5M2) ? s_scales : nullptr;
+    rows.tiled = ci.tiled != 0;
     rows.P = J.nin;
     rows.ws = warp_steps(sp, warp);
     rows.sp = sp;
     rows.lane = lane;
     rows.start();
-    for (unsigned t = 0; rows.ws.has(t); t++) {
+    for (unsigned t = 0; block_has(sp, t); t++) {
         const WarpUnits w = warp_units(sp, rows.ws.lu(t), lane);
         float acc[UNIT];
-        sum_unit<IN>(ci, L, J, w, s_is, rows, t, lane, acc);
+        sum_unit<IN>(ci, L, J, w, rows, t, lane, acc);
         if constexpr (OUT == OUT_F32 || OUT == OUT_BF16) {
             uint8_t* yb = static_cast<uint8_t*>(J.y) + (size_t)EBO * UNIT * sp.u0;
             if constexpr (OUT == OUT_BF16) {
@@ -562,10 +622,13 @@ __global__ void __launch_bounds__(THREADS, SR ? DECOMPRESS_MIN_BLOCKS - 1 : DECO
             scan_resolve(sc, acc);
             if constexpr (OUT == OUT_AMAX) {
                 tam = fmaxf(tam, prep_amax_r(fp8_prepare(co, acc, sc, w.u, sp, lane)));
-            } else {
+            } else if constexpr (IN == IN_BF16 || IN == IN_F32) {
                 /* the pairs compress_cuda.cu fuses: raw -> raw, FP8 -> FP8 of one format */
-                constexpr int FAM_OUT = (IN == IN_BF16 || IN == IN_F32) ? FAM_NONE : FAM_FP8;
-                encode_store<FAM_OUT, FMT_OUT, SR>(co, acc, sc, w, sp, kc, lane, go, J.stream, J.ocodes, aout, ts);
+                encode_store<FAM_NONE, FMT_OUT, false>(co, acc, sc, w, sp, kc, lane, go, J.stream, J.ocodes, aout, ts);
+            } else if (co.cast) {
+                encode_store<FAM_FP8, FMT_OUT, SR>(co, acc, sc, w, sp, kc, lane, go, J.stream, J.ocodes, aout, ts);
+            } else {
+                fp8_tile_encode<FMT_OUT, SR>(co, acc, sc, w, sp, kc, t, lane, go, J.stream, J.oscale, J.ocodes, aout, ts);
             }
         }
     }

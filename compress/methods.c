@@ -11,7 +11,7 @@
 #include "compress/hadamard.h"
 #include "compress/taco.h"
 
-#define METHOD_ROW(m, nm, h, gb, eb, fam, had, ada, du) [m] = {nm, h, gb, eb, fam, had, ada, du},
+#define METHOD_ROW(m, nm, h, tb, gb, eb, fam, had, ada, du) [m] = {nm, h, tb, gb, eb, fam, had, ada, du},
 static const CompressMethodInfo METHODS[CM_NUM_METHODS] = {COMPRESS_METHOD_TABLE(METHOD_ROW)};
 
 /* The rows must be in CompressMethod order, one per method: METHODS is
@@ -21,6 +21,9 @@ enum { COMPRESS_METHOD_TABLE(METHOD_POSITION) METHOD_ROWS };
 #define METHOD_IN_ORDER(m, ...) _Static_assert((int)METHOD_AT_##m == (int)m, "methods.h: row " #m " is out of order");
 COMPRESS_METHOD_TABLE(METHOD_IN_ORDER)
 _Static_assert((int)METHOD_ROWS == (int)CM_NUM_METHODS, "methods.h: one row per CompressMethod");
+/* a second scale lives in the header or in the tiles, never both (compress.c reads it at offset 0) */
+#define METHOD_ONE_SCALE(m, nm, h, tb, ...) _Static_assert(!((h) > 0 && (tb) > 0), "methods.h: row " #m " has a header and tile scales");
+COMPRESS_METHOD_TABLE(METHOD_ONE_SCALE)
 
 const CompressMethodInfo* compress_method_info(CompressMethod m) {
     return ((int)m >= 0 && (int)m < CM_NUM_METHODS) ? &METHODS[m] : NULL;
@@ -80,7 +83,8 @@ CompressSwitches compress_method_switches(const CompressParams* p) {
 
 /* a delayed amax predicts the chunk scale: without one on the wire there is nothing to predict */
 float compress_method_delayed_amax(const CompressParams* p) {
-    return (METHODS[p->method].hdr > 0 && p->delayed) ? p->delayed_amax : 0.0f;
+    const CompressMethodInfo* r = &METHODS[p->method];
+    return ((r->hdr > 0 || r->tbytes > 0) && p->delayed) ? p->delayed_amax : 0.0f;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -91,22 +95,35 @@ CompressWireLayout compress_wire_layout(const CompressParams* p) {
     const CompressMethodInfo* r = &METHODS[p->method];
     CompressWireLayout l;
     l.hdr = r->hdr;
+    l.tbytes = r->tbytes;
+    l.T = COMPRESS_WIRE_TILE;
     l.gbytes = r->gbytes;
     l.ebytes = r->ebytes;
     l.G = r->gbytes ? p->group_size : COMPRESS_WIRE_UNIT;
     l.gran = l.G > COMPRESS_WIRE_UNIT ? l.G : COMPRESS_WIRE_UNIT;
+    if (l.tbytes) l.gran = l.T; /* a range holds whole tiles: their scales are its own */
     return l;
+}
+
+size_t compress_wire_tiles(const CompressWireLayout* l, size_t e0, size_t e1) {
+    return l->tbytes ? (e1 + (size_t)l->T - 1) / (size_t)l->T - e0 / (size_t)l->T : 0;
+}
+size_t compress_wire_groups(const CompressWireLayout* l, size_t e0, size_t e1) {
+    return (e1 + (size_t)l->G - 1) / (size_t)l->G - e0 / (size_t)l->G;
 }
 
 size_t compress_wire_range_bytes(const CompressParams* p, size_t n, size_t e0, size_t e1) {
     const CompressWireLayout l = compress_wire_layout(p);
-    const size_t g0 = e0 / (size_t)l.G, g1 = (e1 + (size_t)l.G - 1) / (size_t)l.G;
     if (e0 > e1 || e1 > n) FATAL("compress_wire_range_bytes: range [%zu, %zu) outside a chunk of %zu", e0, e1, n);
-    return (e0 == 0 ? (size_t)l.hdr : 0) + (size_t)l.gbytes * (g1 - g0) + (size_t)l.ebytes * (e1 - e0);
+    return (e0 == 0 ? (size_t)l.hdr : 0) + (size_t)l.tbytes * compress_wire_tiles(&l, e0, e1) +
+           (size_t)l.gbytes * compress_wire_groups(&l, e0, e1) + (size_t)l.ebytes * (e1 - e0);
 }
 
+size_t compress_wire_groups_offset(const CompressWireLayout* l, size_t n) {
+    return (size_t)l->hdr + (size_t)l->tbytes * compress_wire_tiles(l, 0, n);
+}
 size_t compress_wire_codes_offset(const CompressWireLayout* l, size_t n) {
-    return (size_t)l->hdr + (size_t)l->gbytes * ((n + (size_t)l->G - 1) / (size_t)l->G);
+    return compress_wire_groups_offset(l, n) + (size_t)l->gbytes * compress_wire_groups(l, 0, n);
 }
 
 size_t compress_bound(const CompressParams* p, size_t n) {

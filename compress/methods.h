@@ -3,15 +3,17 @@
  * method (name, wire layout, code path, FP8 pipeline switches), and what the
  * CPU reference, the GPU kernels and comm/ derive from it.
  *
- * The wire of a chunk of n values is three parts, any of them empty:
+ * The wire of a chunk of n values is four parts, any of them empty:
  *
- *   [hdr bytes: fp32 chunk scale][gbytes per group of G][ebytes per element]
+ *   [hdr bytes: fp32 chunk scale][tbytes per tile of T][gbytes per group of G][ebytes per element]
  *
- * so its size is hdr + gbytes * ceil(n / G) + ebytes * n (compress_bound), a
- * function of (method, G, n) only: a receiver knows it without a message.
+ * so its size is hdr + tbytes * ceil(n / T) + gbytes * ceil(n / G) + ebytes * n
+ * (compress_bound), a function of (method, G, n) only: a receiver knows it
+ * without a message. A tile is COMPRESS_WIRE_TILE elements, the most one GPU
+ * block holds: a scale per tile can be computed in one pass over the data.
  * The parts exist whatever taco's switches say: a disabled part is still
  * sent, holding its neutral value (scale 1.0f, exponent byte 127), so the
- * ablations pay the same bytes. Exponent bytes are E8M0: value
+ * ablations pay the same bytes; a delayed scale is written into every tile. Exponent bytes are E8M0: value
  * 2^(byte - 127), bytes 1..253 used. fp32 fields are little-endian, as on
  * every host and GPU we run on. What the bytes mean: compress/README.md.
  */
@@ -39,21 +41,22 @@ typedef enum {
 
 /* The table, in CompressMethod order (methods.c checks it).
  *   hdr     chunk-header bytes: 4 = the fp32 chunk scale, 0 = none
+ *   tbytes  bytes per tile of COMPRESS_WIRE_TILE elements: 4 = an fp32 scale per tile, 0 = no tiles
  *   gbytes  bytes per group of G: 1 = exponent byte, 4 = fp32 int8 step, 0 = no groups
  *   ebytes  bytes per element
  *   had, ada, dual  the FP8 pipeline's Hadamard, adaptive (per-group) scale and
  *           dual (per-chunk) scale: 0 or 1 fixed, or CM_SW_USER; 0 outside CM_FAM_FP8
  * The two FP8 baselines are the pipeline with its switches fixed, which is
  * how the ablation stays honest (one code path, one rounding behaviour). */
-/*  X(method,        name,         hdr, gbytes, ebytes, family,      had,        ada,        dual) */
-#define COMPRESS_METHOD_TABLE(X)                                                                         \
-    X(CM_NONE,       "none",       0,   0,      4,      CM_FAM_RAW,  0,          0,          0)          \
-    X(CM_CAST,       "cast",       0,   0,      1,      CM_FAM_CAST, 0,          0,          0)          \
-    X(CM_FP8_TENSOR, "fp8_tensor", 4,   0,      1,      CM_FAM_FP8,  0,          0,          1)          \
-    X(CM_FP8_GROUP,  "fp8_group",  0,   1,      1,      CM_FAM_FP8,  0,          1,          0)          \
-    X(CM_INT8_GROUP, "int8_group", 0,   4,      1,      CM_FAM_INT8, 0,          0,          0)          \
-    X(CM_TACO,       "taco",       4,   1,      1,      CM_FAM_FP8,  CM_SW_USER, CM_SW_USER, CM_SW_USER) \
-    X(CM_BF16,       "bf16",       0,   0,      2,      CM_FAM_RAW,  0,          0,          0)
+/*  X(method,        name,         hdr, tbytes, gbytes, ebytes, family,      had,        ada,        dual) */
+#define COMPRESS_METHOD_TABLE(X)                                                                                 \
+    X(CM_NONE,       "none",       0,   0,      0,      4,      CM_FAM_RAW,  0,          0,          0)          \
+    X(CM_CAST,       "cast",       0,   0,      0,      1,      CM_FAM_CAST, 0,          0,          0)          \
+    X(CM_FP8_TENSOR, "fp8_tensor", 4,   0,      0,      1,      CM_FAM_FP8,  0,          0,          1)          \
+    X(CM_FP8_GROUP,  "fp8_group",  0,   0,      1,      1,      CM_FAM_FP8,  0,          1,          0)          \
+    X(CM_INT8_GROUP, "int8_group", 0,   0,      4,      1,      CM_FAM_INT8, 0,          0,          0)          \
+    X(CM_TACO,       "taco",       0,   4,      1,      1,      CM_FAM_FP8,  CM_SW_USER, CM_SW_USER, CM_SW_USER) \
+    X(CM_BF16,       "bf16",       0,   0,      0,      2,      CM_FAM_RAW,  0,          0,          0)
 
 /* "none|cast|fp8_tensor|fp8_group|int8_group|taco|bf16": every name in table
  * order, '|'-separated, for config enums. The preprocessor cannot leave the
@@ -66,7 +69,7 @@ typedef enum {
 /* One row. */
 typedef struct {
     const char* name;
-    int hdr, gbytes, ebytes;
+    int hdr, tbytes, gbytes, ebytes;
     CompressFamily family;
     int hadamard, adaptive, dual; /* 0, 1 or CM_SW_USER */
 } CompressMethodInfo;
@@ -93,21 +96,28 @@ float compress_method_delayed_amax(const CompressParams* p);
 /* ---- the wire layout: one definition for the CPU, the GPU and comm/ ----------
  * Element ranges of a chunk (the range interface of compress_cuda.h, the
  * pipelined collectives' sub-chunks) start on multiples of gran: whole
- * groups, and whole units of the kernels' COMPRESS_WIRE_UNIT elements per
- * thread (the unit is also G for methods without groups). */
+ * groups, whole tiles, and whole units of the kernels' COMPRESS_WIRE_UNIT
+ * elements per thread (the unit is also G for methods without groups). */
 #define COMPRESS_WIRE_UNIT 64
+#define COMPRESS_WIRE_TILE 8192 /* elements per tile scale: one GPU block's 128 units */
 
 typedef struct {
     int hdr;    /* bytes of the chunk header: 4 (fp32 scale) or 0 */
+    int tbytes; /* bytes per tile: 4 (fp32 scale) or 0 */
+    int T;      /* elements per tile (COMPRESS_WIRE_TILE) */
     int gbytes; /* bytes per group: 1 (exponent), 4 (int8 step) or 0 */
     int ebytes; /* bytes per element: 1 (fp8 / int8 / cast), 2 (bf16) or 4 (none) */
     int G;      /* elements per group of the group bytes (gbytes > 0); COMPRESS_WIRE_UNIT otherwise */
-    int gran;   /* element granularity of ranges: max(COMPRESS_WIRE_UNIT, G) */
+    int gran;   /* element granularity of ranges: max(COMPRESS_WIRE_UNIT, G), T with tiles */
 } CompressWireLayout;
 CompressWireLayout compress_wire_layout(const CompressParams* p);
-/* bytes of the range [e0, e1) of a chunk of n: (e0 == 0 ? hdr : 0) + group bytes + element bytes */
+/* bytes of the range [e0, e1) of a chunk of n: (e0 == 0 ? hdr : 0) + tile bytes + group bytes + element bytes */
 size_t compress_wire_range_bytes(const CompressParams* p, size_t n, size_t e0, size_t e1);
-/* where a whole chunk's element bytes start: after the header and the ceil(n / G) groups' bytes */
+/* tiles and groups of the range [e0, e1) (e0 a multiple of gran) */
+size_t compress_wire_tiles(const CompressWireLayout* l, size_t e0, size_t e1);
+size_t compress_wire_groups(const CompressWireLayout* l, size_t e0, size_t e1);
+/* where a whole chunk's group bytes and element bytes start */
+size_t compress_wire_groups_offset(const CompressWireLayout* l, size_t n);
 size_t compress_wire_codes_offset(const CompressWireLayout* l, size_t n);
 
 #ifdef __cplusplus

@@ -18,10 +18,10 @@
  *      nonfinite element;  h = rotated ? H_un(y) : y,  n_g = rotated ? norm : 1
  *      amax_r = max|h_i| * n_g  (= max_i |h_i * n_g|, as rounding is monotonic:
  *      the amax of the orthonormal transform, from one multiply per group)
- * Then for the chunk (only when dual):
- *   4. A   = max amax_r over the chunk (current), or p->delayed_amax (delayed)
+ * Then for each tile of c->tile elements (the whole chunk when 0; only when dual):
+ *   4. A   = max amax_r over the tile (current), or p->delayed_amax (delayed)
  *      k_c = taco_pow2_fit(A, L / headroom)         (headroom: compress.h)
- *      chunk scale s = 2^k_c, written as fp32; s = 1 when dual is off
+ *      second scale s = 2^k_c, written as fp32; s = 1 when dual is off
  * And for each group again:
  *   5. the wire exponent b and the cast exponent k_m:
  *        dual              b = e_u,  k_m = k_c
@@ -42,7 +42,8 @@
  * factor commutes with rounding there.
  *
  * Decode of a SUM of P compressed copies (P = 1 is a plain decode), per group.
- * Each copy's code f (exact fp8 value) is dequantised as
+ * Each copy's code f (exact fp8 value) is dequantised, with s the second
+ * scale of the group's tile, as
  *   dq(f) = ldexpf(f, b - k)      when its scale s is a normal power of two 2^k
  *           ldexpf(f / s, b)      otherwise (bytes our encoders never write)
  * with b its group exponent (0 without group bytes). A copy's group is
@@ -56,16 +57,17 @@
  * inverse transform, and a NaN input still comes back as NaN in its own slot
  * only: its copy's group skipped the rotation, on both sides.
  *
- * The CPU reference makes two passes when the chunk scale needs the current
- * amax (the GPU does a reduction first, or uses the delayed amax and one pass).
- * The group work is recomputed in pass 2 rather than stored: deterministic,
- * and no scratch allocation per call. Build with -ffp-contract=off.
+ * The CPU reference makes two passes over a tile when its scale needs the
+ * current amax (the GPU holds a tile in one block and makes one). The group
+ * work is recomputed in pass 2 rather than stored: deterministic, and no
+ * scratch allocation per call. Build with -ffp-contract=off.
  */
 #include "compress/taco.h"
 
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "common/check.h"
 #include "compress/hadamard.h"
@@ -124,66 +126,74 @@ static void taco_check(const TacoCfg* c) {
     if (!hadamard_is_pow2(c->G) || c->G > TACO_GROUP_MAX) FATAL("taco: group length %d must be a power of two <= %d", c->G, TACO_GROUP_MAX);
 }
 
-void taco_encode(const TacoCfg* c, const float* x, size_t n, uint64_t stream, float* scale, uint8_t* exps,
+void taco_encode(const TacoCfg* c, const float* x, size_t n, uint64_t stream, uint8_t* scales, uint8_t* exps,
                  uint8_t* codes, CompressStats* st) {
     taco_check(c);
     if (!exps && c->adaptive) FATAL("taco_encode: adaptive scale needs exponent bytes on the wire");
     const float L = fp8_max(c->format);
     const size_t G = (size_t)c->G;
+    if (c->tile && c->tile % G) FATAL("taco_encode: tile %zu is not a multiple of the group length %zu", c->tile, G);
     float h[TACO_GROUP_MAX];
     int delayed = c->delayed_amax > 0.0f && isfinite(c->delayed_amax);
-
-    /* pass 1 (current dual scale only): the chunk amax of the prepared values */
-    int k_c = 0;
-    if (c->dual) {
-        float A = 0.0f;
-        if (delayed) {
-            A = c->delayed_amax;
-        } else {
-            for (size_t b0 = 0; b0 < n; b0 += G) {
-                int len = (int)(n - b0 < G ? n - b0 : G);
-                TacoGroup g = taco_group_prepare(c, x + b0, len, h);
-                if (g.amax_r > A) A = g.amax_r;
-            }
-        }
-        k_c = taco_pow2_fit(A, L / (delayed ? COMPRESS_HEADROOM_DELAYED : COMPRESS_HEADROOM_CURRENT));
-    }
-    *scale = pow2f(k_c);
-
-    /* pass 2: exponents and codes */
     CompressStats s = {0, 0, 0.0f};
     RngCursor rng;
     rng_cursor_init(&rng, c->seed, stream);
-    for (size_t b0 = 0, gi = 0; b0 < n; b0 += G, gi++) {
-        int len = (int)(n - b0 < G ? n - b0 : G);
-        TacoGroup g = taco_group_prepare(c, x + b0, len, h);
-        s.nonfinite += (uint64_t)g.nonfinite;
-        if (g.amax_r > s.amax) s.amax = g.amax_r;
 
-        int b = 0, k_m = 0;
+    const size_t span = c->tile ? c->tile : (n ? n : 1);
+    /* tiles; without them one span for the whole chunk, which writes its scale even when n == 0 */
+    for (size_t t0 = 0, ti = 0; t0 < n || (c->tile == 0 && ti == 0); t0 += span, ti++) {
+        const size_t t1 = n - t0 < span ? n : t0 + span;
+        /* pass 1 (current dual scale only): the tile's amax of the prepared values */
+        int k_c = 0;
         if (c->dual) {
-            b = g.e_unit;
-            k_m = k_c;
-        } else if (c->adaptive) {
-            int k_g = taco_pow2_fit(g.amax_r, L / COMPRESS_HEADROOM_CURRENT);
-            b = clampi(g.e_unit - k_g, TACO_EXP_MIN, TACO_EXP_MAX);
-            k_m = g.e_unit - b;
+            float A = 0.0f;
+            if (delayed) {
+                A = c->delayed_amax;
+            } else {
+                for (size_t b0 = t0; b0 < t1; b0 += G) {
+                    int len = (int)(t1 - b0 < G ? t1 - b0 : G);
+                    TacoGroup g = taco_group_prepare(c, x + b0, len, h);
+                    if (g.amax_r > A) A = g.amax_r;
+                }
+            }
+            k_c = taco_pow2_fit(A, L / (delayed ? COMPRESS_HEADROOM_DELAYED : COMPRESS_HEADROOM_CURRENT));
         }
-        if (exps) exps[gi] = (uint8_t)(b + 127);
-        const float M = g.n_g * pow2f(k_m);
+        const float scale = pow2f(k_c);
+        memcpy(scales + 4 * ti, &scale, 4);
 
-        for (int j = 0; j < len; j++) {
-            size_t i = b0 + (size_t)j;
-            if (!isfinite(x[i])) {
-                codes[i] = FP8_NAN_CODE;
-                continue;
+        /* pass 2: exponents and codes */
+        for (size_t b0 = t0; b0 < t1; b0 += G) {
+            const size_t gi = b0 / G;
+            int len = (int)(t1 - b0 < G ? t1 - b0 : G);
+            TacoGroup g = taco_group_prepare(c, x + b0, len, h);
+            s.nonfinite += (uint64_t)g.nonfinite;
+            if (g.amax_r > s.amax) s.amax = g.amax_r;
+
+            int b = 0, k_m = 0;
+            if (c->dual) {
+                b = g.e_unit;
+                k_m = k_c;
+            } else if (c->adaptive) {
+                int k_g = taco_pow2_fit(g.amax_r, L / COMPRESS_HEADROOM_CURRENT);
+                b = clampi(g.e_unit - k_g, TACO_EXP_MIN, TACO_EXP_MAX);
+                k_m = g.e_unit - b;
             }
-            float v = h[j] * M;
-            if (!(fabsf(v) <= L)) {       /* beyond the range, or NaN from overflow */
-                s.saturated++;
-                if (isnan(v)) v = INFINITY; /* never emit a NaN code for a finite input */
+            if (exps) exps[gi] = (uint8_t)(b + 127);
+            const float M = g.n_g * pow2f(k_m);
+
+            for (int j = 0; j < len; j++) {
+                size_t i = b0 + (size_t)j;
+                if (!isfinite(x[i])) {
+                    codes[i] = FP8_NAN_CODE;
+                    continue;
+                }
+                float v = h[j] * M;
+                if (!(fabsf(v) <= L)) {       /* beyond the range, or NaN from overflow */
+                    s.saturated++;
+                    if (isnan(v)) v = INFINITY; /* never emit a NaN code for a finite input */
+                }
+                codes[i] = c->stochastic ? fp8_encode_sr(v, c->format, rng_cursor_u32(&rng, i)) : fp8_encode(v, c->format);
             }
-            codes[i] = c->stochastic ? fp8_encode_sr(v, c->format, rng_cursor_u32(&rng, i)) : fp8_encode(v, c->format);
         }
     }
     *st = s;
@@ -215,10 +225,18 @@ void taco_decode_sum(const TacoCfg* c, const TacoWireIn* in, int P, size_t n, fl
     const float norm = hadamard_norm(c->G);
     float R[TACO_GROUP_MAX];
     int* k = (int*)mallocCheck(sizeof(int) * (size_t)P);
-    for (int p = 0; p < P; p++) k[p] = pow2_exponent(in[p].scale);
+    float* sc = (float*)mallocCheck(sizeof(float) * (size_t)P);
     for (size_t b0 = 0, gi = 0; b0 < n; b0 += G, gi++) {
         int len = (int)(n - b0 < G ? n - b0 : G);
         float* o = out + b0;
+        if (b0 == 0 || (c->tile && b0 % c->tile == 0)) { /* a new tile: the copies' second scales */
+            const size_t ti = c->tile ? b0 / c->tile : 0;
+            for (int p = 0; p < P; p++) {
+                sc[p] = 1.0f;
+                if (in[p].scales) memcpy(&sc[p], in[p].scales + 4 * ti, 4);
+                k[p] = pow2_exponent(sc[p]);
+            }
+        }
         /* the rotated copies, summed in the rotated domain, then one transform */
         int have = 0;
         for (int p = 0; p < P; p++) {
@@ -226,7 +244,7 @@ void taco_decode_sum(const TacoCfg* c, const TacoWireIn* in, int P, size_t n, fl
             if (!copy_rotated(c, cp, len)) continue;
             int b = in[p].exps ? (int)in[p].exps[gi] - 127 : 0;
             for (int j = 0; j < len; j++) {
-                float d = dequant(fp8_decode(cp[j], c->format), b, k[p], in[p].scale);
+                float d = dequant(fp8_decode(cp[j], c->format), b, k[p], sc[p]);
                 R[j] = have ? R[j] + d : d;
             }
             have = 1;
@@ -241,11 +259,12 @@ void taco_decode_sum(const TacoCfg* c, const TacoWireIn* in, int P, size_t n, fl
             if (copy_rotated(c, cp, len)) continue;
             int b = in[p].exps ? (int)in[p].exps[gi] - 127 : 0;
             for (int j = 0; j < len; j++) {
-                float d = dequant(fp8_decode(cp[j], c->format), b, k[p], in[p].scale);
+                float d = dequant(fp8_decode(cp[j], c->format), b, k[p], sc[p]);
                 o[j] = have ? o[j] + d : d;
             }
             have = 1;
         }
     }
     free(k);
+    free(sc);
 }

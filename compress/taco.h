@@ -29,7 +29,8 @@ typedef struct {
     int G;              /* group length: unit of the exponent and the Hadamard */
     int hadamard;       /* rotate every full group with the orthonormal Hadamard */
     int adaptive;       /* per-group power-of-two exponent */
-    int dual;           /* per-chunk power-of-two scale */
+    int dual;           /* second power-of-two scale, after the transform */
+    size_t tile;        /* elements per second scale: a tile of the chunk, or 0 = one for the whole chunk */
     int stochastic;     /* 1 = stochastic rounding with Philox words */
     uint64_t seed;
     float delayed_amax; /* > 0 and finite: the chunk scale comes from it, else from the current amax */
@@ -39,18 +40,19 @@ typedef struct {
  * amax == 0, TACO_EXP_MIN for amax == inf. Exact (frexpf + one comparison). */
 int taco_pow2_fit(float amax, float limit);
 
-/* Encode n values. scale receives the chunk scale (1.0f when dual is off);
- * exps (ceil(n/G) bytes) the group exponents; exps may be NULL only when
- * adaptive is off (every exponent is then 0). st (not NULL) is overwritten;
- * st->amax is the current chunk amax of the values the chunk scale applies to. */
-void taco_encode(const TacoCfg* c, const float* x, size_t n, uint64_t stream, float* scale, uint8_t* exps,
+/* Encode n values. scales receives the second scale of every tile (ceil(n /
+ * tile) floats; one when tile is 0; 1.0f when dual is off), as fp32 bytes
+ * (little-endian); exps (ceil(n/G) bytes) the group exponents; exps may be
+ * NULL only when adaptive is off (every exponent is then 0). st (not NULL) is
+ * overwritten; st->amax is the amax of the values the second scale applies to. */
+void taco_encode(const TacoCfg* c, const float* x, size_t n, uint64_t stream, uint8_t* scales, uint8_t* exps,
                  uint8_t* codes, CompressStats* st);
 
-/* One compressed copy of a chunk as taco_decode_sum reads it: its scale
- * (1.0f when the wire has none), its group exponent bytes (NULL: all 0) and
- * its codes. */
+/* One compressed copy of a chunk as taco_decode_sum reads it: its scales
+ * (taco_encode's bytes; NULL: 1.0f), its group exponent bytes (NULL: all 0)
+ * and its codes. */
 typedef struct {
-    float scale;
+    const uint8_t* scales;
     const uint8_t* exps;
     const uint8_t* codes;
 } TacoWireIn;

@@ -20,6 +20,7 @@
 
 #include "common/bf16.h"
 #include "compress/compress.h"
+#include "compress/methods.h"
 #include "compress/rng.h"
 
 #include "tests/testing.h"
@@ -514,9 +515,11 @@ static void test_api(void) {
     p.group_size = 512;
     CHECK(compress_params_error(&p) != NULL, "G = 512 accepted");
     p.group_size = 64;
-    /* exact sizes: taco 4 + ceil(n/G) + n */
+    /* exact sizes: taco 4 ceil(n/8192) + ceil(n/G) + n (a scale per tile) */
     CHECK(compress_bound(&p, 1000) == 4 + 16 + 1000, "taco bound");
-    CHECK(compress_bound(&p, 0) == 4, "taco bound n = 0");
+    CHECK(compress_bound(&p, 0) == 0, "taco bound n = 0");
+    CHECK(compress_bound(&p, 8192) == 4 + 128 + 8192, "taco bound, one tile");
+    CHECK(compress_bound(&p, 8193) == 8 + 129 + 8193, "taco bound, two tiles");
     p.method = CM_FP8_GROUP;
     CHECK(compress_bound(&p, 130) == 3 + 130, "fp8_group bound");
     p.method = CM_INT8_GROUP;
@@ -543,8 +546,43 @@ static void test_api(void) {
     }
 }
 
+/* A taco wire of two tiles is the two tiles' own wires, field by field: each
+ * tile's second scale comes from its own data alone (one-pass current scaling). */
+static void test_tiles(void) {
+    const size_t T = COMPRESS_WIRE_TILE, n = 2 * T, G = 64;
+    CompressParams p;
+    compress_params_default(&p, CM_TACO);
+    float* x = malloc(n * sizeof(float));
+    /* tile 0 Gaussian, tile 1 constant: after the adaptive scale and the rotation a constant
+     * group has all its energy in one coefficient (sqrt(G) = 8), a Gaussian one ~3, so the
+     * second scales of the two tiles differ by 2^1-2^2 */
+    for (size_t i = 0; i < n; i++) x[i] = i < T ? (float)gauss(77, i) : 3.0f;
+    uint8_t* w = malloc(compress_bound(&p, n));
+    uint8_t* a = malloc(compress_bound(&p, T));
+    uint8_t* b = malloc(compress_bound(&p, T));
+    compress(&p, x, n, 5, w, NULL);
+    compress(&p, x, T, 5, a, NULL);
+    compress(&p, x + T, T, 5, b, NULL);
+    const size_t ng = T / G;
+    CHECK(memcmp(w, a, 4) == 0 && memcmp(w + 4, b, 4) == 0, "tile scales are the tiles' own");
+    CHECK(memcmp(w, w + 4, 4) != 0, "tiles of different shape get different scales");
+    CHECK(memcmp(w + 8, a + 4, ng) == 0 && memcmp(w + 8 + ng, b + 4, ng) == 0, "group bytes by tile");
+    CHECK(memcmp(w + 8 + 2 * ng, a + 4 + ng, T) == 0 && memcmp(w + 8 + 2 * ng + T, b + 4 + ng, T) == 0,
+          "codes by tile");
+    float* y = malloc(n * sizeof(float));
+    decompress(&p, w, n, y);
+    CHECK(rel_err(x + T, y + T, T) < compress_error_bound(&p), "the loud tile decodes within the bound");
+    CHECK(rel_err(x, y, T) < compress_error_bound(&p), "the quiet tile decodes within the bound");
+    free(x);
+    free(w);
+    free(a);
+    free(b);
+    free(y);
+}
+
 int main(void) {
     test_api();
+    test_tiles();
     test_bf16_rounding();
     test_philox();
     test_sweep();

@@ -521,7 +521,7 @@ static void check_ranges(const Cfg& c, int G, size_t n, int K, uint64_t seed) {
     /* ranges on multiples of gran; each range's group and element bytes at odd offsets of their own */
     const size_t nb = (n + l.gran - 1) / l.gran;
     std::vector<CompressJobDev> jobs(K);
-    std::vector<size_t> eoff(K), goff(K);
+    std::vector<size_t> eoff(K), goff(K), soff(K);
     size_t cursor = 32;
     uint8_t* dev = B.wire2;
     for (int k = 0; k < K; k++) {
@@ -533,11 +533,13 @@ static void check_ranges(const Cfg& c, int G, size_t n, int K, uint64_t seed) {
         if (j.e0 > n) j.e0 = n;
         if (j.e1 > n) j.e1 = n;
         j.x = B.x;
+        soff[k] = cursor + 2; /* the range's tile scales (tiled methods) */
+        cursor = soff[k] + 4 * compress_wire_tiles(&l, j.e0, j.e1);
         goff[k] = cursor + 3;
         cursor = goff[k] + 4 * ((j.e1 - j.e0) / l.G + 2);
         eoff[k] = cursor + 5;
         cursor = eoff[k] + 4 * (j.e1 - j.e0) + 16;
-        j.out.scale = dev + 1; /* the scale at byte 1 */
+        j.out.scale = l.tbytes ? dev + soff[k] : dev + 1; /* the chunk scale at byte 1 */
         j.out.exps = dev + goff[k];
         j.out.codes = dev + eoff[k];
         j.stream = 9;
@@ -550,7 +552,12 @@ static void check_ranges(const Cfg& c, int G, size_t n, int K, uint64_t seed) {
     TCHECK(cudaMemcpy(all.data(), dev, cursor, cudaMemcpyDeviceToHost));
     size_t at = 0;
     if (l.hdr) { memcpy(wire.data(), all.data() + 1, 4); at = 4; }
-    for (int k = 0; k < K; k++) { /* the group bytes of all ranges, then the element bytes */
+    for (int k = 0; k < K; k++) { /* the tile scales of all ranges, their group bytes, then the element bytes */
+        const size_t nt = l.tbytes * compress_wire_tiles(&l, jobs[k].e0, jobs[k].e1);
+        memcpy(wire.data() + at, all.data() + soff[k], nt);
+        at += nt;
+    }
+    for (int k = 0; k < K; k++) {
         size_t g0 = jobs[k].e0 / l.G, g1 = (jobs[k].e1 + l.G - 1) / l.G;
         memcpy(wire.data() + at, all.data() + goff[k], l.gbytes * (g1 - g0));
         at += l.gbytes * (g1 - g0);
@@ -567,7 +574,7 @@ static void check_ranges(const Cfg& c, int G, size_t n, int K, uint64_t seed) {
         CompressJobDev& j = jobs[k];
         j.y = B.y;
         j.nin = 1;
-        j.in[0].scale = dev + 1;
+        j.in[0].scale = l.tbytes ? dev + soff[k] : dev + 1;
         j.in[0].exps = dev + goff[k];
         j.in[0].codes = dev + eoff[k];
     }
