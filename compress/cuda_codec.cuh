@@ -203,12 +203,18 @@ __device__ __forceinline__ Scan scan_f32(const float (&v)[UNIT]) {
     s.special = special;
     return s;
 }
+/* A copy of the unit's values for a rare path's run-time loop: the loop
+ * indexes the copy (local memory), so v keeps its registers. */
+__device__ __forceinline__ void to_local(const float (&v)[UNIT], float (&t)[UNIT]) {
+#pragma unroll
+    for (int j = 0; j < UNIT; j++) t[j] = v[j];
+}
+
 /* the rare unit with an inf or NaN: exact masks, amax over the finite
  * elements (a loop over a local copy: small code, and v keeps its registers) */
 __device__ __forceinline__ Scan scan_exact(const float (&v)[UNIT]) {
     float t[UNIT];
-#pragma unroll
-    for (int j = 0; j < UNIT; j++) t[j] = v[j];
+    to_local(v, t);
     Scan s;
     s.nfmask = 0ull;
     s.nanmask = 0ull;
@@ -319,8 +325,7 @@ __device__ __forceinline__ void quantize(const Codec& c, const float (&v)[UNIT],
          * (each step is dozens of instructions; unrolling 16 would bloat) */
         float t[UNIT];
         unsigned w[UNIT / 4];
-#pragma unroll
-        for (int j = 0; j < UNIT; j++) t[j] = v[j];
+        to_local(v, t);
 #pragma unroll 1
         for (int i = 0; i < UNIT / 4; i++) {
             const uint4 r = philox_block(c.seed, stream, (u64)(UNIT / 4) * u + (u64)i);
@@ -475,8 +480,7 @@ __device__ __forceinline__ void int8_encode_unit(const Codec& c, const float (&v
      * element over local copies (the rare path, and SR) */
     float t[UNIT];
     unsigned w[UNIT / 4];
-#pragma unroll
-    for (int j = 0; j < UNIT; j++) t[j] = v[j];
+    to_local(v, t);
 #pragma unroll 1
     for (int i = 0; i < UNIT / 4; i++) {
         uint4 r = make_uint4(0u, 0u, 0u, 0u);

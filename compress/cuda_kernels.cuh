@@ -509,6 +509,17 @@ __device__ __forceinline__ void fp8_tile_encode(const Codec& c, float (&v)[UNIT]
     store_row<1>(codes, w, aligned16(codes), aout, lane, r);
 }
 
+/* step t's input unit of this lane as fp32 values and their scan; returns where the unit is */
+template <bool BF16>
+__device__ __forceinline__ WarpUnits take_input(InRows<BF16 ? 2 : 4>& rows, const Span& sp, unsigned t, int lane,
+                                                float (&v)[UNIT], Scan& sc) {
+    const WarpUnits w = warp_units(sp, rows.ws.lu(t), lane);
+    Row<BF16 ? 2 : 4> r;
+    rows.take(t, 0, w, r);
+    input_values<BF16>(r, v, sc);
+    return w;
+}
+
 /* Pass 1 of current dual scaling: max |r| over the job's range -> its slot. */
 template <bool BF16>
 __global__ void __launch_bounds__(THREADS, COMPRESS_MIN_BLOCKS) k_amax(const Codec c, const __grid_constant__ CLaunch L) {
@@ -520,12 +531,9 @@ __global__ void __launch_bounds__(THREADS, COMPRESS_MIN_BLOCKS) k_amax(const Cod
     InRows<BF16 ? 2 : 4> rows = compress_rows<BF16>(smem, warp, &xb, sp, lane, 1);
     float tam = 0.0f;
     for (unsigned t = 0; block_has(sp, t); t++) {
-        const WarpUnits w = warp_units(sp, rows.ws.lu(t), lane);
-        Row<BF16 ? 2 : 4> r;
-        rows.take(t, 0, w, r);
         float v[UNIT];
         Scan sc;
-        input_values<BF16>(r, v, sc);
+        const WarpUnits w = take_input<BF16>(rows, sp, t, lane, v, sc);
         tam = fmaxf(tam, prep_amax_r(fp8_prepare(c, v, sc, w.u, sp, lane)));
     }
     flush_scale_amax(tam, J.st);
@@ -548,12 +556,9 @@ __global__ void __launch_bounds__(THREADS, SR ? COMPRESS_MIN_BLOCKS - 1 : COMPRE
     InRows<BF16 ? 2 : 4> rows = compress_rows<BF16>(smem, warp, &xb, sp, lane, EBO);
     uint4* aout = rows.area0 + 2 * area_bytes<BF16 ? 2 : 4>() / 16;
     for (unsigned t = 0; block_has(sp, t); t++) {
-        const WarpUnits w = warp_units(sp, rows.ws.lu(t), lane);
-        Row<BF16 ? 2 : 4> r;
-        rows.take(t, 0, w, r);
         float v[UNIT];
         Scan sc;
-        input_values<BF16>(r, v, sc);
+        const WarpUnits w = take_input<BF16>(rows, sp, t, lane, v, sc);
         if (FAM == FAM_FP8 && !c.cast)
             fp8_tile_encode<FMT, SR>(c, v, sc, w, sp, kc, t, lane, go, J.stream, J.scale, J.codes, aout, ts);
         else encode_store<FAM, FMT, SR>(c, v, sc, w, sp, kc, lane, go, J.stream, J.codes, aout, ts);
