@@ -81,6 +81,21 @@ __device__ __forceinline__ bool sb_full(const Codec& c, unsigned u, int sb, cons
     const u64 gs = ((u64)UNIT * u + 16u * (unsigned)sb) & ~(u64)(c.G - 1);
     return gs + (u64)c.G <= n;
 }
+/* sb_full for the unit's four sub-blocks: all of them when the unit's last
+ * group ends on a full unit (one compare, the common case), else each */
+__device__ __forceinline__ void sbs_full(const Codec& c, unsigned u, const Span& sp, bool (&f)[SB]) {
+    const bool all = (u | (unsigned)(c.tpg - 1)) < sp.nfull;
+#pragma unroll
+    for (int sb = 0; sb < SB; sb++) f[sb] = all;
+    if (!all) {
+#pragma unroll
+        for (int sb = 0; sb < SB; sb++) f[sb] = sb_full(c, u, sb, sp);
+    }
+}
+
+/* 1 if sub-block sb starts a group (G >= 16 is a power of two): group
+ * quantities are computed there and copied to the rest of the group */
+__device__ __forceinline__ bool sb_leads(const Codec& c, int sb) { return ((16 * sb) & (c.G - 1)) == 0; }
 
 /* stage h on the pairs of elements [j0, j0 + 2h) */
 template <int H>
@@ -242,17 +257,41 @@ __device__ __forceinline__ float max4f(const unsigned (&a)[SB]) {
     return __uint_as_float(max(max(a[0], a[1]), max(a[2], a[3])));
 }
 
+/* max |v| over sub-block sb, NaN-free (0 when all are NaN), as float bits:
+ * a tree of fmaxf on |v| (one FMNMX per element; fmaxf drops a NaN operand,
+ * like taco.c's comparison) */
+__device__ __forceinline__ unsigned absmax16(const float (&v)[UNIT], int sb) {
+    float m[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++) m[i] = fmaxf(fabsf(v[16 * sb + 2 * i]), fabsf(v[16 * sb + 2 * i + 1]));
+#pragma unroll
+    for (int w = 4; w >= 1; w >>= 1)
+#pragma unroll
+        for (int i = 0; i < w; i++) m[i] = fmaxf(m[i], m[i + w]);
+    return __float_as_uint(fmaxf(m[0], 0.0f));
+}
+
 /* taco.c steps 1-3 for the thread's groups: v becomes h (scaled by 2^-e_u,
  * nonfinite slots zeroed, rotated by the unnormalised butterflies if the
- * group is full and finite). Every lane of the warp calls. */
+ * group is full and finite). Every lane of the warp calls.
+ *
+ * The scale 2^-e_u is usually not applied here but folded into step 6's
+ * multiplier (folded): H_un(x 2^-e) = H_un(x) 2^-e bit for bit when no value
+ * of either domain loses bits to the subnormal range or overflows, and that
+ * holds for every group of the unit when each e_u <= fold_max (taco.c's
+ * arithmetic on a grid: every intermediate is a multiple of the inputs'
+ * finest ulp 2^q, so a value below the normal range is exact in both domains
+ * as long as q - e_u >= -149; bf16 inputs have q >= -133, so fold_max = 16,
+ * and the sums stay below G 2^17; fp32 inputs may be subnormal: 0). */
 struct Prep {
     int e_u[SB];
     float ng[SB];     /* norm if rotated, else 1 */
-    unsigned amax_h[SB]; /* max |h| of the group, NaN-free (float bits) */
+    unsigned amax_h[SB]; /* max |h| of the group, NaN-free (float bits), in the scaled domain */
     float amax_x;     /* max |x| over the unit's finite elements */
+    bool folded;      /* v holds H_un(x) unscaled: step 6 multiplies by 2^-e_u too */
 };
 __device__ __forceinline__ Prep fp8_prepare(const Codec& c, float (&v)[UNIT], const Scan& sc, unsigned u, const Span& sp,
-                                            int lane) {
+                                            int lane, int fold_max) {
     Prep p;
     p.amax_x = max4f(sc.amax);
     unsigned a[SB], nf[SB];
@@ -263,14 +302,19 @@ __device__ __forceinline__ Prep fp8_prepare(const Codec& c, float (&v)[UNIT], co
     }
     group_max(a, c);
     group_max(nf, c);
-    bool rot[SB];
+    bool rot[SB], full[SB];
+    sbs_full(c, u, sp, full);
+    bool fold = true;
 #pragma unroll
     for (int sb = 0; sb < SB; sb++) {
-        p.e_u[sb] = c.adaptive ? -pow2_fit_dev(__uint_as_float(a[sb]), 1.0f) : 0;
-        rot[sb] = c.hadamard && !nf[sb] && sb_full(c, u, sb, sp);
+        if (sb == 0 || sb_leads(c, sb)) p.e_u[sb] = c.adaptive ? -pow2_fit_dev(__uint_as_float(a[sb]), 1.0f) : 0;
+        else p.e_u[sb] = p.e_u[sb - 1];
+        rot[sb] = c.hadamard && !nf[sb] && full[sb];
         p.ng[sb] = rot[sb] ? c.norm : 1.0f;
+        fold = fold && p.e_u[sb] <= fold_max;
     }
-    if (c.adaptive) {
+    p.folded = c.adaptive && fold;
+    if (c.adaptive && !p.folded) {
         float down[SB];
 #pragma unroll
         for (int sb = 0; sb < SB; sb++) down[sb] = pow2f_dev(-p.e_u[sb]);
@@ -283,25 +327,17 @@ __device__ __forceinline__ Prep fp8_prepare(const Codec& c, float (&v)[UNIT], co
             if ((sc.nfmask >> j) & 1ull) v[j] = 0.0f;
     }
     if (c.hadamard) butterflies(v, c, rot, lane);
-    /* max |h| as an integer max of the magnitude bits (cheaper than a float
-     * max of fabsf); a NaN (only from overflow inside the transform) would
-     * win it, so such a sub-block takes the NaN-ignoring float max, as taco.c */
-    bool nan_h = false;
+    /* max |h| (a NaN only from overflow inside the transform is left out, as taco.c) */
 #pragma unroll
-    for (int sb = 0; sb < SB; sb++) {
-        p.amax_h[sb] = absmax_bits(v, sb);
-        nan_h |= p.amax_h[sb] > 0x7F800000u;
-    }
-    if (nan_h) {
-#pragma unroll
-        for (int sb = 0; sb < SB; sb++) {
-            float m = 0.0f;
-#pragma unroll
-            for (int j = 16 * sb; j < 16 * sb + 16; j++) m = fmaxf(m, fabsf(v[j]));
-            p.amax_h[sb] = __float_as_uint(m);
-        }
-    }
+    for (int sb = 0; sb < SB; sb++) p.amax_h[sb] = absmax16(v, sb);
     group_max(p.amax_h, c);
+    /* folded: the scaled domain's max is this one times 2^-e_u, exactly */
+    if (p.folded) {
+#pragma unroll
+        for (int sb = 0; sb < SB; sb++)
+            p.amax_h[sb] = (sb == 0 || sb_leads(c, sb)) ? __float_as_uint(__fmul_rn(__uint_as_float(p.amax_h[sb]), pow2f_dev(-p.e_u[sb])))
+                                                        : p.amax_h[sb - 1];
+    }
     return p;
 }
 
@@ -335,6 +371,22 @@ __device__ __forceinline__ void quantize(const Codec& c, const float (&v)[UNIT],
 #pragma unroll
         for (int i = 0; i < UNIT / 4; i++) row_set_word(out, i, w[i]);
     }
+}
+
+/* taco.c step 5 for the group of sub-block sb: returns k_m, *b = the wire exponent */
+__device__ __forceinline__ int group_km(const Codec& c, const Prep& p, int sb, int kc, int* b) {
+    if (c.dual) {
+        *b = p.e_u[sb];
+        return kc;
+    }
+    if (c.adaptive) {
+        /* the group's own exponent maps it onto the fp8 range */
+        const int kg = pow2_fit_dev(__fmul_rn(__uint_as_float(p.amax_h[sb]), p.ng[sb]), c.L);
+        *b = min(max(p.e_u[sb] - kg, TACO_EXP_MIN), TACO_EXP_MAX);
+        return p.e_u[sb] - *b;
+    }
+    *b = 0;
+    return 0;
 }
 
 /* code 0x7F in the slots of mask */
@@ -379,7 +431,7 @@ __device__ __forceinline__ void fp8_encode_unit(const Codec& c, float (&v)[UNIT]
         if (sc.nanmask) set_nan_codes(out, sc.nanmask);
         return;
     }
-    const Prep p = fp8_prepare(c, v, sc, u, sp, lane);
+    const Prep p = fp8_prepare(c, v, sc, u, sp, lane, 0);
     fp8_finish_unit<FMT, SR>(c, v, sc, p, u, nv, kc, lane, go, stream, out, ts);
 }
 
@@ -391,29 +443,43 @@ __device__ __forceinline__ void fp8_finish_unit(const Codec& c, float (&v)[UNIT]
                                                 Row<1>& out, TStats& ts) {
     ts.nf += __popcll(sc.nfmask);
     ts.amax = fmaxf(ts.amax, c.stats_amax_r ? prep_amax_r(p) : p.amax_x);
-    float M[SB];
+    float Mv[SB]; /* the multiplier applied to v: M, or M 2^-e_u when folded */
     bool check = c.hadamard && !c.adaptive; /* only then can h hold a NaN (overflow) */
+    bool one = true; /* not folded, or every M 2^-e_u a normal float: one multiply per element */
 #pragma unroll
     for (int sb = 0; sb < SB; sb++) {
-        int b = 0, km = 0;
-        if (c.dual) {
-            b = p.e_u[sb];
-            km = kc;
-        } else if (c.adaptive) {
-            /* the group's own exponent maps it onto the fp8 range */
-            const int kg = pow2_fit_dev(__fmul_rn(__uint_as_float(p.amax_h[sb]), p.ng[sb]), c.L);
-            b = min(max(p.e_u[sb] - kg, TACO_EXP_MIN), TACO_EXP_MAX);
-            km = p.e_u[sb] - b;
+        if (sb == 0 || sb_leads(c, sb)) {
+            int b;
+            const int km = group_km(c, p, sb, kc, &b);
+            const float M = __fmul_rn(p.ng[sb], pow2f_dev(km));
+            /* max |v| = round(max |h| * M) (rounding is monotonic): one compare per group */
+            check |= !(__fmul_rn(__uint_as_float(p.amax_h[sb]), M) <= c.L);
+            if (p.folded) {
+                const int kv = km - p.e_u[sb];
+                Mv[sb] = __fmul_rn(p.ng[sb], pow2f_dev(kv));
+                one = one && kv >= -126 && kv <= 127 && Mv[sb] >= 1.17549435e-38f;
+            } else {
+                Mv[sb] = M;
+            }
+            /* the group's byte, from the lane that starts it */
+            if (go.exps && 16 * sb < nv && (lane & (c.tpg - 1)) == 0)
+                go.exps[(((u64)UNIT * u + 16u * (unsigned)sb) >> c.lg) - go.g0] = (uint8_t)(b + 127);
+        } else {
+            Mv[sb] = Mv[sb - 1];
         }
-        M[sb] = __fmul_rn(p.ng[sb], pow2f_dev(km));
-        /* max |v| = round(max |h| * M) (rounding is monotonic): one compare per group */
-        check |= !(__fmul_rn(__uint_as_float(p.amax_h[sb]), M[sb]) <= c.L);
-        /* the group's byte, from the lane and sub-block that start it */
-        if (go.exps && 16 * sb < nv && ((16 * sb) & (c.G - 1)) == 0 && (lane & (c.tpg - 1)) == 0)
-            go.exps[(((u64)UNIT * u + 16u * (unsigned)sb) >> c.lg) - go.g0] = (uint8_t)(b + 127);
     }
+    if (one) {
 #pragma unroll
-    for (int j = 0; j < UNIT; j++) v[j] = __fmul_rn(v[j], M[j >> 4]);
+        for (int j = 0; j < UNIT; j++) v[j] = __fmul_rn(v[j], Mv[j >> 4]);
+    } else { /* rare: scale first (exact, see fp8_prepare), then M */
+#pragma unroll
+        for (int sb = 0; sb < SB; sb++) {
+            int b;
+            const float d = pow2f_dev(-p.e_u[sb]), M = __fmul_rn(p.ng[sb], pow2f_dev(group_km(c, p, sb, kc, &b)));
+#pragma unroll
+            for (int j = 16 * sb; j < 16 * sb + 16; j++) v[j] = __fmul_rn(__fmul_rn(v[j], d), M);
+        }
+    }
     if (check) { /* count what saturates (delayed scaling can), and turn an overflow NaN into +inf */
         unsigned s = 0u;
         if (nv == UNIT && !sc.nfmask) {

@@ -327,9 +327,10 @@ __device__ __forceinline__ void fp8_sum_unit(const Codec& ci, const DLaunch& L, 
     const Span& sp = J.sp;
     bool rotatable[SB], rsum[SB];
     float fin[SB]; /* the multiplier after the transform: norm, or C for a folded single copy */
+    sbs_full(ci, w.u, sp, rotatable);
 #pragma unroll
     for (int sb = 0; sb < SB; sb++) {
-        rotatable[sb] = ci.hadamard && sb_full(ci, w.u, sb, sp);
+        rotatable[sb] = ci.hadamard && rotatable[sb];
         rsum[sb] = false;
         fin[sb] = ci.norm;
     }
@@ -461,12 +462,12 @@ __host__ __device__ constexpr int decompress_smem_bytes() {
 }
 
 /* The input rows of a compress kernel's warp, from its share of the smem. */
-template <bool BF16>
+template <bool BF16, int EBO>
 __device__ __forceinline__ InRows<BF16 ? 2 : 4> compress_rows(unsigned char* smem, int warp, const uint8_t* const* xb,
-                                                             const Span& sp, int lane, int ebo) {
+                                                             const Span& sp, int lane) {
     constexpr int EBI = BF16 ? 2 : 4;
     InRows<EBI> rows;
-    rows.area0 = reinterpret_cast<uint4*>(smem + (size_t)warp * (2 * area_bytes<EBI>() + ebo * area_bytes<1>()));
+    rows.area0 = reinterpret_cast<uint4*>(smem + (size_t)warp * warp_smem_bytes<EBI, EBO>());
     rows.bytes = xb;
     rows.gbytes = nullptr;
     rows.gcodec = nullptr;
@@ -500,8 +501,8 @@ template <int FMT, bool SR>
 __device__ __forceinline__ void fp8_tile_encode(const Codec& c, float (&v)[UNIT], const Scan& sc, const WarpUnits& w,
                                                 const Span& sp, int kc, unsigned t, int lane, const GOut& go,
                                                 u64 stream, uint8_t* scales, uint8_t* codes, uint4* aout,
-                                                TStats& ts) {
-    const Prep p = fp8_prepare(c, v, sc, w.u, sp, lane);
+                                                TStats& ts, int fold_max) {
+    const Prep p = fp8_prepare(c, v, sc, w.u, sp, lane, fold_max);
     const int k = tile_current(c) ? block_tile_kc(prep_amax_r(p), c) : kc;
     if (c.tiled && threadIdx.x == 0) store_u32_any(scales + tile_scale_offset(t), __float_as_uint(pow2f_dev(k)));
     Row<1> r;
@@ -528,13 +529,13 @@ __global__ void __launch_bounds__(THREADS, COMPRESS_MIN_BLOCKS) k_amax(const Cod
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const Span sp = J.sp;
     const uint8_t* xb = static_cast<const uint8_t*>(J.x) + (size_t)(BF16 ? 2 : 4) * UNIT * sp.u0;
-    InRows<BF16 ? 2 : 4> rows = compress_rows<BF16>(smem, warp, &xb, sp, lane, 1);
+    InRows<BF16 ? 2 : 4> rows = compress_rows<BF16, 1>(smem, warp, &xb, sp, lane);
     float tam = 0.0f;
     for (unsigned t = 0; block_has(sp, t); t++) {
         float v[UNIT];
         Scan sc;
         const WarpUnits w = take_input<BF16>(rows, sp, t, lane, v, sc);
-        tam = fmaxf(tam, prep_amax_r(fp8_prepare(c, v, sc, w.u, sp, lane)));
+        tam = fmaxf(tam, prep_amax_r(fp8_prepare(c, v, sc, w.u, sp, lane, BF16 ? 16 : 0)));
     }
     flush_scale_amax(tam, J.st);
 }
@@ -553,14 +554,14 @@ __global__ void __launch_bounds__(THREADS, SR ? COMPRESS_MIN_BLOCKS - 1 : COMPRE
     const GOut go = {J.exps, (unsigned)(((u64)UNIT * sp.u0) >> c.lg)};
     TStats ts = {0u, 0u, 0.0f};
     const uint8_t* xb = static_cast<const uint8_t*>(J.x) + (size_t)(BF16 ? 2 : 4) * UNIT * sp.u0;
-    InRows<BF16 ? 2 : 4> rows = compress_rows<BF16>(smem, warp, &xb, sp, lane, EBO);
+    InRows<BF16 ? 2 : 4> rows = compress_rows<BF16, EBO>(smem, warp, &xb, sp, lane);
     uint4* aout = rows.area0 + 2 * area_bytes<BF16 ? 2 : 4>() / 16;
     for (unsigned t = 0; block_has(sp, t); t++) {
         float v[UNIT];
         Scan sc;
         const WarpUnits w = take_input<BF16>(rows, sp, t, lane, v, sc);
         if (FAM == FAM_FP8 && !c.cast)
-            fp8_tile_encode<FMT, SR>(c, v, sc, w, sp, kc, t, lane, go, J.stream, J.scale, J.codes, aout, ts);
+            fp8_tile_encode<FMT, SR>(c, v, sc, w, sp, kc, t, lane, go, J.stream, J.scale, J.codes, aout, ts, BF16 ? 16 : 0);
         else encode_store<FAM, FMT, SR>(c, v, sc, w, sp, kc, lane, go, J.stream, J.codes, aout, ts);
     }
     flush_stats(ts, J.st);
@@ -626,14 +627,14 @@ __global__ void __launch_bounds__(THREADS, SR ? DECOMPRESS_MIN_BLOCKS - 1 : DECO
             Scan sc = scan_f32(acc);
             scan_resolve(sc, acc);
             if constexpr (OUT == OUT_AMAX) {
-                tam = fmaxf(tam, prep_amax_r(fp8_prepare(co, acc, sc, w.u, sp, lane)));
+                tam = fmaxf(tam, prep_amax_r(fp8_prepare(co, acc, sc, w.u, sp, lane, 0)));
             } else if constexpr (IN == IN_BF16 || IN == IN_F32) {
                 /* the pairs compress_cuda.cu fuses: raw -> raw, FP8 -> FP8 of one format */
                 encode_store<FAM_NONE, FMT_OUT, false>(co, acc, sc, w, sp, kc, lane, go, J.stream, J.ocodes, aout, ts);
             } else if (co.cast) {
                 encode_store<FAM_FP8, FMT_OUT, SR>(co, acc, sc, w, sp, kc, lane, go, J.stream, J.ocodes, aout, ts);
             } else {
-                fp8_tile_encode<FMT_OUT, SR>(co, acc, sc, w, sp, kc, t, lane, go, J.stream, J.oscale, J.ocodes, aout, ts);
+                fp8_tile_encode<FMT_OUT, SR>(co, acc, sc, w, sp, kc, t, lane, go, J.stream, J.oscale, J.ocodes, aout, ts, 0);
             }
         }
     }

@@ -12,8 +12,11 @@
  * warp instruction. Instead a warp moves its 32 rows through shared memory:
  * lane l copies the l-th 16 bytes of each 512-byte stretch (coalesced) into
  * the warp's staging area, and reads its own row from there. The area is
- * swizzled so that neither side has a bank conflict: 16-byte column c of row
- * t sits at column (c + (t >> s)) mod C (s = 1 for 64-byte rows, else 0).
+ * padded so that neither side has a bank conflict: a row of C 16-byte columns
+ * takes C + 1 slots (C = 8, 16), or a pair of 4-column rows takes 9 (C = 4);
+ * the 8 lanes of a quarter-warp then hit 8 different 16-byte bank groups on
+ * both sides. Padding (rather than a swizzle) keeps every address a lane
+ * computes a per-lane base plus a compile-time offset (slot()).
  *
  * Loads go through two areas in turn, as asynchronous copies (cp.async):
  * the rows of the next step are on their way while this step's are
@@ -71,16 +74,22 @@ __device__ __forceinline__ void row_set_word(Row<EB>& r, int i, unsigned v) {
     else q.w = v;
 }
 
-/* the 16-byte columns of a row, and the bytes of a warp's staging area */
+/* the 16-byte columns of a row, the slot of column c of row t in a warp's
+ * staging area (see the header), and the area's bytes */
 template <int EB>
 __host__ __device__ constexpr int row_cols() { return EB * UNIT / 16; }
-template <int EB>
-__host__ __device__ constexpr int area_bytes() { return 32 * EB * UNIT; }
-
 template <int C>
-__device__ __forceinline__ int swz(int t, int c) {
-    return (c + (C == 4 ? (t >> 1) : t)) & (C - 1);
-}
+__host__ __device__ constexpr int slot(int t, int c) { return C == 4 ? 4 * t + (t >> 1) + c : (C + 1) * t + c; }
+template <int EB>
+__host__ __device__ constexpr int area_bytes() { return 16 * slot<row_cols<EB>()>(32, 0); }
+
+/* The slots of the warp-wide pass (16-byte chunk q = 32 k + lane of the 32
+ * rows, row q / C, column q % C): slot(q / C, q % C) = slot(lane / C, lane %
+ * C) + k * slot(32 / C, 0), a lane base plus a constant (C divides 32). */
+template <int C>
+__device__ __forceinline__ int pass_base(int lane) { return slot<C>(lane / C, lane % C); }
+template <int C>
+__host__ __device__ constexpr int pass_step() { return slot<C>(32 / C, 0); }
 
 /* Start copying the warp's 32 rows at src (16-byte aligned, all valid) into
  * area, asynchronously; src == nullptr: nothing to copy (that step's rows are
@@ -90,12 +99,10 @@ template <int EB>
 __device__ __forceinline__ void rows_issue(uint4* area, const uint8_t* src, int lane) {
     constexpr int C = row_cols<EB>();
     if (src) {
-        const uint4* g = reinterpret_cast<const uint4*>(src);
+        const uint4* g = reinterpret_cast<const uint4*>(src) + lane;
+        uint4* a = area + pass_base<C>(lane);
 #pragma unroll
-        for (int k = 0; k < C; k++) {
-            const int q = 32 * k + lane, row = q / C, col = q % C;
-            cp_async16(area + row * C + swz<C>(row, col), g + q, true);
-        }
+        for (int k = 0; k < C; k++) cp_async16(a + k * pass_step<C>(), g + 32 * k, true);
     }
     cp_async_commit();
 }
@@ -104,14 +111,14 @@ __device__ __forceinline__ void rows_issue(uint4* area, const uint8_t* src, int 
 template <int EB>
 __device__ __forceinline__ void stage_out(uint4* g, uint4* area, int lane, const Row<EB>& r) {
     constexpr int C = row_cols<EB>();
+    uint4* own = area + slot<C>(lane, 0);
 #pragma unroll
-    for (int k = 0; k < C; k++) area[lane * C + swz<C>(lane, k)] = r.q[k];
+    for (int k = 0; k < C; k++) own[k] = r.q[k];
     __syncwarp();
+    const uint4* a = area + pass_base<C>(lane);
+    g += lane;
 #pragma unroll
-    for (int k = 0; k < C; k++) {
-        const int q = 32 * k + lane, row = q / C, col = q % C;
-        g[q] = area[row * C + swz<C>(row, col)];
-    }
+    for (int k = 0; k < C; k++) g[32 * k] = a[k * pass_step<C>()];
     __syncwarp();
 }
 
@@ -171,8 +178,9 @@ __device__ __forceinline__ void rows_take(const uint4* area, bool fast, const ui
     cp_async_wait<1>();
     __syncwarp(); /* every lane's copies have landed */
     if (fast) {
+        const uint4* own = area + slot<C>(lane, 0);
 #pragma unroll
-        for (int k = 0; k < C; k++) r.q[k] = area[lane * C + swz<C>(lane, k)];
+        for (int k = 0; k < C; k++) r.q[k] = own[k];
     } else {
         load_row_slow<EB>(slow_row, nv, r);
     }

@@ -11,7 +11,7 @@
  *               for every method, every TACO switch combination, E4M3/E5M2,
  *               RNE and SR, G = 16..256, on Gaussian, outlier, near-zero,
  *               tiny (1e-30), subnormal, huge (overflowing the transform),
- *               all-zero, negative-zero, constant and NaN/inf data, sizes
+ *               all-zero, negative-zero, constant, NaN/inf and wide-range data, sizes
  *               0, 1, 7, 1000, 12345, 2^20 + 3, bf16 and fp32 inputs, output
  *               and input buffers at every alignment
  *   decompress  decompress_dev (fp32 and bf16 out) == decompress() (NaN
@@ -83,9 +83,9 @@ static void record(const char* section, const char* name, int ok, const char* fm
 
 /* ---- data -------------------------------------------------------------------- */
 
-enum Dist { D_GAUSS, D_OUTLIERS, D_NEAR_ZERO, D_TINY, D_SUBNORMAL, D_HUGE, D_ZERO, D_NEG_ZERO, D_CONSTANT, D_NONFINITE, D_ROWS, NUM_DISTS };
+enum Dist { D_GAUSS, D_OUTLIERS, D_NEAR_ZERO, D_TINY, D_SUBNORMAL, D_HUGE, D_ZERO, D_NEG_ZERO, D_CONSTANT, D_NONFINITE, D_ROWS, D_WIDE, NUM_DISTS };
 static const char* DIST_NAMES[NUM_DISTS] = {"gaussian", "outliers", "near_zero", "tiny", "subnormal", "huge",
-                                            "zero", "neg_zero", "constant", "nonfinite", "row_scales"};
+                                            "zero", "neg_zero", "constant", "nonfinite", "row_scales", "wide"};
 
 static double unif(uint64_t s, uint64_t i) { return (rng_u32(77, s, i) + 0.5) / 4294967296.0; }
 static double gauss(uint64_t s, uint64_t i) {
@@ -117,6 +117,10 @@ static void fill(float* x, size_t n, int d, uint64_t seed) {
             break;
         }
         case D_ROWS: v = (float)ldexp(g, -(int)((i / 768) % 25)); break; /* rows of 768 at scales 1 .. 2^-24 */
+        case D_WIDE: /* each element at its own scale, from float subnormals up to ~2^(m + 2), m = -6 .. 17
+                      * by 64-element group: around the kernels' bounds for skipping the adaptive prescale */
+            v = (float)ldexp(g, (int)(unif(s + 1, i) * (150.0 + (double)((i / 64) % 24 - 6))) - 150);
+            break;
         default: break;
         }
         x[i] = v;
@@ -381,7 +385,7 @@ static void test_compress_sweep(void) {
     const size_t small[] = {0, 1, 7, 1000, 12345};
     const size_t quick[] = {1, 7, 1000, 4099};
     const int Gs[] = {16, 32, 64, 128, 256}, Gq[] = {16, 64, 256};
-    const int dq[] = {D_GAUSS, D_OUTLIERS, D_NONFINITE, D_TINY, D_HUGE, D_NEG_ZERO};
+    const int dq[] = {D_GAUSS, D_OUTLIERS, D_NONFINITE, D_TINY, D_HUGE, D_NEG_ZERO, D_WIDE};
     long cases = 0;
     for (const Cfg& c : g_cfgs) {
         if (!selected(c.name)) continue;
