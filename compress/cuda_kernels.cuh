@@ -163,67 +163,100 @@ __device__ __forceinline__ WarpSteps warp_steps(const Span& sp, int warp) {
     return s;
 }
 
+/* Steps of a warp's input pipeline in flight while it computes on one:
+ * STAGES - 1 (an area of shared memory each, plus the one being read). */
+#ifndef COMPRESS_STAGES
+#define COMPRESS_STAGES 2
+#endif
+constexpr int STAGES = COMPRESS_STAGES;
+static_assert(STAGES >= 2 && STAGES <= 4, "COMPRESS_STAGES is 2..4");
+
 /* The warp's pipeline of input rows: steps are (unit step t, copy i), copy i
  * of P at bytes[i] (the job's unit u0; one array for a compress, P copies for
- * a decompress), taken in the order t = 0, 1, ..; i = 0 .. P-1. take() issues
- * the step after the one it returns, so one step is always in flight. */
+ * a decompress), taken in the order t = 0, 1, ..; i = 0 .. P-1. take()
+ * issues the step STAGES - 1 after the one it returns, so that many are
+ * always in flight; the issue side keeps its own cursor (it, ii). */
 template <int EB>
 struct InRows {
-    uint4* area0; /* two areas back to back: step k uses area(k) (no pointer array: it would live in local memory) */
+    uint4* area0; /* STAGES areas back to back (no pointer array: it would live in local memory) */
     const uint8_t* const* bytes;
     int P;
     WarpSteps ws;
     Span sp;
     int lane;
-    unsigned issued, taken;
-    /* the copies' group bytes (FP8 inputs with a group byte: gcodec set),
-     * loaded one step ahead like the rows: eb is the taken step's */
+    unsigned it;   /* the next step to issue: (it, ii) */
+    int ii;
+    int a_issue, a_take; /* their areas */
+    /* the copies' group bytes (FP8 inputs with a group byte: gcodec set) and
+     * second scales (gscales set; NULL entry: 1.0f; one per tile when tiled,
+     * else per chunk), loaded with the rows: q_eb[0] / q_sc[0] belong to the
+     * oldest step in flight; eb / sc are the taken step's */
     const uint8_t* const* gbytes;
     const Codec* gcodec;
-    unsigned eb_next, eb;
-    /* the copies' second scales (NULL: no scales; a NULL entry reads 1.0f),
-     * one per tile (tiled) or one per chunk, loaded one step ahead too */
     const uint8_t* const* gscales;
     bool tiled;
-    unsigned sc_next, sc;
+    unsigned q_eb[STAGES - 1], q_sc[STAGES - 1];
+    unsigned eb, sc;
 
     __device__ __forceinline__ const uint8_t* fast_src(unsigned t, int i) const {
         if (!ws.has(t)) return nullptr;
         const WarpUnits w = warp_units(sp, ws.lu(t), lane);
         return (w.full && aligned16(bytes[i])) ? bytes[i] + (size_t)EB * UNIT * ws.lu(t) : nullptr;
     }
-    __device__ __forceinline__ uint4* area(unsigned k) const { return area0 + (k & 1u) * (unsigned)(area_bytes<EB>() / 16); }
-    __device__ __forceinline__ void issue(unsigned t, int i) {
-        rows_issue<EB>(area(issued), fast_src(t, i), lane);
+    __device__ __forceinline__ uint4* area(int k) const { return area0 + k * (area_bytes<EB>() / 16); }
+    /* issue step (it, ii); its group bytes / scale go to q[STAGES - 2] */
+    __device__ __forceinline__ void issue() {
+        const unsigned t = it;
+        const int i = ii;
+        rows_issue<EB>(area(a_issue), fast_src(t, i), lane);
+        unsigned e = 0x7F7F7F7Fu, c = 0x3F800000u;
         if (gcodec && ws.has(t)) {
             const WarpUnits w = warp_units(sp, ws.lu(t), lane);
-            eb_next = load_group_bytes(*gcodec, gbytes[i], (unsigned)(((u64)UNIT * sp.u0) >> gcodec->lg), w.u, w.nv);
+            e = load_group_bytes(*gcodec, gbytes[i], (unsigned)(((u64)UNIT * sp.u0) >> gcodec->lg), w.u, w.nv);
         }
-        if (gscales && ws.has(t))
-            sc_next = gscales[i] ? load_u32_any(gscales[i] + (tiled ? 4 * (size_t)(ws.lu(t) / TILE_UNITS) : 0)) : 0x3F800000u;
-        issued++;
+        if (gscales && ws.has(t) && gscales[i]) c = load_u32_any(gscales[i] + (tiled ? 4 * (size_t)(ws.lu(t) / TILE_UNITS) : 0));
+        q_eb[STAGES - 2] = e;
+        q_sc[STAGES - 2] = c;
+        a_issue = a_issue + 1 == STAGES ? 0 : a_issue + 1;
+        if (++ii == P) {
+            ii = 0;
+            it++;
+        }
+    }
+    __device__ __forceinline__ void shift() {
+#pragma unroll
+        for (int k = 0; k + 1 < STAGES - 1; k++) {
+            q_eb[k] = q_eb[k + 1];
+            q_sc[k] = q_sc[k + 1];
+        }
     }
     __device__ __forceinline__ void start() {
-        issued = taken = 0;
-        eb_next = eb = 0x7F7F7F7Fu;
-        sc_next = sc = 0x3F800000u; /* 1.0f */
-        if (ws.has(0)) issue(0, 0);
+        it = 0;
+        ii = 0;
+        a_issue = a_take = 0;
+        eb = 0x7F7F7F7Fu;
+        sc = 0x3F800000u;
+#pragma unroll
+        for (int k = 0; k < STAGES - 1; k++) {
+            shift();
+            issue();
+        }
     }
     __device__ __forceinline__ void take(unsigned t, int i, const WarpUnits& w, Row<EB>& r) {
-        eb = eb_next;
-        sc = sc_next;
-        if (i + 1 < P) issue(t, i + 1);
-        else issue(t + 1, 0);
-        rows_take<EB>(area(taken), fast_src(t, i) != nullptr, bytes[i] + (size_t)EB * UNIT * (w.lu0 + (unsigned)lane),
-                      w.nv, lane, r);
-        taken++;
+        eb = q_eb[0];
+        sc = q_sc[0];
+        shift();
+        issue();
+        rows_take<EB, STAGES - 1>(area(a_take), fast_src(t, i) != nullptr,
+                                  bytes[i] + (size_t)EB * UNIT * (w.lu0 + (unsigned)lane), w.nv, lane, r);
+        a_take = a_take + 1 == STAGES ? 0 : a_take + 1;
     }
 };
 
-/* the staging areas of a warp in the block's dynamic shared memory: two
+/* the staging areas of a warp in the block's dynamic shared memory: STAGES
  * for input rows of EBI bytes per element, one for output rows of EBO */
 template <int EBI, int EBO>
-__host__ __device__ constexpr int warp_smem_bytes() { return 2 * area_bytes<EBI>() + area_bytes<EBO>(); }
+__host__ __device__ constexpr int warp_smem_bytes() { return STAGES * area_bytes<EBI>() + area_bytes<EBO>(); }
 
 /* a compress job's input unit as fp32 values, and its scan */
 template <bool BF16>
@@ -555,7 +588,7 @@ __global__ void __launch_bounds__(THREADS, SR ? COMPRESS_MIN_BLOCKS - 1 : COMPRE
     TStats ts = {0u, 0u, 0.0f};
     const uint8_t* xb = static_cast<const uint8_t*>(J.x) + (size_t)(BF16 ? 2 : 4) * UNIT * sp.u0;
     InRows<BF16 ? 2 : 4> rows = compress_rows<BF16, EBO>(smem, warp, &xb, sp, lane);
-    uint4* aout = rows.area0 + 2 * area_bytes<BF16 ? 2 : 4>() / 16;
+    uint4* aout = rows.area0 + STAGES * area_bytes<BF16 ? 2 : 4>() / 16;
     for (unsigned t = 0; block_has(sp, t); t++) {
         float v[UNIT];
         Scan sc;
@@ -597,7 +630,7 @@ __global__ void __launch_bounds__(THREADS, SR ? DECOMPRESS_MIN_BLOCKS - 1 : DECO
     float tam = 0.0f;
     InRows<EBI> rows;
     rows.area0 = reinterpret_cast<uint4*>(smem + (size_t)warp * warp_smem_bytes<EBI, EBO>());
-    uint4* aout = rows.area0 + 2 * area_bytes<EBI>() / 16;
+    uint4* aout = rows.area0 + STAGES * area_bytes<EBI>() / 16;
     rows.bytes = s_codes;
     rows.gbytes = s_exps;
     rows.gcodec = ((IN == IN_E4M3 || IN == IN_E5M2) && ci.gb) ? &ci : nullptr;

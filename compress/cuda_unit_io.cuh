@@ -18,10 +18,11 @@
  * both sides. Padding (rather than a swizzle) keeps every address a lane
  * computes a per-lane base plus a compile-time offset (slot()).
  *
- * Loads go through two areas in turn, as asynchronous copies (cp.async):
- * the rows of the next step are on their way while this step's are
- * computed on (rows_issue, then rows_take one step later), so a warp keeps
- * memory busy without holding a second unit in registers. Stores go through
+ * Loads go through STAGES areas in turn (cuda_kernels.cuh's InRows), as
+ * asynchronous copies (cp.async): the rows of the next steps are on their
+ * way while this step's are computed on (rows_issue, then rows_take STAGES -
+ * 1 steps later), so a warp keeps memory busy without holding a second unit
+ * in registers. Stores go through
  * one area (stage_out), then leave as coalesced 16-byte stores.
  *
  * That fast path needs the warp's 32 units full and inside the job, and the
@@ -168,14 +169,14 @@ __device__ __forceinline__ WarpUnits warp_units(const Span& sp, unsigned lu0, in
     return w;
 }
 
-/* This lane's row of the step issued one rows_issue earlier: from area when
+/* This lane's row of the step issued INFLIGHT rows_issues earlier: from area when
  * it was copied there (fast), else from slow_row (this lane's row in memory,
  * nv valid elements). Every lane of the warp calls. */
-template <int EB>
+template <int EB, int INFLIGHT>
 __device__ __forceinline__ void rows_take(const uint4* area, bool fast, const uint8_t* slow_row, int nv, int lane,
                                           Row<EB>& r) {
     constexpr int C = row_cols<EB>();
-    cp_async_wait<1>();
+    cp_async_wait<INFLIGHT>();
     __syncwarp(); /* every lane's copies have landed */
     if (fast) {
         const uint4* own = area + slot<C>(lane, 0);
