@@ -34,9 +34,10 @@ endif
 # sources shared by every binary that trains; floatX-agnostic code is compiled
 # once per backend (CPU: float, GPU: -DOPS_BF16)
 COMPRESS_SRC = $(wildcard compress/*.c)
-CORE_SRC = common/check.c $(COMPRESS_SRC) comm/comm.c comm/collectives.c comm/sites.c \
-           model/params.c model/gpt.c data/shard.c data/tokenizer.c \
-           train/config.c train/log.c train/checkpoint.c
+CORE_SRC = common/check.c common/crc32c.c $(COMPRESS_SRC) comm/comm.c comm/collectives.c comm/sites.c \
+           comm/watchdog.c model/params.c model/gpt.c data/shard.c data/tokenizer.c \
+           train/config.c train/log.c train/checkpoint.c train/state.c train/agree.c train/signals.c \
+           train/memcheck.c
 CPU_OBJ  = $(patsubst %.c,$(BUILD)/cpu/%.o,$(CORE_SRC) ops/ops_cpu.c)
 TOOL_OBJ = $(patsubst %.c,$(BUILD)/cpu/%.o,common/check.c $(COMPRESS_SRC))
 
