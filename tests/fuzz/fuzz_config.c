@@ -7,7 +7,7 @@
  */
 #include <string.h>
 
-#include "fuzz_util.h"
+#include "tests/fuzz/fuzz_util.h"
 #include "train/config.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t n) {

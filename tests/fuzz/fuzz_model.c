@@ -6,7 +6,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "fuzz_util.h"
+#include "tests/fuzz/fuzz_util.h"
 #include "model/params.h"
 
 /* the shape of tests/fuzz/seeds.c's model seed */

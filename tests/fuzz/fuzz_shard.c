@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "data/shard.h"
-#include "fuzz_util.h"
+#include "tests/fuzz/fuzz_util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t n) {
     char path[64], err[1024];

@@ -5,7 +5,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "fuzz_util.h"
+#include "tests/fuzz/fuzz_util.h"
 #include "train/state.h"
 
 const GPTShape FUZZ_STATE_SHAPE = {4, 32, 128, 1, 1, 4};
