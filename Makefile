@@ -10,6 +10,8 @@
 #   make bench-gpu   GPU benchmark tables
 #   make ptxas       registers / spills of every CUDA kernel -> build/gpu/ptxas.txt
 #   make parity      loss-parity experiment (CONFIG=configs/parity_cpu.json)
+#   make fuzz        the libFuzzer harnesses of tests/fuzz, FUZZ_SECONDS (30) each
+#   make asan        build/asan/train: the CPU trainer under ASan + UBSan (tests/asan_run.sh runs it)
 #   make deps        install the Debian packages the build needs (as root)
 #
 # cJSON from a non-system prefix: make CJSON_PREFIX=/path/usr (headers in
@@ -26,6 +28,7 @@ BUILD  ?= build
 ARCH   ?= -march=native
 CFLAGS  = -std=c11 -O3 $(ARCH) -fopenmp -Wall -Wextra -ffp-contract=off -D_GNU_SOURCE -MMD -MP -I.
 LDLIBS  = -lcjson -lm
+CFLAGS += $(EXTRA_CFLAGS)
 ifneq ($(CJSON_PREFIX),)
 CFLAGS  += -I$(CJSON_PREFIX)/include
 LDFLAGS += -L$(CJSON_PREFIX)/lib/x86_64-linux-gnu -Wl,-rpath,$(abspath $(CJSON_PREFIX))/lib/x86_64-linux-gnu
@@ -34,14 +37,15 @@ endif
 # sources shared by every binary that trains; floatX-agnostic code is compiled
 # once per backend (CPU: float, GPU: -DOPS_BF16)
 COMPRESS_SRC = $(wildcard compress/*.c)
-CORE_SRC = common/check.c $(COMPRESS_SRC) comm/comm.c comm/collectives.c comm/sites.c \
-           model/params.c model/gpt.c data/shard.c data/tokenizer.c \
-           train/config.c train/log.c train/checkpoint.c
+CORE_SRC = common/check.c common/crc32c.c $(COMPRESS_SRC) comm/comm.c comm/collectives.c comm/sites.c \
+           comm/watchdog.c model/params.c model/gpt.c data/shard.c data/tokenizer.c \
+           train/config.c train/log.c train/checkpoint.c train/state.c train/agree.c train/signals.c \
+           train/memcheck.c
 CPU_OBJ  = $(patsubst %.c,$(BUILD)/cpu/%.o,$(CORE_SRC) ops/ops_cpu.c)
 TOOL_OBJ = $(patsubst %.c,$(BUILD)/cpu/%.o,common/check.c $(COMPRESS_SRC))
 
 .SECONDARY:
-.PHONY: all gpu data test test-gpu bench-gpu ptxas parity deps clean
+.PHONY: all gpu data test test-gpu bench-gpu ptxas parity deps clean fuzz fuzz-build asan
 all: $(BUILD)/train $(BUILD)/prepro $(BUILD)/compress
 
 $(BUILD)/cpu/%.o: %.c
@@ -138,6 +142,44 @@ $(BUILD)/test_%: $(BUILD)/cpu/tests/test_%.o $(CPU_OBJ)
 
 test: all $(addprefix $(BUILD)/,$(TESTS)) data
 	tests/run_tests.sh
+
+# ---- fuzzing: libFuzzer + ASan + UBSan with Debian's clang, one binary per
+# harness compiled from the same sources a run uses; seeds: tests/fuzz/corpus
+# (text) and build/fuzz/seeds (binary, written by tests/fuzz/seeds.c) ----
+comma := ,
+FUZZ_SECONDS ?= 30
+FUZZ_CC      ?= clang
+FUZZ_TARGETS  = config shard model state
+FUZZ_CFLAGS   = -std=c11 -g -O1 -D_GNU_SOURCE -I. $(MPI_CFLAGS) -fsanitize=fuzzer,address,undefined \
+                -fno-sanitize-recover=undefined
+FUZZ_LIBS     = $(shell mpicc --showme:link 2>/dev/null) -lcjson -lm
+FUZZ_OBJ      = $(patsubst %.c,$(BUILD)/fuzz/obj/%.o,$(CORE_SRC) ops/ops_cpu.c)
+# the library objects get the sanitizers and coverage, not libFuzzer's main
+$(BUILD)/fuzz/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(subst fuzzer$(comma),fuzzer-no-link$(comma),$(FUZZ_CFLAGS)) -MMD -MP -c $< -o $@
+$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_util.h $(FUZZ_OBJ)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) $< $(FUZZ_OBJ) -o $@ $(FUZZ_LIBS)
+$(BUILD)/fuzz/seeds: tests/fuzz/seeds.c $(CPU_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDFLAGS) $(LDLIBS)
+fuzz-build: $(addprefix $(BUILD)/fuzz/fuzz_,$(FUZZ_TARGETS)) $(BUILD)/fuzz/seeds
+fuzz: fuzz-build
+	@rm -rf $(BUILD)/fuzz/seed && $(BUILD)/fuzz/seeds $(BUILD)/fuzz/seed && cp -r tests/fuzz/corpus/config $(BUILD)/fuzz/seed/config
+	@for t in $(FUZZ_TARGETS); do \
+	  mkdir -p $(BUILD)/fuzz/corpus/$$t; \
+	  echo "fuzz_$$t: $(FUZZ_SECONDS) s"; \
+	  $(BUILD)/fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 -print_final_stats=1 \
+	    -artifact_prefix=$(BUILD)/fuzz/crash_$$t- $(BUILD)/fuzz/corpus/$$t $(BUILD)/fuzz/seed/$$t \
+	    > $(BUILD)/fuzz/fuzz_$$t.log 2>&1 || { tail -n 40 $(BUILD)/fuzz/fuzz_$$t.log; exit 1; }; \
+	  grep -E "stat::number_of_executed_units|cov: " $(BUILD)/fuzz/fuzz_$$t.log | tail -n 2; \
+	done
+
+# ---- the CPU trainer under AddressSanitizer + UndefinedBehaviorSanitizer ----
+ASAN_FLAGS = -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
+asan:
+	$(MAKE) BUILD=build/asan ARCH= EXTRA_CFLAGS="$(ASAN_FLAGS)" build/asan/train
 
 # ---- loss-parity experiment: make parity CONFIG=configs/parity_cpu.json [NP=2] ----
 CONFIG ?= configs/parity_cpu.json

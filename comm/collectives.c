@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "comm/collectives.h"
+#include "comm/watchdog.h"
 #include "common/check.h"
 #include "compress/methods.h"
 
@@ -106,7 +107,9 @@ void coll_reduce_scatter(MPI_Comm comm, const CompressParams* p, const float* x,
         rcount[i] = (int)csz;
         rdispl[i] = (int)(csz * (size_t)i);
     }
-    MPI_CHECK(MPI_Alltoallv(s->send, scount, sdispl, MPI_BYTE, s->recv, rcount, rdispl, MPI_BYTE, comm));
+    MPI_Request req;   /* nonblocking, so the watchdog can bound the wait */
+    MPI_CHECK(MPI_Ialltoallv(s->send, scount, sdispl, MPI_BYTE, s->recv, rcount, rdispl, MPI_BYTE, comm, &req));
+    wd_waitall(1, &req, comm, "reduce-scatter (all-to-all)");
 
     /* fused decode + fp32 sum, in rank order */
     const uint8_t** copies = mallocCheck(sizeof(uint8_t*) * (size_t)P);
@@ -144,7 +147,9 @@ void coll_all_gather(MPI_Comm comm, const CompressParams* p, const float* mine, 
     if (st) st->bytes_sent += (uint64_t)rcount[r] * (uint64_t)(P - 1);
 
     s->recv = grow(s->recv, &s->recv_cap, total);
-    MPI_CHECK(MPI_Allgatherv(s->send, rcount[r], MPI_BYTE, s->recv, rcount, rdispl, MPI_BYTE, comm));
+    MPI_Request req;
+    MPI_CHECK(MPI_Iallgatherv(s->send, rcount[r], MPI_BYTE, s->recv, rcount, rdispl, MPI_BYTE, comm, &req));
+    wd_waitall(1, &req, comm, "all-gather");
     for (int i = 0; i < P; i++) {
         size_t b, cnt;
         coll_chunk(n, P, i, align, &b, &cnt);

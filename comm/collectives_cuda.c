@@ -55,6 +55,7 @@
 #endif
 
 #include "comm/collectives_cuda.h"
+#include "comm/watchdog.h"
 #include "comm/nccl_util.h"
 #include "common/check.h"
 
@@ -527,6 +528,8 @@ static void run_mpi(Call* C) {
     /* the progress loop */
     int rs_sent = C->do_rs ? 0 : K, rs_done = C->do_rs ? 0 : K;
     int ag_sent = C->do_ag ? 0 : K, ag_done = C->do_ag ? 0 : K;
+    WdClock wd;   /* the loop polls its own requests: bound it by the watchdog's deadline */
+    wd_clock_start(&wd);
     while (rs_sent < K || rs_done < K || ag_sent < K || ag_done < K) {
         int progress = 0;
         if (rs_sent < K && event_done(ev_rs(C, rs_sent))) {
@@ -551,9 +554,12 @@ static void run_mpi(Call* C) {
             ag_decode_k(C, ag_done++);
             progress = 1;
         }
-        if (!progress) sched_yield();
+        if (!progress) {
+            wd_poll(&wd, C->comm, "device exchange (pipelined MPI)");
+            sched_yield();
+        }
     }
-    if (P > 1) MPI_CHECK(MPI_Waitall(4 * K * (P - 1), s->req, MPI_STATUSES_IGNORE));
+    if (P > 1) wd_waitall(4 * K * (P - 1), s->req, C->comm, "device exchange (send completion)");
 
     /* the next call may reuse every buffer: host copies done now, device work
      * fenced by EV_END; with device pointers in MPI, the next call's receives

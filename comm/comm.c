@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "comm/comm.h"
+#include "comm/watchdog.h"
 #include "common/check.h"
 #include "ops/ops.h"
 #ifdef OPS_BF16
@@ -64,7 +65,7 @@ static void allgather_reduce(MPI_Comm comm, void* x, size_t n, MPI_Datatype type
     size_t esz = type == MPI_DOUBLE ? sizeof(double) : sizeof(float);
     if (n > (size_t)INT32_MAX / (size_t)P) FATAL("small all-reduce of %zu elements is too large", n);
     void* all = mallocCheck(esz * n * (size_t)P);
-    MPI_CHECK(MPI_Allgather(x, (int)n, type, all, (int)n, type, comm));
+    wd_allgather(x, (int)n, type, all, comm, "small all-reduce (all-gather)");
     for (size_t i = 0; i < n; i++) {
         if (type == MPI_DOUBLE) {
             const double* a = all;

@@ -30,6 +30,7 @@
 #include <sys/stat.h>
 
 #include "comm/sites.h"
+#include "comm/watchdog.h"
 #include "common/check.h"
 #include "compress/methods.h"
 #ifdef OPS_BF16
@@ -256,6 +257,7 @@ void tp_exchange(Comm* c, SiteKind kind, int layer, floatX* x, int rows, int col
     double t0 = MPI_Wtime();
     CommSite* s = &c->sites[comm_site_index(c, kind, layer)];
     size_t n = (size_t)rows * cols;
+    wd_set_site(s->name);   /* what a watchdog report names; cleared below */
 
     int dump = c->train_mode && c->step == c->policy.dump_step && c->policy.dump_sites[0] && site_selected(c->policy.dump_sites, s->name);
     int calibrate = s->calibrating && c->train_mode;
@@ -296,6 +298,7 @@ void tp_exchange(Comm* c, SiteKind kind, int layer, floatX* x, int rows, int col
         c->step_bytes += st.bytes_sent;
         c->step_ms += (MPI_Wtime() - t0) * 1e3;
     }
+    wd_set_site(NULL);
 }
 
 /* ---- logging and state ------------------------------------------------------ */

@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 void check_fatal(const char* file, int line, const char* fmt, ...) {
     int rank = -1, up = 0, down = 0;
@@ -90,4 +91,34 @@ void* check_calloc(size_t n, size_t size, const char* file, int line) {
     void* p = calloc(n ? n : 1, size ? size : 1);
     if (!p) check_fatal(file, line, "out of host memory allocating %zu x %zu bytes; use a smaller model or batch", n, size);
     return p;
+}
+
+FILE* check_fopen_err(const char* path, const char* mode, char* err, size_t errlen) {
+    FILE* f = fopen(path, mode);
+    if (!f) {
+        check_errorf(err, errlen, "cannot open '%s' (mode %s): %s. Check the path exists and is %s", path, mode,
+                     strerror(errno), mode[0] == 'r' ? "readable" : "writable");
+    }
+    return f;
+}
+
+int check_fwrite_err(const void* ptr, size_t size, size_t n, FILE* f, const char* what, char* err, size_t errlen) {
+    size_t put = fwrite(ptr, size, n, f);
+    if (put == n) return 0;
+    return check_errorf(err, errlen, "writing %s failed after %zu of %zu items: %s. Is the disk full?", what, put, n,
+                        strerror(errno));
+}
+
+int check_fputs_err(const char* s, FILE* f, const char* what, char* err, size_t errlen) {
+    if (fputs(s, f) >= 0) return 0;
+    return check_errorf(err, errlen, "writing %s failed: %s. Is the disk full?", what, strerror(errno));
+}
+
+int check_fclose_err(FILE* f, const char* what, char* err, size_t errlen) {
+    int e = 0;
+    if (fflush(f) != 0) e = errno;
+    else if (fsync(fileno(f)) != 0 && errno != EINVAL && errno != EROFS) e = errno; /* EINVAL: a pipe or tty, nothing to sync */
+    if (fclose(f) != 0 && e == 0) e = errno;
+    if (e == 0) return 0;
+    return check_errorf(err, errlen, "writing %s failed: %s. Is the disk full?", what, strerror(e));
 }

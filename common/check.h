@@ -50,6 +50,21 @@ void* check_calloc(size_t n, size_t size, const char* file, int line);
 #define mallocCheck(bytes) check_malloc(bytes, __FILE__, __LINE__)
 #define callocCheck(n, size) check_calloc(n, size, __FILE__, __LINE__)
 
+/* The same file calls for writers that must clean up before the run ends (a
+ * checkpoint removes its partial files, the ranks agree on the failure):
+ * instead of ending the run they return -1 (NULL for fopenErr) with one line
+ * in err naming the file, what failed and the hint, like check_errorf.
+ * fcloseErr flushes, fsyncs and closes, so a full disk is seen here (ENOSPC
+ * often shows only at the flush) and renamed files are on disk. */
+FILE* check_fopen_err(const char* path, const char* mode, char* err, size_t errlen);
+int check_fwrite_err(const void* ptr, size_t size, size_t n, FILE* f, const char* what, char* err, size_t errlen);
+int check_fputs_err(const char* s, FILE* f, const char* what, char* err, size_t errlen);
+int check_fclose_err(FILE* f, const char* what, char* err, size_t errlen);
+#define fopenErr(path, mode, err, errlen) check_fopen_err(path, mode, err, errlen)
+#define fwriteErr(ptr, size, n, f, what, err, errlen) check_fwrite_err(ptr, size, n, f, what, err, errlen)
+#define fputsErr(s, f, what, err, errlen) check_fputs_err(s, f, what, err, errlen)
+#define fcloseErr(f, what, err, errlen) check_fclose_err(f, what, err, errlen)
+
 #ifdef __cplusplus
 }
 #endif

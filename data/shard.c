@@ -304,17 +304,25 @@ DataPos dataloader_tell(const DataLoader* dl) {
     return p;
 }
 
-void dataloader_seek(DataLoader* dl, DataPos p) {
+int dataloader_pos_check(const DataLoader* dl, DataPos p, char* err, size_t errlen) {
     if (p.shard < 0 || p.shard >= dl->nshards) {
-        FATAL("data position: shard %lld is out of range (the data has %d shards). Does the checkpoint "
-              "belong to this dataset?", (long long)p.shard, dl->nshards);
+        return check_errorf(err, errlen, "data position: shard %lld is out of range (the data has %d shards). Does the "
+                            "checkpoint belong to this dataset?", (long long)p.shard, dl->nshards);
     }
-    if (p.pos < 0 || p.pos + dataloader_window(dl) > dl->ntok[p.shard]) {
-        FATAL("data position: token %lld of '%s' is not a valid batch start (the shard has %lld tokens, a "
-              "global batch spans %lld). Does the checkpoint belong to this dataset and batch size?",
-              (long long)p.pos, dl->paths[p.shard], (long long)dl->ntok[p.shard],
-              (long long)dataloader_window(dl));
+    /* p.pos > ntok - window, not p.pos + window > ntok: a hostile pos near
+     * INT64_MAX must not overflow the sum */
+    if (p.pos < 0 || p.pos > dl->ntok[p.shard] - dataloader_window(dl)) {
+        return check_errorf(err, errlen, "data position: token %lld of '%s' is not a valid batch start (the shard has "
+                            "%lld tokens, a global batch spans %lld). Does the checkpoint belong to this dataset and "
+                            "batch size?", (long long)p.pos, dl->paths[p.shard], (long long)dl->ntok[p.shard],
+                            (long long)dataloader_window(dl));
     }
+    return 0;
+}
+
+void dataloader_seek(DataLoader* dl, DataPos p) {
+    char err[1024];
+    if (dataloader_pos_check(dl, p, err, sizeof(err)) != 0) FATAL("%s", err);
     dl->shard = p.shard;
     dl->pos = p.pos;
 }

@@ -79,6 +79,9 @@ DataPos dataloader_tell(const DataLoader* dl);
 /* FATAL if p is not a valid batch start for this loader (shard out of range,
  * or the window would not fit in the shard). */
 void dataloader_seek(DataLoader* dl, DataPos p);
+/* 0 if p is a valid batch start for this loader, else -1 with one line in err
+ * (what dataloader_seek would end the run with). */
+int dataloader_pos_check(const DataLoader* dl, DataPos p, char* err, size_t errlen);
 /* Tokens over all shards. */
 int64_t dataloader_num_tokens(const DataLoader* dl);
 void dataloader_free(DataLoader* dl);

@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/watchdog.h"
 #include "common/check.h"
 #ifdef OPS_BF16
 #include "model/init_cuda.h"
@@ -35,6 +36,18 @@
 /* pointer to tensor t (layer l) in a flat buffer of this rank's shards */
 #define TENSOR(buf, t) ((buf) + m->pl.offset[t])
 #define LAYER(buf, t, l) (TENSOR(buf, t) + (size_t)(l) * (m->pl.local[t] / (size_t)m->pl.s.L))
+
+/* gpt_init allocates through take(), so that gpt_backend_bytes can run the
+ * same code to count the bytes instead: the memory estimate cannot drift
+ * from the allocations. */
+static int counting = 0;
+static size_t counted = 0;
+
+static void* take(size_t bytes) {
+    if (!counting) return ops_malloc(bytes);
+    counted += bytes;
+    return NULL;
+}
 
 void gpt_init(GPT* m, GPTShape s, int tp_size, int tp_rank, int B, int T) {
     memset(m, 0, sizeof(*m));
@@ -49,53 +62,63 @@ void gpt_init(GPT* m, GPTShape s, int tp_size, int tp_rank, int B, int T) {
     m->v0 = tp_rank * m->Vr;
 
     size_t np = m->pl.total;
-    m->params = ops_malloc(np * sizeof(floatX));
+    m->params = take(np * sizeof(floatX));
 #ifdef OPS_BF16
-    m->master = ops_malloc(np * sizeof(float));
+    m->master = take(np * sizeof(float));
 #else
     m->master = m->params;    /* fp32 build: the working weights are the master weights */
 #endif
-    m->grads = ops_malloc(np * sizeof(float));
-    m->adam_m = ops_malloc(np * sizeof(float));
-    m->adam_v = ops_malloc(np * sizeof(float));
+    m->grads = take(np * sizeof(float));
+    m->adam_m = take(np * sizeof(float));
+    m->adam_v = take(np * sizeof(float));
 
     size_t N = (size_t)B * T, C = (size_t)s.C;
-    m->tok = ops_malloc(N * sizeof(int));
-    m->tgt = ops_malloc(N * sizeof(int));
-    m->x0 = ops_malloc(N * C * sizeof(floatX));
+    m->tok = take(N * sizeof(int));
+    m->tgt = take(N * sizeof(int));
+    m->x0 = take(N * C * sizeof(floatX));
     m->acts = callocCheck((size_t)s.L, sizeof(LayerActs));
     for (int l = 0; l < s.L; l++) {
         LayerActs* a = &m->acts[l];
-        a->ln1 = ops_malloc(N * C * sizeof(floatX));
-        a->qkv = ops_malloc(N * 3 * m->Cr * sizeof(floatX));
-        a->atty = ops_malloc(N * m->Cr * sizeof(floatX));
-        a->attproj = ops_malloc(N * C * sizeof(floatX));
-        a->res2 = ops_malloc(N * C * sizeof(floatX));
-        a->ln2 = ops_malloc(N * C * sizeof(floatX));
-        a->fch = ops_malloc(N * m->Fr * sizeof(floatX));
-        a->fch_gelu = ops_malloc(N * m->Fr * sizeof(floatX));
-        a->fcproj = ops_malloc(N * C * sizeof(floatX));
-        a->res3 = ops_malloc(N * C * sizeof(floatX));
-        a->ln1_mean = ops_malloc(N * sizeof(float));
-        a->ln1_rstd = ops_malloc(N * sizeof(float));
-        a->ln2_mean = ops_malloc(N * sizeof(float));
-        a->ln2_rstd = ops_malloc(N * sizeof(float));
-        a->lse = ops_malloc((size_t)B * m->NHr * T * sizeof(float));
+        a->ln1 = take(N * C * sizeof(floatX));
+        a->qkv = take(N * 3 * m->Cr * sizeof(floatX));
+        a->atty = take(N * m->Cr * sizeof(floatX));
+        a->attproj = take(N * C * sizeof(floatX));
+        a->res2 = take(N * C * sizeof(floatX));
+        a->ln2 = take(N * C * sizeof(floatX));
+        a->fch = take(N * m->Fr * sizeof(floatX));
+        a->fch_gelu = take(N * m->Fr * sizeof(floatX));
+        a->fcproj = take(N * C * sizeof(floatX));
+        a->res3 = take(N * C * sizeof(floatX));
+        a->ln1_mean = take(N * sizeof(float));
+        a->ln1_rstd = take(N * sizeof(float));
+        a->ln2_mean = take(N * sizeof(float));
+        a->ln2_rstd = take(N * sizeof(float));
+        a->lse = take((size_t)B * m->NHr * T * sizeof(float));
     }
-    m->lnf = ops_malloc(N * C * sizeof(floatX));
-    m->logits = ops_malloc(N * m->Vr * sizeof(floatX));
-    m->lnf_mean = ops_malloc(N * sizeof(float));
-    m->lnf_rstd = ops_malloc(N * sizeof(float));
-    m->ce_mx = ops_malloc(N * sizeof(float));
-    m->ce_stats = ops_malloc(2 * N * sizeof(float));
-    m->losses = ops_malloc(N * sizeof(float));
-    m->dres = ops_malloc(N * C * sizeof(floatX));
-    m->dln = ops_malloc(N * C * sizeof(floatX));
-    m->dfch = ops_malloc(N * m->Fr * sizeof(floatX));
-    m->dfch_gelu = ops_malloc(N * m->Fr * sizeof(floatX));
-    m->datty = ops_malloc(N * m->Cr * sizeof(floatX));
-    m->dqkv = ops_malloc(N * 3 * m->Cr * sizeof(floatX));
-    m->logit_row = ops_malloc((size_t)m->Vr * sizeof(float));
+    m->lnf = take(N * C * sizeof(floatX));
+    m->logits = take(N * m->Vr * sizeof(floatX));
+    m->lnf_mean = take(N * sizeof(float));
+    m->lnf_rstd = take(N * sizeof(float));
+    m->ce_mx = take(N * sizeof(float));
+    m->ce_stats = take(2 * N * sizeof(float));
+    m->losses = take(N * sizeof(float));
+    m->dres = take(N * C * sizeof(floatX));
+    m->dln = take(N * C * sizeof(floatX));
+    m->dfch = take(N * m->Fr * sizeof(floatX));
+    m->dfch_gelu = take(N * m->Fr * sizeof(floatX));
+    m->datty = take(N * m->Cr * sizeof(floatX));
+    m->dqkv = take(N * 3 * m->Cr * sizeof(floatX));
+    m->logit_row = take((size_t)m->Vr * sizeof(float));
+}
+
+size_t gpt_backend_bytes(GPTShape s, int tp_size, int tp_rank, int B, int T) {
+    GPT m;
+    counting = 1;
+    counted = 0;
+    gpt_init(&m, s, tp_size, tp_rank, B, T);
+    counting = 0;
+    free(m.acts);
+    return counted;
 }
 
 void gpt_free(GPT* m) {
@@ -281,7 +304,7 @@ void gpt_logits_row(GPT* m, Comm* c, int n, float* full_logits) {
     ops_X_to_f32(m->logit_row, m->logits + (size_t)n * Vr, (size_t)Vr);
     ops_to_host(slice, m->logit_row, (size_t)Vr * sizeof(float));
     float* all = mallocCheck((size_t)m->pl.s.Vp * sizeof(float));
-    MPI_CHECK(MPI_Allgather(slice, Vr, MPI_FLOAT, all, Vr, MPI_FLOAT, c->tp_comm));
+    wd_allgather(slice, Vr, MPI_FLOAT, all, c->tp_comm, "gathering a logits row (sampling)");
     memcpy(full_logits, all, (size_t)m->pl.s.V * sizeof(float));
     free(all);
     free(slice);

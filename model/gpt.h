@@ -48,6 +48,10 @@ typedef struct {
 /* Allocates shards and activations; the weights are zero until
  * gpt_set_params. */
 void gpt_init(GPT* m, GPTShape s, int tp_size, int tp_rank, int B, int T);
+/* The backend-memory bytes gpt_init would allocate (weights, gradients,
+ * moments, activations), counted by running its allocations without
+ * allocating. The shape must have passed params_shape_check. */
+size_t gpt_backend_bytes(GPTShape s, int tp_size, int tp_rank, int B, int T);
 void gpt_free(GPT* m);
 /* Load this rank's shard from a full fp32 model (host, llm.c layout). */
 void gpt_set_params(GPT* m, float* full);

@@ -8,13 +8,16 @@
  */
 #include "model/params.h"
 
+#include <errno.h>
 #include <math.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/check.h"
+#include "common/crc32c.h"
 
 const char* PARAM_NAMES[NUM_PARAM_TENSORS] = {
     "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
@@ -27,9 +30,37 @@ size_t params_full_count(const ParamLayout* pl) {
 }
 
 int params_padded_vocab(int V, int P) {
-    int m = 128;
-    while (m % P != 0) m += 128;         /* smallest multiple of 128 divisible by P */
-    return (V + m - 1) / m * m;
+    /* in 64 bits: V and P come from the config, and an int m or V + m could
+     * overflow for a large P before any check sees them; -1 when it does not fit */
+    if (V < 1 || P < 1) return -1;
+    long long a = 128, b = P;              /* m = lcm(128, P): the smallest multiple of 128 divisible by P */
+    while (b) { long long t = a % b; a = b; b = t; }
+    long long m = 128 / a * P;
+    long long vp = ((long long)V + m - 1) / m * m;
+    return vp > INT_MAX ? -1 : (int)vp;
+}
+
+int params_shape_check(GPTShape s, int P, int B, int T, char* err, size_t errlen) {
+    /* gpt.c and this file hold 3C, 4C and per-rank widths in int, and every
+     * size below in size_t: bound them here, before anything is computed
+     * with them, in double (exact far beyond the limits checked) */
+    if (s.C > INT_MAX / 4) {
+        return check_errorf(err, errlen, "config error: model.d_model = %d is too large: 4 * d_model (the MLP width) must "
+                            "fit in a 32-bit int, so d_model can be at most %d", s.C, INT_MAX / 4);
+    }
+    if (s.Vp < 0) {
+        return check_errorf(err, errlen, "config error: model.vocab_size = %d padded to a multiple of 128 and of "
+                            "parallel.tp = %d does not fit in a 32-bit int", s.V, P);
+    }
+    double C = s.C, L = s.L, params = (double)s.Vp * C + (double)s.maxT * C + L * (12.0 * C * C + 13.0 * C) + 2.0 * C;
+    double N = (double)B * T, widest = C > (double)s.Vp / P ? 4.0 * C : (double)s.Vp / P;
+    const double limit = 1e15;   /* bytes: far beyond any machine, far below size_t overflow */
+    if (params * 4.0 > limit || N * widest * 4.0 * (L + 2.0) > limit) {
+        return check_errorf(err, errlen, "config error: the model is far too large for any machine (%.3g parameters, "
+                            "%.3g activation values): check model.n_layer, model.d_model, model.vocab_size, "
+                            "train.batch_size and train.seq_len", params, N * widest * (L + 2.0));
+    }
+    return 0;
 }
 
 /* A shard of one tensor = for each of `reps` repetitions (layers), the block
@@ -191,73 +222,157 @@ float* params_init_full(const ParamLayout* pl, unsigned long long seed) {
 #define MODEL_MAGIC 20240326
 #define MODEL_VERSION_FP32 3
 
+/* Where our checksum lives in llm.c's 256-int header. llm.c's loaders read
+ * header ints 0..7 (magic, version, maxT, V, L, NH, C, Vp) and ignore the
+ * rest, which its writers leave zero; so a tag in [8] and the CRC-32C in [9]
+ * keep the file readable by llm.c, and a zero [8] tells us the file came from
+ * a writer without checksums (llm.c itself, or this trainer before it had
+ * them). The CRC covers the whole file, header included, with [9] as zero. */
+#define MODEL_HDR_CRC_TAG 8
+#define MODEL_HDR_CRC 9
+#define MODEL_CRC_TAG 0x43524343 /* "CCRC" */
+
+/* the file's size for a model of our shape with the file's padded vocab, or 0
+ * when that does not fit in size_t (a corrupt or hostile header) */
+static size_t model_file_bytes(const ParamLayout* pl, int fileVp) {
+    const GPTShape* s = &pl->s;
+    size_t rest = params_full_count(pl) - pl->full[P_WTE], wte, floats, bytes;
+    if (__builtin_mul_overflow((size_t)fileVp, (size_t)s->C, &wte) || __builtin_add_overflow(wte, rest, &floats) ||
+        __builtin_mul_overflow(floats, sizeof(float), &bytes) || __builtin_add_overflow(bytes, 256 * sizeof(int), &bytes))
+        return 0;
+    return bytes;
+}
+
 int params_file_check(const char* path, const ParamLayout* pl, char* err, size_t errlen) {
     FILE* f = fopen(path, "rb");
-    if (!f) { snprintf(err, errlen, "error: model.init_from: cannot open %s", path); return -1; }
+    if (!f) return check_errorf(err, errlen, "error: model.init_from: cannot open %s", path);
     int hdr[256];
     size_t got = fread(hdr, sizeof(int), 256, f);
     long size = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
     fclose(f);
-    if (got != 256) { snprintf(err, errlen, "error: %s is too short to be a model file", path); return -1; }
+    if (got != 256) return check_errorf(err, errlen, "error: %s is too short to be a model file", path);
     if (hdr[0] != MODEL_MAGIC) {
-        snprintf(err, errlen, "error: %s is not an llm.c model file (magic %d, expected %d)", path, hdr[0], MODEL_MAGIC);
-        return -1;
+        return check_errorf(err, errlen, "error: %s is not an llm.c model file (magic %d, expected %d)", path, hdr[0],
+                            MODEL_MAGIC);
     }
     if (hdr[1] != MODEL_VERSION_FP32) {
-        snprintf(err, errlen, "error: %s has model-file version %d; only version 3 (fp32) loads. Re-export it in fp32",
-                 path, hdr[1]);
-        return -1;
+        return check_errorf(err, errlen, "error: %s has model-file version %d; only version 3 (fp32) loads. Re-export it "
+                            "in fp32", path, hdr[1]);
     }
     const GPTShape* s = &pl->s;
     const char* names[5] = {"model.max_seq_len", "model.vocab_size", "model.n_layer", "model.n_head", "model.d_model"};
     int want[5] = {s->maxT, s->V, s->L, s->NH, s->C};
     for (int k = 0; k < 5; k++) {
         if (hdr[2 + k] != want[k]) {
-            snprintf(err, errlen, "error: %s does not match the config: %s is %d in the file but %d in the config",
-                     path, names[k], hdr[2 + k], want[k]);
-            return -1;
+            return check_errorf(err, errlen, "error: %s does not match the config: %s is %d in the file but %d in the "
+                                "config", path, names[k], hdr[2 + k], want[k]);
         }
     }
-    size_t total = params_full_count(pl);
-    size_t expect = 256 * sizeof(int) + (total + (size_t)(hdr[7] - s->Vp) * s->C) * sizeof(float);
-    if (hdr[7] < s->V || size < 0 || (size_t)size != expect) {
-        snprintf(err, errlen, "error: %s is %ld bytes but a model of this shape (padded vocab %d) has %zu: truncated or corrupt",
-                 path, size, hdr[7], expect);
-        return -1;
+    /* the padded vocab is the one header field the shape does not fix: any
+     * value >= V whose size arithmetic fits, checked before it is used */
+    size_t expect = hdr[7] >= s->V ? model_file_bytes(pl, hdr[7]) : 0;
+    if (expect == 0) {
+        return check_errorf(err, errlen, "error: %s has padded vocab %d in its header, but it must be at least the "
+                            "vocab size %d (and its size must fit in memory): corrupt header", path, hdr[7], s->V);
+    }
+    if (size < 0 || (size_t)size != expect) {
+        return check_errorf(err, errlen, "error: %s is %ld bytes but a model of this shape (padded vocab %d) has %zu: "
+                            "truncated or corrupt", path, size, hdr[7], expect);
     }
     return 0;
 }
 
-float* params_load_full(const char* path, const ParamLayout* pl) {
-    char err[1024];
-    if (params_file_check(path, pl, err, sizeof(err)) != 0) FATAL("%s", err + 7);   /* skip "error: " */
-    const GPTShape* s = &pl->s;
-    FILE* f = fopenCheck(path, "rb");
-    int hdr[256];
-    freadCheck(hdr, sizeof(int), 256, f, path);
-    int fileVp = hdr[7];
-    size_t total = params_full_count(pl);
-    float* full = callocCheck(total, sizeof(float));
-    /* wte: the real V rows, then skip the file's padding; ours stays zero */
-    freadCheck(full, sizeof(float), (size_t)s->V * s->C, f, path);
-    if (fseek(f, (long)((size_t)(fileVp - s->V) * s->C * sizeof(float)), SEEK_CUR) != 0) FATAL("seek failed in %s", path);
-    freadCheck(full + pl->full[P_WTE], sizeof(float), total - pl->full[P_WTE], f, path);
-    fcloseCheck(f, path);
-    return full;
+/* The first non-finite value of a full model, as "tensor (layer l) index i":
+ * a NaN in a loaded file is a corrupt or diverged model, and it must be named
+ * at load, not found later as a non-finite loss. Returns 0 when all finite. */
+static int first_nonfinite(const ParamLayout* pl, const float* full, char* where, size_t cap) {
+    const float* p = full;
+    for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
+        size_t n = pl->full[t];
+        for (size_t i = 0; i < n; i++) {
+            if (isfinite(p[i])) continue;
+            int layered = t != P_WTE && t != P_WPE && t != P_LNFW && t != P_LNFB;
+            size_t per = layered ? n / (size_t)pl->s.L : n;
+            if (layered) snprintf(where, cap, "tensor %s, layer %zu, element %zu (%g)", PARAM_NAMES[t], i / per, i % per, p[i]);
+            else snprintf(where, cap, "tensor %s, element %zu (%g)", PARAM_NAMES[t], i, p[i]);
+            return 1;
+        }
+        p += n;
+    }
+    return 0;
 }
 
-void params_save_full(const char* path, const ParamLayout* pl, const float* full) {
+int params_read_full(const char* path, const ParamLayout* pl, float** out, int* checked, char* err, size_t errlen) {
+    *out = NULL;
+    *checked = 0;
+    if (params_file_check(path, pl, err, errlen) != 0) {
+        memmove(err, err + 7, strlen(err + 7) + 1);   /* drop the "error: " prefix: callers add their own */
+        return -1;
+    }
+    const GPTShape* s = &pl->s;
+    FILE* f = fopen(path, "rb");
+    if (!f) return check_errorf(err, errlen, "cannot open %s: %s", path, strerror(errno));
+    int hdr[256];
+    size_t total = params_full_count(pl);
+    float* full = callocCheck(total, sizeof(float));
+    int ok = fread(hdr, sizeof(int), 256, f) == 256;
+    uint32_t stored = (uint32_t)hdr[MODEL_HDR_CRC];
+    int has_crc = hdr[MODEL_HDR_CRC_TAG] == MODEL_CRC_TAG;
+    hdr[MODEL_HDR_CRC] = 0;
+    uint32_t crc = crc32c_update(0, hdr, sizeof(hdr));
+    /* wte: the real V rows, then the file's padding rows (read for the
+     * checksum, not kept: our padding stays zero), then everything else */
+    size_t real = (size_t)s->V * s->C, pad = (size_t)(hdr[7] - s->V) * s->C;
+    ok = ok && fread(full, sizeof(float), real, f) == real;
+    if (ok) crc = crc32c_update(crc, full, real * sizeof(float));
+    float chunk[4096];
+    while (ok && pad > 0) {
+        size_t k = pad < 4096 ? pad : 4096;
+        ok = fread(chunk, sizeof(float), k, f) == k;
+        if (ok) crc = crc32c_update(crc, chunk, k * sizeof(float));
+        pad -= k;
+    }
+    size_t rest = total - pl->full[P_WTE];
+    ok = ok && fread(full + pl->full[P_WTE], sizeof(float), rest, f) == rest;
+    if (ok) crc = crc32c_update(crc, full + pl->full[P_WTE], rest * sizeof(float));
+    fclose(f);
+    char where[160];
+    int rc = 0;
+    if (!ok) rc = check_errorf(err, errlen, "reading %s failed (it changed while being read?)", path);
+    else if (has_crc && crc != stored)
+        rc = check_errorf(err, errlen, "%s fails its checksum (stored CRC-32C %08x, computed %08x): the file is "
+                          "corrupt", path, stored, crc);
+    else if (first_nonfinite(pl, full, where, sizeof(where)))
+        rc = check_errorf(err, errlen, "%s holds a non-finite weight at %s: the model is corrupt or had diverged "
+                          "when it was saved", path, where);
+    if (rc != 0) {
+        free(full);
+        return rc;
+    }
+    *checked = has_crc;
+    *out = full;
+    return 0;
+}
+
+int params_save_full(const char* path, const ParamLayout* pl, const float* full, char* err, size_t errlen) {
     const GPTShape* s = &pl->s;
     int hdr[256] = {0};
     hdr[0] = MODEL_MAGIC;
     hdr[1] = MODEL_VERSION_FP32;
     hdr[2] = s->maxT; hdr[3] = s->V; hdr[4] = s->L; hdr[5] = s->NH; hdr[6] = s->C; hdr[7] = s->Vp;
+    hdr[MODEL_HDR_CRC_TAG] = MODEL_CRC_TAG;
     size_t total = params_full_count(pl);
+    uint32_t crc = crc32c_update(0, hdr, sizeof(hdr));    /* with hdr[MODEL_HDR_CRC] still zero */
+    hdr[MODEL_HDR_CRC] = (int)crc32c_update(crc, full, total * sizeof(float));
     char tmp[1100];
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    FILE* f = fopenCheck(tmp, "wb");
-    fwriteCheck(hdr, sizeof(int), 256, f, tmp);
-    fwriteCheck(full, sizeof(float), total, f, tmp);
-    fcloseCheck(f, tmp);
-    if (rename(tmp, path) != 0) FATAL("cannot rename %s to %s", tmp, path);
+    FILE* f = fopenErr(tmp, "wb", err, errlen);
+    if (!f) return -1;
+    int rc = fwriteErr(hdr, sizeof(int), 256, f, tmp, err, errlen);
+    if (rc == 0) rc = fwriteErr(full, sizeof(float), total, f, tmp, err, errlen);
+    if (rc == 0) rc = fcloseErr(f, tmp, err, errlen);   /* flushes and fsyncs: the data is on disk before the rename */
+    else fclose(f);
+    if (rc == 0 && rename(tmp, path) != 0) rc = check_errorf(err, errlen, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+    if (rc != 0) remove(tmp);   /* never leave a partial file to fill the disk */
+    return rc;
 }

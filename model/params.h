@@ -48,9 +48,13 @@ typedef struct {
 
 /* Number of parameters of the full model (padding rows included). */
 size_t params_full_count(const ParamLayout* pl);
-/* Vocab padded to a multiple of 128 and of P. */
+/* Vocab padded to a multiple of 128 and of P; -1 when that exceeds INT_MAX. */
 int params_padded_vocab(int V, int P);
 void params_layout(ParamLayout* pl, GPTShape s, int P, int r);
+/* Checks that every size derived from the shape (at TP degree P, batch B x
+ * T) fits the int and size_t arithmetic of params.c and gpt.c, before any
+ * of it is computed: 0, or -1 with one line in err naming the key. */
+int params_shape_check(GPTShape s, int P, int B, int T, char* err, size_t errlen);
 extern const char* PARAM_NAMES[NUM_PARAM_TENSORS];
 
 /* One rectangular block of this rank's shard of tensor t: `rows` x `cols`
@@ -82,15 +86,23 @@ float params_init_std(const ParamLayout* pl, int t, float* fill);
  * (model/init_cuda.h) draws other values from the same distributions. */
 float* params_init_full(const ParamLayout* pl, unsigned long long seed);
 
-/* llm.c model file (magic 20240326, version 3, fp32). Load checks the shape
- * against s and names the first field that differs; the file's padded vocab
- * may differ from ours (rows are re-padded). Returns malloc'd full model. */
-float* params_load_full(const char* path, const ParamLayout* pl);
-/* Validates a model file against the shape without loading it: 0 ok, or -1
- * with one line in err naming the file and the first field that differs. */
+/* llm.c model file (magic 20240326, version 3, fp32). Our writer adds a
+ * CRC-32C of the whole file in header ints 8 (a tag) and 9, which llm.c's
+ * loader ignores. Read: checks the shape against pl and names the first field
+ * that differs (the file's padded vocab may differ from ours: rows are
+ * re-padded), verifies the checksum when the file has one (*checked = 1; 0
+ * for files without, e.g. written by llm.c), and refuses a non-finite weight
+ * naming its tensor. Returns 0 with the malloc'd full model in *out, or -1
+ * with one line in err naming the file. */
+int params_read_full(const char* path, const ParamLayout* pl, float** out, int* checked, char* err, size_t errlen);
+/* Validates a model file's header and size against the shape without reading
+ * the weights: 0 ok, or -1 with one line in err ("error: ...") naming the
+ * file and the first field that differs. */
 int params_file_check(const char* path, const ParamLayout* pl, char* err, size_t errlen);
-/* Writes the full model atomically (path.tmp, then rename). */
-void params_save_full(const char* path, const ParamLayout* pl, const float* full);
+/* Writes the full model atomically (path.tmp, fsync, rename), with its
+ * checksum. Returns 0, or -1 with one line in err; a failed write leaves no
+ * file behind (neither the .tmp nor a partial path). */
+int params_save_full(const char* path, const ParamLayout* pl, const float* full, char* err, size_t errlen);
 
 #ifdef __cplusplus
 }

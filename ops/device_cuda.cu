@@ -94,6 +94,13 @@ void ops_init(int local_rank) {
 
 const char* ops_backend_name(void) { return "cuda-bf16"; }
 
+int ops_mem_info(size_t* free_bytes, size_t* total_bytes, int* device) {
+    if (!g_inited) FATAL("ops_mem_info before ops_init(local_rank): call ops_init first");
+    CUDA_CHECK(cudaGetDevice(device));
+    CUDA_CHECK(cudaMemGetInfo(free_bytes, total_bytes));
+    return 1;
+}
+
 void* ops_malloc(size_t bytes) {
     cudaStream_t s = cuda_stream();
     void* p = nullptr;

@@ -51,6 +51,9 @@ void ops_from_host(void* dst, const void* host_src, size_t bytes);
 void ops_f32_to_X(floatX* dst, const float* src, size_t n);    /* both backend memory */
 void ops_X_to_f32(float* dst, const floatX* src, size_t n);    /* both backend memory */
 void ops_sync(void);                      /* wait for queued work (GPU) */
+/* Device memory of this rank's GPU: returns 1 with free and total bytes and
+ * the device index; 0 on the CPU backend (no device memory). */
+int ops_mem_info(size_t* free_bytes, size_t* total_bytes, int* device);
 
 /* ---- embedding --------------------------------------------------------- */
 /* out[n,:] = wte[tok[n]-v0,:] if v0 <= tok[n] < v0+Vr else 0 (vocab-parallel).

@@ -41,6 +41,11 @@ static inline int imin(int a, int b) { return a < b ? a : b; }
 
 void ops_init(int local_rank) { (void)local_rank; }
 const char* ops_backend_name(void) { return "cpu-fp32"; }
+int ops_mem_info(size_t* free_bytes, size_t* total_bytes, int* device) {
+    *free_bytes = *total_bytes = 0;
+    *device = -1;
+    return 0;
+}
 void* ops_malloc(size_t bytes) { return callocCheck(bytes, 1); }
 void ops_free(void* p) { free(p); }
 void ops_zero(void* p, size_t bytes) { memset(p, 0, bytes); }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/run_tests.sh - every CPU test: the layering rule (tools/check_layers.py),
 # unit tests, multi-rank tests under mpirun, and end-to-end trainer tests
-# (tests/test_train.sh). Called by
+# (tests/test_train.sh, tests/test_reliability.sh). Called by
 # `make test`; prints one line per test and a summary, exits 1 on failure.
 set -u
 cd "$(dirname "$0")/.."
@@ -33,6 +33,8 @@ for p in 2 3 4; do run "test_collectives_np$p" $MPIRUN -np $p build/test_collect
 for p in 1 2 4; do run "test_gpt_np$p" $MPIRUN -np $p build/test_gpt; done
 echo "trainer tests"
 source tests/test_train.sh
+echo "reliability tests"
+source tests/test_reliability.sh
 echo "tools tests"
 run test_tools tests/test_tools.sh
 

@@ -10,12 +10,14 @@
  * slicer walks (host and device) tiles each shard in storage order and,
  * over the ranks, covers each full tensor exactly once.
  */
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/check.h"
+#include "common/crc32c.h"
 #include "model/params.h"
 
 static int failures = 0;
@@ -153,6 +155,35 @@ static void test_init_stats(void) {
     free(c);
 }
 
+static float* load_ok(const char* path, const ParamLayout* pl, int* checked) {
+    char err[1024];
+    float* out = NULL;
+    int rc = params_read_full(path, pl, &out, checked, err, sizeof(err));
+    CHECK(rc == 0, "model file loads");
+    if (rc != 0) printf("    %s\n", err);
+    return out;
+}
+
+/* overwrite 4 bytes of a file at byte offset off */
+static void poke(const char* path, long off, const void* bytes) {
+    FILE* f = fopen(path, "r+b");
+    CHECK(f != NULL, "reopen model file");
+    fseek(f, off, SEEK_SET);
+    fwrite(bytes, 1, 4, f);
+    fclose(f);
+}
+
+/* loading must fail with a message containing want */
+static void load_fails(const char* path, const ParamLayout* pl, const char* want, const char* what) {
+    char err[1024] = "";
+    float* out = NULL;
+    int checked = 0;
+    int rc = params_read_full(path, pl, &out, &checked, err, sizeof(err));
+    CHECK(rc != 0 && out == NULL && strstr(err, want) && strstr(err, path), what);
+    if (rc == 0 || !strstr(err, want)) printf("    got: %s\n", err);
+    free(out);
+}
+
 static void test_model_file(void) {
     GPTShape s = {32, 200, 256, 2, 4, 32};
     ParamLayout pl;
@@ -161,25 +192,78 @@ static void test_model_file(void) {
     char path[] = "/tmp/test_params_XXXXXX";
     int fd = mkstemp(path);
     CHECK(fd >= 0, "mkstemp");
-    params_save_full(path, &pl, full);
-    float* back = params_load_full(path, &pl);
-    CHECK(memcmp(full, back, full_total(&pl) * sizeof(float)) == 0, "model file round trip is bit-exact");
+    char err[1024];
+    int checked = 0;
+    CHECK(params_save_full(path, &pl, full, err, sizeof(err)) == 0, "model file saves");
+    float* back = load_ok(path, &pl, &checked);
+    CHECK(back && memcmp(full, back, full_total(&pl) * sizeof(float)) == 0, "model file round trip is bit-exact");
+    CHECK(checked == 1, "our model files carry a checksum that is verified");
+    free(back);
+
+    /* corruption anywhere in the payload is found by the checksum */
+    long wpe_at = 1024 + (long)(pl.full[P_WTE] * sizeof(float)) + 40;
+    float x = 0.0123f;
+    poke(path, wpe_at, &x);
+    load_fails(path, &pl, "fails its checksum", "a changed weight fails the checksum, naming the file");
+    /* a file without our tag (as llm.c writes it) loads unverified, and a NaN in it is named */
+    int zero = 0;
+    poke(path, 8 * 4, &zero);
+    back = load_ok(path, &pl, &checked);
+    CHECK(checked == 0, "a model file without a checksum loads with checked = 0");
+    free(back);
+    float nan = NAN;
+    long fcw_at = 1024;
+    for (int t = 0; t < P_FCW; t++) fcw_at += (long)(pl.full[t] * sizeof(float));
+    fcw_at += (long)(pl.full[P_FCW] / 2 * sizeof(float)) + 4;   /* layer 1 of fcw */
+    poke(path, fcw_at, &nan);
+    load_fails(path, &pl, "non-finite weight at tensor fcw, layer 1", "a NaN is named by tensor and layer");
+    /* a hostile padded vocab: INT_MIN and INT_MAX are header errors, not overflows */
+    int bad_vp = INT_MIN;
+    poke(path, 7 * 4, &bad_vp);
+    load_fails(path, &pl, "padded vocab", "padded vocab INT_MIN is refused");
+    bad_vp = INT_MAX;
+    poke(path, 7 * 4, &bad_vp);
+    load_fails(path, &pl, "bytes but a model of this shape", "padded vocab INT_MAX is refused by size");
+    CHECK(params_padded_vocab(65536, (1 << 30) + 1) == -1, "a padded vocab over INT_MAX is -1, not an overflow");
+    CHECK(params_padded_vocab(200, 2) == 256 && params_padded_vocab(200, 3) == 384 && params_padded_vocab(50257, 1) == 50304,
+          "padded vocab: a multiple of 128 and of P");
+
     /* a file with a larger padded vocab (as if written for another TP degree) */
     GPTShape s2 = s;
     s2.Vp = 384;
     ParamLayout pl2;
     params_layout(&pl2, s2, 1, 0);
     float* full2 = params_init_full(&pl2, 3);
-    params_save_full(path, &pl2, full2);
-    float* back2 = params_load_full(path, &pl);
-    CHECK(memcmp(back2, full2, (size_t)s.V * s.C * sizeof(float)) == 0, "real vocab rows survive re-padding");
-    CHECK(memcmp(back2 + pl.full[P_WTE], full2 + pl2.full[P_WTE], (full_total(&pl) - pl.full[P_WTE]) * sizeof(float)) == 0,
+    CHECK(params_save_full(path, &pl2, full2, err, sizeof(err)) == 0, "model file saves");
+    float* back2 = load_ok(path, &pl, &checked);
+    CHECK(back2 && memcmp(back2, full2, (size_t)s.V * s.C * sizeof(float)) == 0, "real vocab rows survive re-padding");
+    CHECK(back2 && memcmp(back2 + pl.full[P_WTE], full2 + pl2.full[P_WTE], (full_total(&pl) - pl.full[P_WTE]) * sizeof(float)) == 0,
           "tensors after wte survive re-padding");
+    CHECK(checked == 1, "a re-padded file's checksum covers its padding rows");
+    /* a failed save leaves no file behind */
+    CHECK(params_save_full("/nonexistent-dir/m.bin", &pl, full, err, sizeof(err)) != 0 && strstr(err, "/nonexistent-dir/m.bin.tmp"),
+          "an unwritable path is an error naming the file");
     remove(path);
-    free(full); free(back); free(full2); free(back2);
+    free(full); free(full2); free(back2);
+}
+
+/* CRC-32C: the published check value, both code paths, and incremental use */
+static void test_crc32c(void) {
+    CHECK(crc32c_update(0, "123456789", 9) == 0xE3069283u, "CRC-32C of \"123456789\" is the check value e3069283");
+    CHECK(crc32c_update_portable(0, "123456789", 9) == 0xE3069283u, "the portable path gives the check value");
+    unsigned char buf[1000];
+    for (int i = 0; i < 1000; i++) buf[i] = (unsigned char)(i * 131 + 7);
+    int same = 1;
+    for (size_t n = 0; n <= 1000; n += 37) {
+        uint32_t a = crc32c_update(0, buf, n), b = crc32c_update_portable(0, buf, n);
+        uint32_t c = crc32c_update(crc32c_update(0, buf, n / 3), buf + n / 3, n - n / 3);
+        same &= a == b && a == c;
+    }
+    CHECK(same, "hardware and portable paths agree at every length, and incremental updates compose");
 }
 
 int main(void) {
+    test_crc32c();
     test_roundtrip((GPTShape){16, 256, 256, 2, 4, 32});
     test_roundtrip((GPTShape){8, 1000, 1024, 3, 12, 48});     /* V not a multiple of 128, NH divisible by 1..4 */
     test_shard_blocks((GPTShape){16, 256, 256, 2, 4, 32});

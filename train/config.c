@@ -121,11 +121,13 @@ static const CfgKey cfg_keys[] = {
     { CFG_AT(comm.backend), .type = CFG_ENUM, .sdef = "mpi", .choices = "mpi|nccl", .gpu_only = "nccl" },
     K_INT(comm.pipeline_depth, 4, 1, 64),
     K_BOOL(comm.fuse, 1),
+    K_FLOAT(comm.timeout_s, 600, 0, FLT_MAX, 0), /* 0 = no watchdog */
     K_STR(log.dir, "runs/default"),
     K_INT(log.every, 1, 1, NOMAX),
     K_STR(checkpoint.dir, ""), /* "" = log.dir + "/ckpt" */
     K_INT(checkpoint.every, 0, 0, NOMAX),
     K_BOOL(checkpoint.resume, 0),
+    K_INT(checkpoint.keep, 0, 0, NOMAX), /* 0 = keep every checkpoint */
 };
 #define CFG_NKEYS ((int)(sizeof(cfg_keys) / sizeof(cfg_keys[0])))
 

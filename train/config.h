@@ -73,6 +73,7 @@ typedef struct {
         char backend[16]; /* "mpi" | "nccl" */
         int pipeline_depth; /* GPU exchanges: sub-chunks per rank chunk in flight (1 = no overlap) */
         int fuse;           /* GPU all-reduce: decode + sum + re-encode in one kernel (0: via an fp32 sum) */
+        float timeout_s;    /* watchdog: a collective not done in this many seconds ends the job; 0 = off */
     } comm;
     struct {
         char dir[CFG_PATH];
@@ -82,6 +83,7 @@ typedef struct {
         char dir[CFG_PATH];
         int every; /* 0 = never */
         int resume; /* boolean */
+        int keep;   /* keep the newest `keep` checkpoints; 0 = all */
     } checkpoint;
 } Config;
 

@@ -7,31 +7,107 @@
 #include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
 #include <sys/stat.h>
 
 #include "common/check.h"
 
-void log_open(Logger* lg, const char* dir, int is_rank0, int append, const char* config_json, int first_step) {
+/* mkdir -p */
+static int make_dirs(const char* dir, char* err, size_t errlen) {
+    char buf[1100];
+    snprintf(buf, sizeof(buf), "%s", dir);
+    for (char* p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = '\0';
+        mkdir(buf, 0755);   /* the last mkdir reports a failure of any level */
+        *p = '/';
+    }
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST) return check_errorf(err, errlen, "cannot create %s: %s", dir, strerror(errno));
+    return 0;
+}
+
+int log_probe_dir(const char* key, const char* dir, int rank, char* err, size_t errlen) {
+    if (make_dirs(dir, err, errlen) != 0) goto fail;
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/.probe_r%d.tmp", dir, rank);
+    FILE* f = fopenErr(path, "wb", err, errlen);
+    if (!f) goto fail;
+    int rc = fputsErr("probe\n", f, path, err, errlen);
+    if (rc == 0) rc = fcloseErr(f, path, err, errlen);
+    else fclose(f);
+    remove(path);
+    if (rc == 0) return 0;
+fail:;
+    char why[900];
+    snprintf(why, sizeof(why), "%s", err);
+    return check_errorf(err, errlen, "error: %s %s is not writable (%s); fix its permissions or free space, or "
+                        "point %s elsewhere, before any training work is done", key, dir, why, key);
+}
+
+/* Keep the lines of path whose step is <= step, through path.tmp and a
+ * rename, so a crash mid-way leaves the old log whole. A line cut by a crash
+ * (no newline) or that does not start with {"step":N goes too. */
+static int log_truncate(const char* path, int step, char* err, size_t errlen) {
+    FILE* in = fopen(path, "rb");
+    if (!in) return errno == ENOENT ? 0 : check_errorf(err, errlen, "cannot read %s: %s", path, strerror(errno));
+    char tmp[1200];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    FILE* out = fopenErr(tmp, "wb", err, errlen);
+    if (!out) { fclose(in); return -1; }
+    char* line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    int rc = 0;
+    while (rc == 0 && (len = getline(&line, &cap, in)) > 0) {
+        int s;
+        if (line[len - 1] != '\n' || sscanf(line, "{\"step\":%d", &s) != 1 || s > step) continue;
+        rc = fputsErr(line, out, tmp, err, errlen);
+    }
+    free(line);
+    if (rc == 0 && ferror(in)) rc = check_errorf(err, errlen, "reading %s failed: %s", path, strerror(errno));
+    fclose(in);
+    if (rc == 0) rc = fcloseErr(out, tmp, err, errlen);
+    else fclose(out);
+    if (rc == 0 && rename(tmp, path) != 0) rc = check_errorf(err, errlen, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+    if (rc != 0) remove(tmp);
+    return rc;
+}
+
+int log_open(Logger* lg, const char* dir, int is_rank0, int append, const char* config_json, int first_step, char* err,
+             size_t errlen) {
     memset(lg, 0, sizeof(*lg));
     lg->t_start = MPI_Wtime();
     lg->first_step = first_step;
-    if (!is_rank0) return;
+    if (!is_rank0) return 0;
+    if (make_dirs(dir, err, errlen) != 0) return -1;
     char buf[1100];
-    snprintf(buf, sizeof(buf), "%s", dir);
-    for (char* p = buf + 1; *p; p++) {      /* mkdir -p */
-        if (*p != '/') continue;
-        *p = '\0';
-        mkdir(buf, 0755);
-        *p = '/';
-    }
-    if (mkdir(buf, 0755) != 0 && errno != EEXIST) FATAL("cannot create log.dir %s: %s", dir, strerror(errno));
     snprintf(buf, sizeof(buf), "%s/config.json", dir);
-    FILE* cf = fopenCheck(buf, "w");
-    fputs(config_json, cf);
-    fputc('\n', cf);
-    fcloseCheck(cf, buf);
+    FILE* cf = fopenErr(buf, "w", err, errlen);
+    if (!cf) return -1;
+    int rc = fputsErr(config_json, cf, buf, err, errlen);
+    if (rc == 0) rc = fputsErr("\n", cf, buf, err, errlen);
+    if (rc == 0) rc = fcloseErr(cf, buf, err, errlen);
+    else fclose(cf);
+    if (rc != 0) return -1;
     snprintf(buf, sizeof(buf), "%s/log.jsonl", dir);
-    lg->f = fopenCheck(buf, append ? "a" : "w");
+    /* a resume continues the log at the checkpoint's step: the steps the
+     * crashed run logged after it are run again and must appear once */
+    if (append && log_truncate(buf, first_step, err, errlen) != 0) return -1;
+    lg->f = fopenErr(buf, append ? "a" : "w", err, errlen);
+    if (!lg->f) return -1;
+    snprintf(lg->path, sizeof(lg->path), "%s", buf);
+    return 0;
+}
+
+/* a failed log write is kept, not fatal: the trainer checks log_failed at the
+ * step boundary, where all ranks agree to stop (so none is left waiting) */
+static void log_write(Logger* lg, const char* text) {
+    if (lg->failed) return;
+    if (fputsErr(text, lg->f, lg->path, lg->err, sizeof(lg->err)) != 0) lg->failed = 1;
+    else if (fflush(lg->f) != 0) {
+        check_errorf(lg->err, sizeof(lg->err), "writing %s failed: %s. Is the disk full?", lg->path, strerror(errno));
+        lg->failed = 1;
+    }
 }
 
 static void format_eta(char* out, size_t cap, double seconds) {
@@ -55,8 +131,7 @@ void log_step(Logger* lg, const StepRecord* r, const Comm* c) {
         w += comm_sites_json(c, line + w, cap - (size_t)w - 4);
     }
     snprintf(line + w, cap - (size_t)w, "}\n");
-    fputs(line, lg->f);
-    fflush(lg->f);
+    log_write(lg, line);
     free(line);
     if (lg->nloss == lg->cap) {
         lg->cap = lg->cap ? 2 * lg->cap : 256;
@@ -78,8 +153,9 @@ void log_step(Logger* lg, const StepRecord* r, const Comm* c) {
 
 void log_eval(Logger* lg, int step, int steps, float val_loss) {
     if (!lg->f) return;
-    fprintf(lg->f, "{\"step\":%d,\"val_loss\":%.9g}\n", step, val_loss);
-    fflush(lg->f);
+    char line[128];
+    snprintf(line, sizeof(line), "{\"step\":%d,\"val_loss\":%.9g}\n", step, val_loss);
+    log_write(lg, line);
     printf("step %5d/%d | val %.4f\n", step, steps, val_loss);
     fflush(stdout);
 }
@@ -115,9 +191,12 @@ void log_print_curve(const Logger* lg) {
     fflush(stdout);
 }
 
-void log_close(Logger* lg) {
-    if (lg->f) fcloseCheck(lg->f, "log.jsonl");
+int log_close(Logger* lg, char* err, size_t errlen) {
+    int rc = 0;
+    if (lg->failed) rc = check_errorf(err, errlen, "%s", lg->err);
+    if (lg->f && fcloseErr(lg->f, lg->path, rc ? NULL : err, rc ? 0 : errlen) != 0) rc = -1;
     lg->f = NULL;
     free(lg->loss);
     lg->loss = NULL;
+    return rc;
 }

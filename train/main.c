@@ -8,6 +8,7 @@
  * Validation loss and a generated sample every eval_every steps; atomic
  * checkpoints every checkpoint.every steps.
  */
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,25 +26,11 @@
 #include "ops/ops.h"
 #include "train/config.h"
 #include "train/log.h"
+#include "train/agree.h"
+#include "train/memcheck.h"
+#include "train/signals.h"
+#include "comm/watchdog.h"
 #include "train/schedule.h"
-
-/* End the run on every rank after a failure that may be local to some ranks
- * (a file one rank cannot read, say): the lowest failing rank prints its
- * message, and every rank exits non-zero. No rank is left waiting. */
-static void agree_or_exit(int failed, const char* msg) {
-    int world, rank, first;
-    MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world));
-    MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
-    int mine = failed ? rank : world;
-    MPI_CHECK(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
-    if (first == world) return;
-    if (rank == first) {
-        fprintf(stderr, "%s\n", msg);
-        fflush(stderr);
-    }
-    MPI_Finalize();
-    exit(1);
-}
 
 static int local_rank(void) {
     MPI_Comm node;
@@ -145,14 +132,23 @@ int main(int argc, char** argv) {
         }
     }
     if (!bad && !cfg_path) { snprintf(err, sizeof(err), "error: no config file given (try --help)"); bad = 1; }
-    agree_or_exit(bad, err);
+    agree_or_exit(bad, err, sizeof(err));
     Config cfg;
     int world_size;
     MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world_size));
     bad = config_load(&cfg, cfg_path, nsets, sets, err, sizeof(err)) != 0 ||
           config_check_world(&cfg, world_size, err, sizeof(err)) != 0;
-    agree_or_exit(bad, err);
+    agree_or_exit(bad, err, sizeof(err));
     free(sets);
+    wd_init(cfg.comm.timeout_s);
+    signals_install();
+
+    /* both output directories are probed before any work: an unwritable
+     * checkpoint.dir must not be found at the first save, hours in. Every rank
+     * probes checkpoint.dir (node-local disks) and rank 0 log.dir. */
+    bad = log_probe_dir("checkpoint.dir", cfg.checkpoint.dir, world_rank, err, sizeof(err)) != 0 ||
+          (world_rank == 0 && log_probe_dir("log.dir", cfg.log.dir, world_rank, err, sizeof(err)) != 0);
+    agree_or_exit(bad, err, sizeof(err));
 
     Comm comm;
     comm_init(&comm, cfg.parallel.tp, cfg.parallel.dp);
@@ -164,7 +160,7 @@ int main(int argc, char** argv) {
     if (strcmp(cfg.comm.backend, "nccl") == 0) { /* after ops_init: NCCL binds each rank to its current device
                                                     (the CPU build's config refuses "nccl") */
         bad = comm_nccl_init(&comm, err, sizeof(err)) != 0;
-        agree_or_exit(bad, err);
+        agree_or_exit(bad, err, sizeof(err));
     }
 #endif
     int B = cfg.train.batch_size, T = cfg.train.seq_len;
@@ -172,28 +168,39 @@ int main(int argc, char** argv) {
     /* ---- data ---- */
     DataLoader train_dl, val_dl;
     bad = dataloader_init(&train_dl, cfg.data.train, B, T, comm.dp_rank, comm.dp_size, cfg.model.vocab_size, err, sizeof(err)) != 0;
-    agree_or_exit(bad, err);
+    agree_or_exit(bad, err, sizeof(err));
     int have_val = cfg.data.val[0] != '\0';
     if (have_val) {
         bad = dataloader_init(&val_dl, cfg.data.val, B, T, comm.dp_rank, comm.dp_size, cfg.model.vocab_size, err, sizeof(err)) != 0;
-        agree_or_exit(bad, err);
+        agree_or_exit(bad, err, sizeof(err));
     }
     Tokenizer tok;
     bad = tokenizer_init(&tok, cfg.model.vocab_size, cfg.data.tokenizer[0] ? cfg.data.tokenizer : NULL, err, sizeof(err)) != 0;
-    agree_or_exit(bad, err);
+    agree_or_exit(bad, err, sizeof(err));
 
     /* ---- model: one full model from a file (model.init_from wins) or from the seed
      * (host or device, per model.init), then this rank's slice ---- */
     GPTShape shape = {cfg.model.max_seq_len, cfg.model.vocab_size, params_padded_vocab(cfg.model.vocab_size, comm.tp_size),
                       cfg.model.n_layer, cfg.model.n_head, cfg.model.d_model};
+    /* sizes first (every product the model computes fits its type), then
+     * memory (the node has room for every rank's estimate): before allocating */
+    bad = params_shape_check(shape, comm.tp_size, B, T, err, sizeof(err)) != 0;
+    agree_or_exit(bad, err, sizeof(err));
+    bad = memcheck_run(shape, &comm, B, T, err, sizeof(err)) != 0;
+    agree_or_exit(bad, err, sizeof(err));
     GPT model;
     gpt_init(&model, shape, comm.tp_size, comm.tp_rank, B, T);
     double t_init = MPI_Wtime();
     const char* init_how = "file";
     if (cfg.model.init_from[0]) {
-        bad = params_file_check(cfg.model.init_from, &model.pl, err, sizeof(err)) != 0;
-        agree_or_exit(bad, err);
-        float* full = params_load_full(cfg.model.init_from, &model.pl);
+        float* full = NULL;
+        int checked = 0;
+        bad = params_read_full(cfg.model.init_from, &model.pl, &full, &checked, err, sizeof(err)) != 0;
+        if (bad) agree_prefix(err, sizeof(err), "error: model.init_from: ");   /* the message names the file */
+        agree_or_exit(bad, err, sizeof(err));
+        if (!checked && world_rank == 0)
+            printf("note: %s has no checksum (written by llm.c or an older tpfp8): loaded without verifying it\n",
+                   cfg.model.init_from);
         gpt_set_params(&model, full);
         free(full);
     } else {
@@ -207,25 +214,40 @@ int main(int argc, char** argv) {
     }
 
     /* ---- resume ---- */
-    char ckpt_dir[1100];
-    snprintf(ckpt_dir, sizeof(ckpt_dir), "%s", cfg.checkpoint.dir[0] ? cfg.checkpoint.dir : cfg.log.dir);
-    if (!cfg.checkpoint.dir[0]) snprintf(ckpt_dir, sizeof(ckpt_dir), "%s/ckpt", cfg.log.dir);
+    const char* ckpt_dir = cfg.checkpoint.dir;       /* config_load filled in the default */
     int start = 0;
     if (cfg.checkpoint.resume) {
-        int latest = checkpoint_latest(ckpt_dir);
+        if (world_rank == 0) checkpoint_clean_tmp(ckpt_dir);   /* what a crash left mid-write */
+        int latest = checkpoint_latest(ckpt_dir, INT_MAX);
         int agreed;
-        MPI_CHECK(MPI_Allreduce(&latest, &agreed, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
-        if (agreed >= 0) start = checkpoint_load(ckpt_dir, agreed, &model, &comm, &train_dl);
+        wd_allreduce(&latest, &agreed, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD, "finding the checkpoint to resume");
+        if (agreed >= cfg.train.steps) {
+            if (world_rank == 0) {
+                printf("nothing to do: the newest checkpoint in %s is at step %d and train.steps is %d; raise "
+                       "train.steps to train further\n", ckpt_dir, agreed, cfg.train.steps);
+                fflush(stdout);
+            }
+            MPI_Finalize();
+            return 0;
+        }
+        if (agreed >= 0) {
+            bad = checkpoint_load(ckpt_dir, agreed, &model, &comm, &train_dl, err, sizeof(err)) != 0;
+            if (bad) agree_prefix(err, sizeof(err), "error: checkpoint.resume: ");
+            agree_or_exit(bad, err, sizeof(err));
+            start = agreed;
+        }
         if (world_rank == 0) {
             if (agreed >= 0) printf("resumed from %s at step %d\n", ckpt_dir, start);
             else printf("checkpoint.resume: no complete checkpoint in %s, starting from scratch\n", ckpt_dir);
+            fflush(stdout);
         }
     }
 
     char* cfg_json = config_to_json(&cfg);
     Logger lg;
-    log_open(&lg, cfg.log.dir, world_rank == 0, start > 0, cfg_json, start);
+    bad = log_open(&lg, cfg.log.dir, world_rank == 0, start > 0, cfg_json, start, err, sizeof(err)) != 0;
     free(cfg_json);
+    agree_or_exit(bad, err, sizeof(err));
     if (world_rank == 0) {
         printf("model: L=%d NH=%d C=%d T=%d V=%d (padded %d), %.2fM params | backend %s | tp=%d dp=%d | compress %s\n",
                shape.L, shape.NH, shape.C, shape.maxT, shape.V, shape.Vp,
@@ -245,9 +267,11 @@ int main(int argc, char** argv) {
         float v0 = evaluate(&model, &comm, &val_dl, cfg.train.eval_batches, inputs, targets);
         log_eval(&lg, 0, cfg.train.steps, v0);
     }
+    int stopped = 0;
     for (int step = start; step < cfg.train.steps; step++) {
         int done = step + 1;                          /* optimizer steps completed after this one */
         comm_step_begin(&comm, step);
+        wd_set_step(step);
         ops_sync();
         double t0 = MPI_Wtime();
 
@@ -296,13 +320,46 @@ int main(int argc, char** argv) {
             dataloader_next(&val_dl, inputs, targets);
             generate(&model, &comm, &cfg, &tok, inputs, done);
         }
-        if (cfg.checkpoint.every > 0 && (done % cfg.checkpoint.every == 0 || last)) {
-            checkpoint_save(ckpt_dir, done, &model, &comm, &train_dl);
+        int saved = cfg.checkpoint.every > 0 && (done % cfg.checkpoint.every == 0 || last);
+        if (saved) {
+            bad = checkpoint_save(ckpt_dir, done, cfg.checkpoint.keep, &model, &comm, &train_dl, err, sizeof(err)) != 0;
+            if (bad && world_rank == 0) fprintf(stderr, "error: checkpoint.dir: %s\n", err);
+            if (bad) { MPI_Finalize(); return 1; }   /* every rank got the same verdict */
+        }
+
+        /* the step boundary: the ranks agree on a stop signal and on a failed
+         * log write (rank 0's), so all stop after the same step */
+        int mine[2] = {signals_pending(), lg.failed}, all[2];
+        wd_set_site(NULL);
+        wd_allreduce(mine, all, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD, "the step-boundary agreement");
+        if (all[1]) {
+            if (world_rank == 0) fprintf(stderr, "error: log.dir: %s; stopping after step %d\n", lg.err, done);
+            MPI_Finalize();
+            return 1;
+        }
+        if (all[0] && !last) {
+            if (!saved) {
+                bad = checkpoint_save(ckpt_dir, done, cfg.checkpoint.keep, &model, &comm, &train_dl, err, sizeof(err)) != 0;
+                if (bad) {
+                    if (world_rank == 0) fprintf(stderr, "error: stopping on %s: %s\n", signals_name(all[0]), err);
+                    MPI_Finalize();
+                    return 1;
+                }
+            }
+            if (world_rank == 0) {
+                printf("stopped by %s after step %d of %d; checkpoint written to %s. To continue, run the same "
+                       "command with --set checkpoint.resume=true\n", signals_name(all[0]), done, cfg.train.steps, ckpt_dir);
+                fflush(stdout);
+            }
+            stopped = 1;
+            break;
         }
     }
 
-    log_print_curve(&lg);
-    log_close(&lg);
+    if (!stopped) log_print_curve(&lg);
+    bad = log_close(&lg, err, sizeof(err)) != 0;   /* rank 0 only: the others have no log */
+    if (bad) agree_prefix(err, sizeof(err), "error: log.dir: ");
+    agree_or_exit(bad, err, sizeof(err));
     free(inputs);
     free(targets);
     tokenizer_free(&tok);
@@ -310,6 +367,7 @@ int main(int argc, char** argv) {
     if (have_val) dataloader_free(&val_dl);
     gpt_free(&model);
     comm_free(&comm);
+    wd_free();
     MPI_CHECK(MPI_Finalize());
     return 0;
 }

@@ -1,0 +1,41 @@
+/*
+ * train/memcheck.h - the up-front memory estimate of a run.
+ *
+ * Out of memory is otherwise the kernel's OOM killer (rc 137, no message)
+ * or a failed allocation after the data and the model were set up. So before
+ * the model is allocated every rank estimates its peak: the backend buffers
+ * gpt_init allocates (counted by running its allocations without allocating:
+ * weights, gradients, moments, activations), the exchange scratch, and the
+ * host transients of loading a model and writing a checkpoint. The ranks of
+ * one node add theirs up and compare with what the node has: MemAvailable
+ * from /proc/meminfo and the cgroup's limit minus its usage (v2 memory.max,
+ * or v1 memory.limit_in_bytes); in the GPU build also the free memory of
+ * each GPU (cudaMemGetInfo), shared by the ranks on it. Rank 0 prints its
+ * estimate; a node that does not fit is one error, before any allocation.
+ */
+#ifndef TRAIN_MEMCHECK_H
+#define TRAIN_MEMCHECK_H
+
+#include <stddef.h>
+
+#include "comm/comm.h"
+#include "model/params.h"
+
+typedef struct {
+    size_t weights;      /* params + grads + moments (+ bf16 copy), backend memory */
+    size_t acts;         /* activations and backward scratch, backend memory */
+    size_t scratch;      /* exchange buffers (host, and device in the GPU build) */
+    size_t transient;    /* host: the full model at load / the gather at a checkpoint */
+    size_t host, device; /* totals */
+} MemEstimate;
+
+void memcheck_estimate(MemEstimate* e, GPTShape s, const Comm* c, int B, int T, int on_device);
+/* Host bytes available to this process: min(MemAvailable, cgroup limit -
+ * usage); 0 when neither can be read. */
+size_t memcheck_host_available(void);
+/* Collective: estimates, prints rank 0's line, compares per node and per GPU.
+ * Returns 0, or -1 with one line in err (on the ranks of the node that does
+ * not fit; agree on it with agree_or_exit). */
+int memcheck_run(GPTShape s, const Comm* c, int B, int T, char* err, size_t errlen);
+
+#endif /* TRAIN_MEMCHECK_H */
