@@ -689,7 +689,7 @@ static void coll_run(Call* C, CollStats* st) {
     else run_mpi(C);
 
     if (st) {
-        CUDA_CHECK(cudaEventSynchronize(s->ev[EV_STATS]));
+        wd_event_wait(s->ev[EV_STATS], C->comm, s->nccl ? "device exchange (NCCL)" : "device exchange");
         for (int j = 0; j <= P; j++) {
             if (j == P && !C->do_ag) break;
             if (j < P && !C->do_rs) continue;

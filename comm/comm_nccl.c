@@ -111,6 +111,9 @@ void comm_nccl_allreduce_small(Comm* c, float* x, size_t n, MPI_Op op) {
     void* s = ops_cuda_stream();
     NCCL_CHECK(ncclAllGather(x, all, n, ncclFloat32, c->nccl_tp, (cudaStream_t)s));
     reduce_rank_order_dev(x, all, n, P, n, op == MPI_MAX ? REDUCE_MAX : REDUCE_SUM, 1.0f, s);
+    /* the caller reads the result right after (a loss, a norm): wait here,
+     * under the watchdog, rather than in a blocking copy */
+    wd_stream_wait((cudaStream_t)s, c->tp_comm, "small all-reduce (NCCL)");
 }
 
 void comm_nccl_dp_mean(Comm* c, float* x, size_t n) {
@@ -142,4 +145,7 @@ void comm_nccl_dp_mean(Comm* c, float* x, size_t n) {
     }
     NCCL_CHECK(ncclGroupEnd());
     free(b);
+    /* once per step: the optimizer waits for it anyway; a stopped DP peer is
+     * reported here instead of hanging the next host copy */
+    wd_stream_wait(s, c->dp_comm, "data-parallel gradient mean (NCCL)");
 }

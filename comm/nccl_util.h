@@ -1,6 +1,7 @@
 /*
- * comm/nccl_util.h - NCCL_CHECK, the NCCL twin of MPI_CHECK / CUDA_CHECK, and
- * nccl_comm_over, the one way this project makes an NCCL communicator.
+ * comm/nccl_util.h - NCCL_CHECK, the NCCL twin of MPI_CHECK / CUDA_CHECK,
+ * nccl_comm_over, the one way this project makes an NCCL communicator, and
+ * the watched waits that put NCCL exchanges under comm.timeout_s.
  *
  * A failed NCCL call prints the call, NCCL's error string and its last
  * error message (which usually names the cause: a duplicate GPU, a failed
@@ -9,10 +10,13 @@
 #ifndef NCCL_UTIL_H
 #define NCCL_UTIL_H
 
+#include <cuda_runtime_api.h>
 #include <mpi.h>
 #include <nccl.h>
 
+#include "comm/watchdog.h"
 #include "common/check.h"
+#include "common/cuda_check.h"
 
 #define NCCL_CHECK(call)                                                                                     \
     do {                                                                                                     \
@@ -35,6 +39,31 @@ static inline ncclComm_t nccl_comm_over(MPI_Comm g) {
     ncclComm_t nc;
     NCCL_CHECK(ncclCommInitRank(&nc, P, id, r));
     return nc;
+}
+
+/* Wait for event ev (recorded after an exchange's device work) under the
+ * watchdog's deadline (comm/watchdog.h). An NCCL exchange with a stopped
+ * peer does not fail: its kernels wait inside the GPU, and a host blocked in
+ * cudaEventSynchronize would wait with them forever. Polling lets the
+ * watchdog name the operation and the peers of comm, then end the job. */
+static inline void wd_event_wait(cudaEvent_t ev, MPI_Comm comm, const char* op) {
+    WdClock k;
+    wd_clock_start(&k);
+    for (;;) {
+        cudaError_t e = cudaEventQuery(ev);
+        if (e == cudaSuccess) return;
+        if (e != cudaErrorNotReady) CUDA_CHECK(e);
+        wd_poll(&k, comm, op);
+    }
+}
+
+/* The same for everything queued on stream s so far (one event per
+ * translation unit, made on first use). */
+static inline void wd_stream_wait(cudaStream_t s, MPI_Comm comm, const char* op) {
+    static cudaEvent_t ev = NULL;
+    if (!ev) CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventRecord(ev, s));
+    wd_event_wait(ev, comm, op);
 }
 
 #endif /* NCCL_UTIL_H */
