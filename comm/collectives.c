@@ -13,6 +13,13 @@
  *                   own chunk from the same bytes it sent, so every rank ends
  *                   with bit-identical results.
  *
+ * The one-shot all-reduce (coll_allreduce_one_shot) is the other shape:
+ * every rank compresses its whole tensor once, all ranks gather every
+ * rank's bytes and each decodes and sums the P copies in rank order. One
+ * phase and one quantisation; (P - 1) compressed tensors sent per rank
+ * instead of 2 (P - 1) / P. At P = 2 that is the same bytes in half the
+ * phases; for larger P it pays only while a phase's fixed cost dominates.
+ *
  * With method "none" the "compression" is a byte copy of fp32, so the same
  * code is the exact path: a deterministic, rank-order summation that gives
  * identical results on all ranks (MPI_Allreduce promises neither).
@@ -50,9 +57,7 @@ static void* grow(void* p, size_t* cap, size_t need) {
     return mallocCheck(*cap);
 }
 
-/* Derive a distinct stochastic-rounding stream per (call, rank, chunk, phase)
- * so no two compress calls share random numbers. */
-static uint64_t stream_of(uint64_t stream, int rank, int chunk, int phase) {
+uint64_t coll_stream_of(uint64_t stream, int rank, int chunk, int phase) {
     return stream * 0x9E3779B97F4A7C15ull + ((uint64_t)rank << 40) + ((uint64_t)chunk << 20) +
            (uint64_t)phase;
 }
@@ -89,7 +94,7 @@ void coll_reduce_scatter(MPI_Comm comm, const CompressParams* p, const float* x,
         size_t b, cnt;
         coll_chunk(n, P, j, align, &b, &cnt);
         CompressStats cs = {0};
-        size_t w = compress(p, x + b, cnt, stream_of(stream, r, j, 0), s->send + off, &cs);
+        size_t w = compress(p, x + b, cnt, coll_stream_of(stream, r, j, 0), s->send + off, &cs);
         stats_add(st, &cs, 0);
         if (w > (size_t)INT32_MAX) FATAL("exchange chunk of %zu bytes is too large for MPI int counts", w);
         scount[j] = (int)w;
@@ -142,7 +147,7 @@ void coll_all_gather(MPI_Comm comm, const CompressParams* p, const float* mine, 
     coll_chunk(n, P, r, align, &mb, &mcnt);
     s->send = grow(s->send, &s->send_cap, (size_t)rcount[r]);
     CompressStats cs = {0};
-    compress(p, mine, mcnt, stream_of(stream, r, r, 1), s->send, &cs);
+    compress(p, mine, mcnt, coll_stream_of(stream, r, r, 1), s->send, &cs);
     stats_add(st, &cs, 1);
     if (st) st->bytes_sent += (uint64_t)rcount[r] * (uint64_t)(P - 1);
 
@@ -172,6 +177,30 @@ void coll_allreduce(MPI_Comm comm, const CompressParams* p_rs, const CompressPar
     s->acc = grow(s->acc, &s->acc_cap, (mcnt ? mcnt : 1) * sizeof(float));
     coll_reduce_scatter(comm, p_rs, x, n, s->acc, stream, s, st);
     coll_all_gather(comm, p_ag, s->acc, n, x, stream, s, st);
+}
+
+void coll_allreduce_one_shot(MPI_Comm comm, const CompressParams* p, float* x, size_t n, uint64_t stream,
+                             CollScratch* s, CollStats* st) {
+    int P, r;
+    MPI_CHECK(MPI_Comm_size(comm, &P));
+    if (P == 1) return;
+    MPI_CHECK(MPI_Comm_rank(comm, &r));
+    /* every rank's wire has the same size (it depends on n and p only) */
+    size_t slot = compress_bound(p, n);
+    if (slot > (size_t)INT32_MAX) FATAL("one-shot all-reduce of %zu elements is too large for MPI int counts", n);
+    s->recv = grow(s->recv, &s->recv_cap, (slot ? slot : 1) * (size_t)P);
+    CompressStats cs = {0};
+    /* phase 2: a stream of its own, distinct from both halves of the two-shot form */
+    compress(p, x, n, coll_stream_of(stream, r, 0, 2), s->recv + (size_t)r * slot, &cs);
+    stats_add(st, &cs, 0);
+    if (st) st->bytes_sent += (uint64_t)slot * (uint64_t)(P - 1);
+    MPI_Request req;
+    MPI_CHECK(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_BYTE, s->recv, (int)slot, MPI_BYTE, comm, &req));
+    wd_waitall(1, &req, comm, "one-shot all-reduce (all-gather)");
+    const uint8_t** copies = mallocCheck(sizeof(uint8_t*) * (size_t)P);
+    for (int i = 0; i < P; i++) copies[i] = s->recv + (size_t)i * slot;
+    if (n) decompress_sum(p, copies, P, n, x);
+    free(copies);
 }
 
 void coll_scratch_free(CollScratch* s) {

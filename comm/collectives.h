@@ -42,6 +42,11 @@ typedef struct {
  * align (so no compression group straddles two ranks). */
 void coll_chunk(size_t n, int P, int i, size_t align, size_t* begin, size_t* count);
 size_t coll_align(const CompressParams* p);
+/* The stochastic-rounding stream of one compress call of a collective: one
+ * per (call's stream, rank, chunk, phase: 0 reduce-scatter, 1 all-gather, 2
+ * one-shot), so no two calls share random numbers; the device collectives
+ * use the same, for the same bits. */
+uint64_t coll_stream_of(uint64_t stream, int rank, int chunk, int phase);
 
 /* x[n] -> out[count of my chunk]: sum over ranks of my chunk. p compresses
  * what is sent. stream seeds stochastic rounding. */
@@ -56,6 +61,13 @@ void coll_all_gather(MPI_Comm comm, const CompressParams* p, const float* mine, 
  * Deterministic, identical on every rank, exact when both methods are none. */
 void coll_allreduce(MPI_Comm comm, const CompressParams* p_rs, const CompressParams* p_ag, float* x,
                     size_t n, uint64_t stream, CollScratch* s, CollStats* st);
+/* In place, in one phase: every rank compresses all of x with p once, every
+ * rank gathers every rank's bytes and decodes and sums the P copies in rank
+ * order (decompress_sum). Deterministic, identical on every rank, one
+ * quantisation; with "none" the same bits as coll_allreduce's exact path.
+ * Sends (P - 1) compress_bound(p, n) bytes per rank. */
+void coll_allreduce_one_shot(MPI_Comm comm, const CompressParams* p, float* x, size_t n, uint64_t stream,
+                             CollScratch* s, CollStats* st);
 void coll_scratch_free(CollScratch* s);
 
 #ifdef __cplusplus

@@ -89,6 +89,11 @@ void coll_scratch_dev_free(CollScratchDev* s) {
     free(s->ev);
     free(s->req);
     free(s->plan);
+    if (s->d_one) CUDA_CHECK(cudaFree(s->d_one));
+    if (s->h_one) CUDA_CHECK(cudaFreeHost(s->h_one));
+    if (s->d_ost) compress_stats_dev_free(s->d_ost);
+    if (s->h_ost) CUDA_CHECK(cudaFreeHost(s->h_ost));
+    if (s->ev_one) CUDA_CHECK(cudaEventDestroy(s->ev_one));
     int K = s->K;
     size_t min_sub = s->min_sub;
     int aware = s->cuda_aware;
@@ -153,12 +158,6 @@ static CompressWireIn wire_in_of(const uint8_t* d, const Msg* m, const Msg* m0) 
     w.exps = d + m->off + m->hdr + m->tiles;
     w.codes = d + m->off + m->head;
     return w;
-}
-
-/* collectives.c's stream_of: one SR stream per (call, rank, chunk, phase).
- * Must stay identical to the host version for bit-identical results. */
-static uint64_t stream_of(uint64_t stream, int rank, int chunk, int phase) {
-    return stream * 0x9E3779B97F4A7C15ull + ((uint64_t)rank << 40) + ((uint64_t)chunk << 20) + (uint64_t)phase;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -282,7 +281,7 @@ static void ag_job_from_sum(Call* C, int k, CompressJobDev* j) {
     const Msg* m = ag_msg(C, k, C->P - 1);
     job_init(j, C->c[C->r], m);
     j->out = wire_out_of(C->s->d_buf, m);
-    j->stream = stream_of(C->stream, C->r, C->r, 1);
+    j->stream = coll_stream_of(C->stream, C->r, C->r, 1);
     j->st = &C->s->d_st[C->P];
 }
 
@@ -457,7 +456,7 @@ static void rs_encode_k(Call* C, int k) {
         job_init(jb, C->c[jc], m);
         jb->x = C->x_rs + C->b[jc];
         jb->out = wire_out_of(s->d_buf, m);
-        jb->stream = stream_of(C->stream, C->r, jc, 0);
+        jb->stream = coll_stream_of(C->stream, C->r, jc, 0);
         jb->st = &s->d_st[jc];
     }
     compress_jobs_encode_dev(C->p_rs, 1, C->jobs, C->P, C->cs);

@@ -71,6 +71,13 @@ typedef struct CollScratchDev {
     int req_cap;
     void* plan;         /* message table (internal) */
     size_t plan_cap;
+    /* the one-shot all-reduce's (comm/oneshot_cuda.c) */
+    uint8_t* d_one;     /* P slots, one rank's wire each */
+    uint8_t* h_one;     /* pinned mirror (staged mode) */
+    size_t one_cap;
+    CompressStatsDev* d_ost; /* its encode's statistics, and the pinned copy */
+    CompressStatsDev* h_ost;
+    cudaEvent_t ev_one;
 } CollScratchDev;
 
 void coll_scratch_dev_init(CollScratchDev* s);
@@ -92,6 +99,14 @@ void coll_reduce_scatter_dev(MPI_Comm comm, const CompressParams* p, const uint1
  * the same bytes). */
 void coll_all_gather_dev(MPI_Comm comm, const CompressParams* p, const void* mine, int mine_is_bf16, size_t n,
                          uint16_t* out, uint64_t stream, CollScratchDev* s, CollStats* st, cudaStream_t cs);
+
+/* In place, in one phase, as coll_allreduce_one_shot (comm/collectives.h):
+ * every rank compresses x once with p, the wires are gathered, every rank
+ * sums the P copies in rank order. Bit-identical to the host version on
+ * float(x), rounded to bf16; with "none", to coll_allreduce_dev's exact
+ * path. The result is ready in stream order on cs. */
+void coll_allreduce_one_shot_dev(MPI_Comm comm, const CompressParams* p, uint16_t* x, size_t n, uint64_t stream,
+                                 CollScratchDev* s, CollStats* st, cudaStream_t cs);
 
 /* 1 if this MPI takes device pointers (compile-time and run-time check). */
 int coll_mpi_cuda_aware(void);

@@ -40,6 +40,8 @@ typedef struct {
     /* the GPU exchange */
     int pipeline_depth;           /* sub-chunks per rank chunk in flight */
     int fuse;                     /* fused decode + sum + re-encode in the all-gather */
+    /* the all-reduce's shape (both backends) */
+    int one_shot;                 /* 1: one phase (gather every rank's tensor, sum); 0: reduce-scatter + all-gather */
 } CommPolicy;
 
 /* Every site exact, nothing recorded: the policy of tests and tools that

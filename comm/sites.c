@@ -235,7 +235,10 @@ static float* stage_to_host(Comm* c, const floatX* x, size_t n) {
 }
 
 /* The all-reduce itself: on host fp32 in place (CPU build), or on the device
- * bf16 tensor with the pipelined kernels of comm/collectives_cuda.c. */
+ * bf16 tensor with the pipelined kernels of comm/collectives_cuda.c; two
+ * phases (reduce-scatter with p_rs, all-gather with p_ag) or, with
+ * comm.allreduce = one_shot, one (every rank's tensor compressed with p_rs,
+ * gathered and summed). */
 static void allreduce(Comm* c, const CompressParams* p_rs, const CompressParams* p_ag, floatX* x, size_t n,
                       uint64_t stream, CollStats* st) {
 #ifdef OPS_BF16
@@ -246,9 +249,11 @@ static void allreduce(Comm* c, const CompressParams* p_rs, const CompressParams*
         if (c->policy.pipeline_depth > 0) c->dscratch->K = c->policy.pipeline_depth;
         c->dscratch->unfused = !c->policy.fuse;
     }
-    coll_allreduce_dev(c->tp_comm, p_rs, p_ag, x, n, stream, c->dscratch, st, (cudaStream_t)ops_cuda_stream());
+    if (c->policy.one_shot) coll_allreduce_one_shot_dev(c->tp_comm, p_rs, x, n, stream, c->dscratch, st, (cudaStream_t)ops_cuda_stream());
+    else coll_allreduce_dev(c->tp_comm, p_rs, p_ag, x, n, stream, c->dscratch, st, (cudaStream_t)ops_cuda_stream());
 #else
-    coll_allreduce(c->tp_comm, p_rs, p_ag, x, n, stream, &c->scratch, st);
+    if (c->policy.one_shot) coll_allreduce_one_shot(c->tp_comm, p_rs, x, n, stream, &c->scratch, st);
+    else coll_allreduce(c->tp_comm, p_rs, p_ag, x, n, stream, &c->scratch, st);
 #endif
 }
 

@@ -12,7 +12,10 @@
  *                   (bytes, saturated, nonfinite, both amaxes) are equal, and
  *                   every rank holds the same bytes;
  *   reduce-scatter  fp32 output == the host's, bf16 output == its rounding;
- *   all-gather      from fp32 and from bf16 input == the host's, rounded.
+ *   all-gather      from fp32 and from bf16 input == the host's, rounded;
+ *   one-shot        coll_allreduce_one_shot_dev == bf16(coll_allreduce_one_shot),
+ *                   the same statistics, identical on every rank, and with
+ *                   the exact wires the two-shot all-reduce's bits.
  * min_sub is set small so that small tensors are pipelined too. Rank 0
  * prints one row per method pair; exit status 0 iff all pass on all ranks.
  * Options: --quick (fewer sizes, for the emulator); --nccl (the messages go
@@ -214,6 +217,7 @@ int main(int argc, char** argv) {
     uint16_t* xb = mallocCheck(nmax * sizeof(uint16_t));
     uint16_t* ref = mallocCheck(nmax * sizeof(uint16_t));
     uint16_t* got = mallocCheck(nmax * sizeof(uint16_t));
+    uint16_t* two = mallocCheck(nmax * sizeof(uint16_t));
     uint16_t* d_x = NULL;
     void* d_out = NULL;
     void* d_mine = NULL;
@@ -266,6 +270,33 @@ int main(int argc, char** argv) {
                     else if (!st_ok) stats_diff(msg, sizeof(msg), rank, &sh, &sd);
                     record(pr->name, e < 0 && st_ok, msg, what);
                     record("(all ranks identical)", same_on_all_ranks(got, n * 2), "outputs differ across ranks", what);
+
+                    /* the one-shot all-reduce with the first method (K plays no part: once
+                     * per size and transport); the exact wires give the two-shot bits */
+                    if (ki == 0) {
+                        memcpy(two, got, n * 2);
+                        memcpy(xh, xf, n * sizeof(float));
+                        CollStats oh = {0}, od = {0};
+                        coll_allreduce_one_shot(MPI_COMM_WORLD, &pr->rs, xh, n, stream, &hs, &oh);
+                        for (size_t i = 0; i < n; i++) ref[i] = bf16_from_f32(xh[i]);
+                        copy_sync(d_x, xb, n * 2, cudaMemcpyHostToDevice, cs);
+                        coll_allreduce_one_shot_dev(MPI_COMM_WORLD, &pr->rs, d_x, n, stream, s, &od, cs);
+                        CUDA_CHECK(cudaStreamSynchronize(cs));
+                        copy_sync(got, d_x, n * 2, cudaMemcpyDeviceToHost, cs);
+                        e = diff_bf16(ref, got, n);
+                        st_ok = stats_equal(&oh, &od);
+                        msg[0] = '\0';
+                        if (e >= 0) snprintf(msg, sizeof(msg), "rank %d element %ld: host 0x%04x device 0x%04x", rank, e, ref[e], got[e]);
+                        else if (!st_ok) stats_diff(msg, sizeof(msg), rank, &oh, &od);
+                        record("one-shot", e < 0 && st_ok, msg, what);
+                        record("one-shot (ranks identical)", same_on_all_ranks(got, n * 2), "outputs differ across ranks", what);
+                        if (!strcmp(pr->name, "none") || !strcmp(pr->name, "bf16")) {
+                            e = diff_bf16(two, got, n);
+                            snprintf(msg, sizeof(msg), "rank %d element %ld: two-shot 0x%04x one-shot 0x%04x", rank, e,
+                                     e >= 0 ? two[e] : 0, e >= 0 ? got[e] : 0);
+                            record("one-shot exact == two-shot", e < 0, msg, what);
+                        }
+                    }
 
                     /* reduce-scatter, fp32 and bf16 out, with the all-reduce's first method */
                     size_t mb, mcnt;
@@ -364,7 +395,7 @@ int main(int argc, char** argv) {
     CUDA_CHECK(cudaFree(d_out));
     CUDA_CHECK(cudaFree(d_mine));
     CUDA_CHECK(cudaStreamDestroy(cs));
-    free(xf); free(xh); free(hout); free(dout); free(xb); free(ref); free(got);
+    free(xf); free(xh); free(hout); free(dout); free(xb); free(ref); free(got); free(two);
     MPI_CHECK(MPI_Finalize());
     return failed ? 1 : 0;
 }

@@ -12,6 +12,10 @@
  *     the sum: <= b * (ratio + 1), plus 5% for the product of the two errors;
  *   - every rank holds bit-identical output (checked by comparing a hash of
  *     the output bytes across ranks);
+ *   - the one-shot all-reduce: exact with "none", bit for bit the two-shot
+ *     exact result; compressed, within b * ratio (one compression per
+ *     contribution, none of the sum); identical on every rank;
+ *     (P - 1) compressed tensors sent;
  *   - reduce-scatter and all-gather separately, against the exact halves;
  *   - bytes on the wire match what the formats promise.
  */
@@ -103,6 +107,23 @@ static void test_method(CompressMethod m, size_t n) {
     CHECK(st.bytes_sent == want, "allreduce %s n=%zu: bytes %llu, expected %zu", compress_method_name(m), n,
           (unsigned long long)st.bytes_sent, want);
     if (m == CM_NONE) CHECK(st.bytes_sent == want && want >= (size_t)(P - 1) * 4 * (n / (size_t)P) , "none sends fp32");
+
+    /* one-shot all-reduce: against the two-shot one (exact) or the bound */
+    float* two = malloc(n * sizeof(float) + 4);
+    memcpy(two, x, n * sizeof(float));
+    fill(x, n, rank, (int)n);
+    CollStats st1 = {0};
+    coll_allreduce_one_shot(MPI_COMM_WORLD, &p, x, n, 99, &s, &st1);
+    if (m == CM_NONE) {
+        CHECK(memcmp(x, two, n * sizeof(float)) == 0, "one-shot none n=%zu P=%d: differs from the two-shot exact sum", n, P);
+    } else {
+        double e1 = rel_err(x, ref, n), bound1 = 1.05 * compress_error_bound(&p) * ratio;
+        CHECK(e1 <= bound1, "one-shot %s n=%zu P=%d: rel err %.3g > bound %.3g", compress_method_name(m), n, P, e1, bound1);
+    }
+    CHECK(same_on_all_ranks(x, n), "one-shot %s n=%zu P=%d: ranks disagree", compress_method_name(m), n, P);
+    CHECK(st1.bytes_sent == compress_bound(&p, n) * (size_t)(P - 1), "one-shot %s n=%zu: bytes %llu, expected %zu",
+          compress_method_name(m), n, (unsigned long long)st1.bytes_sent, compress_bound(&p, n) * (size_t)(P - 1));
+    free(two);
 
     /* reduce-scatter alone: my chunk of the sum */
     fill(x, n, rank, (int)n);

@@ -26,6 +26,27 @@ t_tp_equivalence() {
     python3 tests/compare_logs.py $T/tp2/log.jsonl $T/tp1/log.jsonl --key grad_norm --rtol 1e-4
 }
 
+# comm.allreduce=one_shot: the exact path gives the two-shot losses bit for bit
+# (TP=2 and 4: the same rank-order sums); taco tracks it with the same bytes
+# at TP=2 (one tensor to one peer = two half tensors)
+t_one_shot() {
+    local base=(configs/default.json "${SMALL[@]}" --set train.steps=20)
+    for tp in 2 4; do
+        $TRAIN -np $tp build/train "${base[@]}" --set parallel.tp=$tp --set compress.method=none \
+            --set log.dir=$T/two_$tp || return 1
+        $TRAIN -np $tp build/train "${base[@]}" --set parallel.tp=$tp --set compress.method=none \
+            --set comm.allreduce=one_shot --set log.dir=$T/one_$tp || return 1
+        python3 tests/compare_logs.py $T/one_$tp/log.jsonl $T/two_$tp/log.jsonl --exact || return 1
+    done
+    # and it is the one-shot that ran: at TP=4 it sends 3 tensors per rank, not 1.5
+    python3 tests/compare_logs.py $T/one_4/log.jsonl $T/two_4/log.jsonl --ratio comm_bytes 1.9 2.1 || return 1
+    $TRAIN -np 2 build/train "${base[@]}" --set parallel.tp=2 --set compress.method=taco --set log.dir=$T/taco_two || return 1
+    $TRAIN -np 2 build/train "${base[@]}" --set parallel.tp=2 --set compress.method=taco --set comm.allreduce=one_shot \
+        --set log.dir=$T/taco_one || return 1
+    python3 tests/compare_logs.py $T/taco_one/log.jsonl $T/two_2/log.jsonl --key loss --rtol 0.02 || return 1
+    python3 tests/compare_logs.py $T/taco_two/log.jsonl $T/taco_one/log.jsonl --ratio comm_bytes 0.97 1.03
+}
+
 # save at step 10, resume, and the losses of steps 11..20 are bit-identical;
 # a model file written by the trainer loads with the same loss
 t_checkpoint_resume() {
@@ -122,6 +143,7 @@ t_taco_vs_none() {
 }
 
 run tp_equivalence t_tp_equivalence
+run one_shot_allreduce t_one_shot
 run checkpoint_resume t_checkpoint_resume
 run config_errors t_config_errors
 run nonfinite_stops t_nonfinite

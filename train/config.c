@@ -121,6 +121,7 @@ static const CfgKey cfg_keys[] = {
     { CFG_AT(comm.backend), .type = CFG_ENUM, .sdef = "mpi", .choices = "mpi|nccl", .gpu_only = "nccl" },
     K_INT(comm.pipeline_depth, 4, 1, 64),
     K_BOOL(comm.fuse, 1),
+    K_ENUM(comm.allreduce, "two_shot", "two_shot|one_shot"),
     K_FLOAT(comm.timeout_s, 600, 0, FLT_MAX, 0), /* 0 = no watchdog */
     K_STR(log.dir, "runs/default"),
     K_INT(log.every, 1, 1, NOMAX),
@@ -751,6 +752,7 @@ void config_comm_policy(const Config* c, CommPolicy* p) {
     snprintf(p->dump_dir, sizeof(p->dump_dir), "%s", c->compress.dump_dir[0] ? c->compress.dump_dir : c->log.dir);
     p->pipeline_depth = c->comm.pipeline_depth;
     p->fuse = c->comm.fuse;
+    p->one_shot = strcmp(c->comm.allreduce, "one_shot") == 0;
 }
 
 char* config_to_json(const Config* c) {

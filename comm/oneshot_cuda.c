@@ -1,0 +1,100 @@
+/*
+ * comm/oneshot_cuda.c - the one-shot all-reduce of comm/collectives.c
+ * (coll_allreduce_one_shot) on device buffers.
+ *
+ * Every rank compresses its whole bf16 tensor once (compress_dev), the P
+ * wires are gathered (NCCL all-gather, MPI all-gather of device pointers when
+ * MPI is CUDA-aware, else through pinned host memory), and every rank sums
+ * the P copies in rank order (decompress_reduce_dev): the host version's
+ * bytes and sums, so the result is that of coll_allreduce_one_shot on
+ * float(x), rounded to bf16, and identical on every rank.
+ *
+ * Each rank's wire sits in a slot of `stride` bytes, `pad` bytes in, so that
+ * its element bytes are 16-byte aligned (the kernels' fast path); the
+ * all-gather moves whole slots. Not pipelined: this shape is for the
+ * messages where a phase's fixed cost matters more than its bandwidth.
+ */
+#include <stdint.h>
+#include <string.h>
+
+#include <mpi.h>
+
+#include "comm/collectives_cuda.h"
+#include "comm/nccl_util.h"
+#include "comm/watchdog.h"
+#include "common/check.h"
+
+static size_t up16(size_t v) { return (v + 15) & ~(size_t)15; }
+
+/* the device slots (and their pinned host mirror when staged), grown as needed */
+static void one_shot_buffers(CollScratchDev* s, size_t bytes, int staged) {
+    if (!s->d_ost) {
+        s->d_ost = compress_stats_dev_alloc(1);
+        CUDA_CHECK(cudaMallocHost((void**)&s->h_ost, sizeof(CompressStatsDev)));
+        CUDA_CHECK(cudaEventCreateWithFlags(&s->ev_one, cudaEventDisableTiming));
+    }
+    if (bytes > s->one_cap) {
+        CUDA_CHECK(cudaDeviceSynchronize()); /* queued work may still use the old buffers (first calls only) */
+        if (s->d_one) CUDA_CHECK(cudaFree(s->d_one));
+        if (s->h_one) CUDA_CHECK(cudaFreeHost(s->h_one));
+        s->h_one = NULL;
+        s->one_cap = bytes + bytes / 4 + 4096;
+        CUDA_CHECK(cudaMalloc((void**)&s->d_one, s->one_cap));
+    }
+    if (staged && !s->h_one) CUDA_CHECK(cudaMallocHost((void**)&s->h_one, s->one_cap));
+}
+
+/* wait for what cs has queued so far, under the watchdog */
+static void wait_cs(CollScratchDev* s, cudaStream_t cs, MPI_Comm comm, const char* op) {
+    CUDA_CHECK(cudaEventRecord(s->ev_one, cs));
+    wd_event_wait(s->ev_one, comm, op);
+}
+
+void coll_allreduce_one_shot_dev(MPI_Comm comm, const CompressParams* p, uint16_t* x, size_t n, uint64_t stream,
+                                 CollScratchDev* s, CollStats* st, cudaStream_t cs) {
+    int P, r;
+    MPI_CHECK(MPI_Comm_size(comm, &P));
+    if (P == 1) return; /* as the host version: nothing to exchange, nothing to compress */
+    MPI_CHECK(MPI_Comm_rank(comm, &r));
+    if (P > COMPRESS_DEV_MAX_IN) FATAL("the one-shot all-reduce sums up to %d ranks' copies, not %d", COMPRESS_DEV_MAX_IN, P);
+    const int aware = s->nccl ? 1 : s->cuda_aware < 0 ? coll_mpi_cuda_aware() : s->cuda_aware != 0;
+
+    const CompressWireLayout l = compress_wire_layout(p);
+    const size_t wire = compress_bound(p, n);
+    const size_t pad = (16 - compress_wire_codes_offset(&l, n) % 16) % 16;
+    const size_t stride = up16(pad + wire);
+    if (stride > (size_t)INT32_MAX) FATAL("one-shot all-reduce of %zu elements is too large for MPI int counts", n);
+    one_shot_buffers(s, stride * (size_t)P, !aware);
+    uint8_t* slot = s->d_one + (size_t)r * stride;
+
+    compress_stats_dev_reset(s->d_ost, 1, cs);
+    compress_dev(p, x, 1, n, coll_stream_of(stream, r, 0, 2), slot + pad, s->d_ost, cs);
+    if (s->nccl) { /* in place: my slot is where the gather puts my part */
+        NCCL_CHECK(ncclAllGather(slot, s->d_one, stride, ncclUint8, (ncclComm_t)s->nccl, cs));
+    } else {
+        uint8_t* base = aware ? s->d_one : s->h_one;
+        if (!aware) CUDA_CHECK(cudaMemcpyAsync(s->h_one + (size_t)r * stride, slot, stride, cudaMemcpyDeviceToHost, cs));
+        wait_cs(s, cs, comm, "one-shot all-reduce (encode)"); /* MPI reads what cs wrote */
+        MPI_Request req;
+        MPI_CHECK(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_BYTE, base, (int)stride, MPI_BYTE, comm, &req));
+        wd_waitall(1, &req, comm, "one-shot all-reduce (all-gather)");
+        if (!aware) CUDA_CHECK(cudaMemcpyAsync(s->d_one, s->h_one, stride * (size_t)P, cudaMemcpyHostToDevice, cs));
+    }
+    const uint8_t* copies[COMPRESS_DEV_MAX_IN];
+    for (int i = 0; i < P; i++) copies[i] = s->d_one + (size_t)i * stride + pad;
+    decompress_reduce_dev(p, copies, P, n, x, CDEV_SUM_BF16, cs);
+
+    /* The next call reuses the slots in stream order: its encode and copies
+     * run on cs after this call's decode, and its MPI all-gather only after
+     * its own wait for them. */
+    if (st) {
+        CUDA_CHECK(cudaMemcpyAsync(s->h_ost, s->d_ost, sizeof(CompressStatsDev), cudaMemcpyDeviceToHost, cs));
+        wait_cs(s, cs, comm, s->nccl ? "one-shot all-reduce (NCCL)" : "one-shot all-reduce");
+        float a;
+        memcpy(&a, &s->h_ost->amax_bits, sizeof(a));
+        st->saturated += s->h_ost->saturated;
+        st->nonfinite += s->h_ost->nonfinite;
+        if (a > st->amax_rs) st->amax_rs = a;
+        st->bytes_sent += (uint64_t)wire * (uint64_t)(P - 1);
+    }
+}
