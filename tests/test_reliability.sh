@@ -1,6 +1,6 @@
-# tests/test_reliability.sh - issue 16's failure classes, end to end on
+# tests/test_reliability.sh - the failure classes of a training run, end to end on
 # build/train: checksummed checkpoints, checked writes, rotation, the log
-# on resume, the messages, a stop on SIGTERM, the watchdog on a stopped
+# on resume, the messages, a stop on SIGTERM / SIGINT / SIGUSR1, the watchdog on a stopped
 # rank, the memory check and the size checks. Sourced by tests/run_tests.sh
 # after tests/test_train.sh (lib.sh provides `run`, $MPIRUN and $LOGDIR).
 #
@@ -152,27 +152,29 @@ mpirun_pid() { ps --ppid "$1" -o pid= | head -1 | tr -d ' '; }
 # wait until log $1 has at least $2 lines (at most 60 s)
 wait_lines() { local i; for i in $(seq 600); do [ -f "$1" ] && [ "$(wc -l < "$1")" -ge "$2" ] && return 0; sleep 0.1; done; return 1; }
 
-# SIGTERM to one rank, and to mpirun: every rank stops after the same step
+# SIGTERM to one rank and to mpirun, SIGINT and SIGUSR1 to a rank: every rank stops after the same step
 # with a checkpoint; the resumed run equals an uninterrupted one bit for bit
 t_sigterm_resume() {
     local base=("${TINY[@]}" --set train.steps=300 --set compress.method=taco --set compress.scale=delayed)
     $RUN -np 2 build/train "${base[@]}" --set log.dir=$R/sig_ref > /dev/null || return 1
-    local target
-    for target in rank mpirun; do
-        local d=$R/sig_$target
+    local case target sig
+    # SIGTERM (Slurm's preemption and time limit) to a rank and to mpirun; SIGINT and SIGUSR1 to a rank
+    for case in rank:TERM mpirun:TERM rank:INT rank:USR1; do
+        target=${case%%:*}; sig=${case#*:}
+        local d=$R/sig_${target}_$sig
         $RUN -np 2 build/train "${base[@]}" --set log.dir=$d > $d.out 2>&1 &
         local job=$!
         wait_lines $d/log.jsonl 20 || { echo "the run did not start"; kill $job; return 1; }
         local pid
         if [ $target = rank ]; then pid=$(rank_pid $job 1); else pid=$(mpirun_pid $job); fi
         [ -n "$pid" ] || { echo "no pid for $target"; kill $job; return 1; }
-        kill -TERM "$pid"
+        kill -$sig "$pid"
         wait $job
         local rc=$?
         # a rank signalled directly exits 0; Open MPI's mpirun exits 1 after it forwarded the signal
-        [ $target = mpirun ] || [ $rc -eq 0 ] || { echo "rc $rc after SIGTERM to a rank"; cat $d.out; return 1; }
+        [ $target = mpirun ] || [ $rc -eq 0 ] || { echo "rc $rc after SIG$sig to a rank"; cat $d.out; return 1; }
         local step
-        step=$(sed -n 's/^stopped by SIGTERM after step \([0-9]*\) of 300; checkpoint written to .*resume=true$/\1/p' $d.out)
+        step=$(sed -n "s/^stopped by SIG$sig after step \([0-9]*\) of 300; checkpoint written to .*resume=true\$/\1/p" $d.out)
         [ -n "$step" ] || { echo "no stop message:"; grep -v "^step" $d.out; return 1; }
         [ -e $d/ckpt/done_$(printf %08d $step) ] || { echo "no checkpoint of step $step"; return 1; }
         [ "$step" -lt 300 ] || { echo "the signal came too late to test anything"; return 1; }
@@ -181,7 +183,7 @@ t_sigterm_resume() {
         python3 tests/compare_logs.py $d/log.jsonl $R/sig_ref/log.jsonl --exact || return 1
         python3 -c "import sys; n=sum(1 for _ in open(sys.argv[1])); sys.exit(0 if n == 300 else 1)" $d/log.jsonl \
             || { echo "the log does not hold 300 steps once each"; return 1; }
-        echo "SIGTERM to $target: stopped after step $step, resumed bit-identically"
+        echo "SIG$sig to $target: stopped after step $step, resumed bit-identically"
     done
 }
 
