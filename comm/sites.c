@@ -137,10 +137,12 @@ static int site_selected(const char* list, const char* name) {
 }
 
 static void dump_npy(const char* path, const float* x, int rows, int cols) {
-    char header[128];
+    char header[192];
     int hl = snprintf(header, sizeof(header), "{'descr': '<f4', 'fortran_order': False, 'shape': (%d, %d), }", rows, cols);
     int total = 10 + hl + 1;                 /* magic(6) version(2) len(2) dict '\n' */
     int pad = (64 - total % 64) % 64;        /* the format wants 64-byte alignment */
+    memset(header + hl, ' ', (size_t)pad);   /* the padding and the newline, written with the dict */
+    header[hl + pad] = '\n';
     char tmp[800];
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
     FILE* f = fopenCheck(tmp, "wb");
@@ -148,9 +150,7 @@ static void dump_npy(const char* path, const float* x, int rows, int cols) {
     unsigned short hlen = (unsigned short)(hl + pad + 1);
     fwriteCheck(magic, 1, 8, f, path);
     fwriteCheck(&hlen, 2, 1, f, path);
-    fwriteCheck(header, 1, (size_t)hl, f, path);
-    for (int i = 0; i < pad; i++) fputc(' ', f);
-    fputc('\n', f);
+    fwriteCheck(header, 1, (size_t)(hl + pad + 1), f, path);
     fwriteCheck(x, sizeof(float), (size_t)rows * cols, f, path);
     fcloseCheck(f, path);
     if (rename(tmp, path) != 0) FATAL("cannot rename %s to %s", tmp, path);
