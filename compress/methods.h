@@ -64,7 +64,7 @@ typedef enum {
  * and "+ 1" steps over the first: a pointer into a string literal plus a
  * constant is an address constant, so this may initialise a static. */
 #define COMPRESS_METHOD_BAR_NAME_(m, name, ...) "|" name
-#define COMPRESS_METHOD_CHOICES (COMPRESS_METHOD_TABLE(COMPRESS_METHOD_BAR_NAME_) + 1)
+#define COMPRESS_METHOD_CHOICES (&(COMPRESS_METHOD_TABLE(COMPRESS_METHOD_BAR_NAME_))[1])
 
 /* One row. */
 typedef struct {

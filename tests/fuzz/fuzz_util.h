@@ -7,7 +7,9 @@
 #ifndef FUZZ_UTIL_H
 #define FUZZ_UTIL_H
 
+#ifndef _GNU_SOURCE /* the Makefile defines it; a harness built by hand may not */
 #define _GNU_SOURCE
+#endif
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
