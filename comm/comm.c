@@ -52,6 +52,7 @@ void comm_free(Comm* c) {
     comm_nccl_free(c);
 #endif
     coll_scratch_free(&c->scratch);
+    ops_free(c->auto_x);
     MPI_Comm_free(&c->tp_comm);
     MPI_Comm_free(&c->dp_comm);
 }

@@ -61,6 +61,8 @@ typedef struct {
     size_t dev_gather_cap;
 #endif
     CollScratch scratch;
+    void* auto_x;           /* backend copy (floatX) of an exchange under an "auto" trial */
+    size_t auto_cap;
 } Comm;
 
 /* MPI_Init must have run. Splits the world into TP and DP groups; sets

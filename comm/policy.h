@@ -40,6 +40,13 @@ typedef struct {
     /* the GPU exchange */
     int pipeline_depth;           /* sub-chunks per rank chunk in flight */
     int fuse;                     /* fused decode + sum + re-encode in the all-gather */
+    /* compress.method "auto": method is the candidate; each candidate site
+     * times its exact and its compressed exchange over its first auto_steps
+     * training calls and keeps the compressor only where it is at least
+     * auto_min_speedup times faster and its relative error is <= auto_max_err */
+    int auto_select;
+    int auto_steps;
+    double auto_min_speedup, auto_max_err;
     /* the all-reduce's shape (both backends) */
     int one_shot;                 /* 1: one phase (gather every rank's tensor, sum); 0: reduce-scatter + all-gather */
 } CommPolicy;

@@ -61,22 +61,23 @@ void comm_policy_default(CommPolicy* p) {
     p->fuse = 1;
 }
 
+/* The wire of the sites that are not compressed: fp32 on the CPU build.
+ * The GPU build's activations are bf16, so a bf16 wire carries them
+ * exactly, and the all-gather's rounding of the fp32 sum to bf16 is the
+ * rounding the bf16 output needs anyway: the same bits as an fp32 wire
+ * at half the bytes (tests/test_coll_gpu.c, "bf16 wire == fp32 wire"). */
+#ifdef OPS_BF16
+static const CompressMethod EXACT_WIRE = CM_BF16;
+#else
+static const CompressMethod EXACT_WIRE = CM_NONE;
+#endif
+
 void comm_setup_sites(Comm* c, int L, const CommPolicy* pol) {
     c->policy = *pol;
     c->L = L;
     c->nsites = 4 * L + 2;
     c->sites = callocCheck((size_t)c->nsites, sizeof(CommSite));
 
-    /* The wire of the sites that are not compressed: fp32 on the CPU build.
-     * The GPU build's activations are bf16, so a bf16 wire carries them
-     * exactly, and the all-gather's rounding of the fp32 sum to bf16 is the
-     * rounding the bf16 output needs anyway: the same bits as an fp32 wire
-     * at half the bytes (tests/test_coll_gpu.c, "bf16 wire == fp32 wire"). */
-#ifdef OPS_BF16
-    const CompressMethod exact_wire = CM_BF16;
-#else
-    const CompressMethod exact_wire = CM_NONE;
-#endif
     const CompressMethod m = pol->method;
     for (int i = 0; i < c->nsites; i++) {
         CommSite* s = &c->sites[i];
@@ -95,7 +96,7 @@ void comm_setup_sites(Comm* c, int L, const CommPolicy* pol) {
         if (s->layer == L - 1 && pol->skip_last_layer) on = 0;
         s->compressed = on;
 
-        compress_params_default(&s->p, on ? m : exact_wire);
+        compress_params_default(&s->p, on ? m : EXACT_WIRE);
         if (on) {
             s->p.format = bwd ? pol->format_bwd : pol->format_fwd;
             if (pol->group_size > 0) s->p.group_size = pol->group_size;
@@ -106,12 +107,16 @@ void comm_setup_sites(Comm* c, int L, const CommPolicy* pol) {
             s->p.delayed = pol->delayed;
             s->p.stochastic = pol->stochastic;
             s->p.seed = pol->seed;
+            s->auto_pending = pol->auto_select;
         }
         s->rel_err = -1.0;
     }
 }
 
+static void auto_decide(Comm* c);
+
 void comm_step_begin(Comm* c, int step) {
+    if (c->policy.auto_select) auto_decide(c);
     c->step = step;
     c->step_bytes = 0;
     c->step_ms = 0.0;
@@ -257,6 +262,88 @@ static void allreduce(Comm* c, const CompressParams* p_rs, const CompressParams*
 #endif
 }
 
+/* ---- compress.method "auto" ------------------------------------------------
+ * A candidate site's first auto_steps training calls are trials: the exact
+ * exchange gives the result (so a trial step trains as the exact path
+ * does), and the compressed one runs on a copy of the input, each timed
+ * between a barrier and the end of its device work. The times are the
+ * slowest rank's (what the step waits for), the best over the trials (the
+ * first includes one-time setup); the error is the compressed result's
+ * relative L2 distance to the exact one, the worst over the trials.
+ * auto_decide then keeps the compressor where it is both fast enough and
+ * faithful enough, on every rank alike. */
+
+static double timed_allreduce(Comm* c, const CompressParams* p, floatX* x, size_t n, uint64_t stream, CollStats* st) {
+    ops_sync();
+    wd_barrier(c->tp_comm, "auto trial (barrier)");
+    double t0 = MPI_Wtime();
+    allreduce(c, p, p, x, n, stream, st);
+    ops_sync();
+    return MPI_Wtime() - t0;
+}
+
+static void auto_trial(Comm* c, CommSite* s, floatX* x, size_t n, uint64_t stream, CollStats* st) {
+    if (n > c->auto_cap) {
+        ops_free(c->auto_x);
+        c->auto_cap = n + n / 4;
+        c->auto_x = ops_malloc(c->auto_cap * sizeof(floatX));
+    }
+    ops_copy(c->auto_x, x, n * sizeof(floatX));
+    CompressParams exact;
+    compress_params_default(&exact, EXACT_WIRE);
+    const double te = timed_allreduce(c, &exact, x, n, stream, st);
+    CollStats sc = {0};
+    const double tc = timed_allreduce(c, &s->p, c->auto_x, n, stream, &sc);
+    memcpy(c->host_ref, stage_to_host(c, x, n), n * sizeof(float));
+    const double err = rel_error(stage_to_host(c, c->auto_x, n), c->host_ref, n);
+    if (s->auto_calls == 0 || te < s->auto_t_exact) s->auto_t_exact = te;
+    if (s->auto_calls == 0 || tc < s->auto_t_comp) s->auto_t_comp = tc;
+    if (s->auto_calls == 0 || !(err <= s->auto_err)) s->auto_err = err; /* a NaN error stays the worst */
+    s->auto_calls++;
+}
+
+/* The sites whose trials are over get their choice, from the times and
+ * errors maxed over the world: every rank, every DP group takes the same
+ * decisions. Which sites are ready is the same on every rank (each trains
+ * the same steps), so the collective runs on all of them or none. */
+static void auto_decide(Comm* c) {
+    int ready = 0;
+    for (int i = 0; i < c->nsites; i++) ready |= c->sites[i].auto_pending && c->sites[i].auto_calls >= c->policy.auto_steps;
+    if (!ready) return;
+    double* v = mallocCheck(3 * sizeof(double) * (size_t)c->nsites);
+    for (int i = 0; i < c->nsites; i++) {
+        const CommSite* s = &c->sites[i];
+        v[3 * i] = s->auto_t_exact;
+        v[3 * i + 1] = s->auto_t_comp;
+        v[3 * i + 2] = s->auto_err == s->auto_err ? s->auto_err : 1e300; /* NaN: the worst */
+    }
+    wd_allreduce(MPI_IN_PLACE, v, 3 * c->nsites, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD, "auto decision");
+    int kept = 0, decided = 0;
+    for (int i = 0; i < c->nsites; i++) {
+        CommSite* s = &c->sites[i];
+        if (!s->auto_pending || s->auto_calls < c->policy.auto_steps) continue;
+        const double te = v[3 * i], tc = v[3 * i + 1], err = v[3 * i + 2];
+        const int keep = tc > 0.0 && te >= c->policy.auto_min_speedup * tc && err <= c->policy.auto_max_err;
+        if (c->world_rank == 0)
+            printf("auto: %-12s %s %.3f ms, exact %.3f ms (%.2fx), rel_err %.3g -> %s\n", s->name,
+                   compress_method_name(s->p.method), tc * 1e3, te * 1e3, tc > 0.0 ? te / tc : 0.0, err,
+                   keep ? compress_method_name(s->p.method) : "exact");
+        s->auto_pending = 0;
+        s->auto_choice = keep ? 2 : 1;
+        if (!keep) {
+            s->compressed = 0;
+            s->calibrating = 0;
+            compress_params_default(&s->p, EXACT_WIRE);
+        }
+        kept += keep;
+        decided++;
+    }
+    if (c->world_rank == 0)
+        printf("auto: %d of %d sites compress (min speedup %.2f, max rel_err %.3g)\n", kept, decided,
+               c->policy.auto_min_speedup, c->policy.auto_max_err);
+    free(v);
+}
+
 void tp_exchange(Comm* c, SiteKind kind, int layer, floatX* x, int rows, int cols) {
     if (c->tp_size == 1) return;
     double t0 = MPI_Wtime();
@@ -266,7 +353,8 @@ void tp_exchange(Comm* c, SiteKind kind, int layer, floatX* x, int rows, int col
 
     int dump = c->train_mode && c->step == c->policy.dump_step && c->policy.dump_sites[0] && site_selected(c->policy.dump_sites, s->name);
     int calibrate = s->calibrating && c->train_mode;
-    int sample = c->train_mode && s->compressed && c->policy.stats_every > 0 && c->step % c->policy.stats_every == 0;
+    int trial = c->train_mode && s->auto_pending; /* compress.method "auto": timed on both paths */
+    int sample = c->train_mode && s->compressed && !trial && c->policy.stats_every > 0 && c->step % c->policy.stats_every == 0;
     float* h = (dump || calibrate || sample) ? stage_to_host(c, x, n) : NULL;
 
     if (dump) {
@@ -291,8 +379,9 @@ void tp_exchange(Comm* c, SiteKind kind, int layer, floatX* x, int rows, int col
     p_ag.delayed_amax = hist_max(s, 1);
     CollStats st = {0};
     uint64_t stream = ((uint64_t)c->step << 20) ^ ((uint64_t)comm_site_index(c, kind, layer) << 4) ^ (uint64_t)s->calls;
-    allreduce(c, &p_rs, &p_ag, x, n, stream, &st);
-    if (s->compressed && c->train_mode) hist_push(s, st.amax_rs, st.amax_ag);
+    if (trial) auto_trial(c, s, x, n, stream, &st);
+    else allreduce(c, &p_rs, &p_ag, x, n, stream, &st);
+    if (s->compressed && c->train_mode && !trial) hist_push(s, st.amax_rs, st.amax_ag);
     if (sample) s->rel_err = rel_error(stage_to_host(c, x, n), c->host_ref, n);
 
     if (c->train_mode) {
@@ -327,9 +416,11 @@ int comm_sites_json(const Comm* c, char* buf, size_t cap) {
     return (int)w;
 }
 
-/* what a resume must restore: group size + calibration + amax history */
+/* what a resume must restore: group size + calibration + amax history, and
+ * the "auto" choice (0 in files of runs without it; a run resumed inside its
+ * trials starts them again) */
 typedef struct {
-    int group_size, calibrating, hist_len, pad;
+    int group_size, calibrating, hist_len, auto_choice;
     double calib_score[SITE_NUM_CANDIDATES];
     float amax_hist[2][SITE_HISTORY];
 } SiteState;
@@ -344,6 +435,7 @@ void comm_state_save(const Comm* c, void* dst) {
         out[i].group_size = s->p.group_size;
         out[i].calibrating = s->calibrating;
         out[i].hist_len = s->hist_len;
+        out[i].auto_choice = s->auto_choice;
         memcpy(out[i].calib_score, s->calib_score, sizeof(s->calib_score));
         memcpy(out[i].amax_hist, s->amax_hist, sizeof(s->amax_hist));
     }
@@ -357,6 +449,15 @@ void comm_state_load(Comm* c, const void* src) {
         s->calibrating = in[i].calibrating;
         s->hist_len = in[i].hist_len;
         memcpy(s->calib_score, in[i].calib_score, sizeof(s->calib_score));
+        if (s->auto_pending && in[i].auto_choice) { /* the choice of the run that wrote it */
+            s->auto_pending = 0;
+            s->auto_choice = in[i].auto_choice;
+            if (s->auto_choice == 1) {
+                s->compressed = 0;
+                s->calibrating = 0;
+                compress_params_default(&s->p, EXACT_WIRE);
+            }
+        }
         memcpy(s->amax_hist, in[i].amax_hist, sizeof(s->amax_hist));
     }
 }

@@ -50,6 +50,12 @@ typedef struct CommSite {
     /* delayed scaling: amax history per phase (0 = reduce-scatter, 1 = all-gather) */
     float amax_hist[2][SITE_HISTORY];
     int hist_len;
+    /* compress.method "auto" (comm/sites.c, auto_trial): under trial, the
+     * best exact and compressed times (s) and the worst relative error over
+     * the trial calls so far; the choice once made (0 none yet, 1 exact,
+     * 2 compressed: kept in the checkpoint) */
+    int auto_pending, auto_calls, auto_choice;
+    double auto_t_exact, auto_t_comp, auto_err;
     /* statistics of the current step (reset by comm_step_begin) */
     uint64_t bytes, saturated, nonfinite;
     double rel_err;         /* < 0 when not sampled this step */

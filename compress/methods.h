@@ -61,10 +61,12 @@ typedef enum {
 /* "none|cast|fp8_tensor|fp8_group|int8_group|taco|bf16": every name in table
  * order, '|'-separated, for config enums. The preprocessor cannot leave the
  * separator out before the first name only, so every name gets one in front
- * and "+ 1" steps over the first: a pointer into a string literal plus a
- * constant is an address constant, so this may initialise a static. */
+ * (COMPRESS_METHOD_BAR_NAMES, a literal that more choices can follow) and
+ * CHOICES starts at the second character: the address of an element of a
+ * string literal is an address constant, so this may initialise a static. */
 #define COMPRESS_METHOD_BAR_NAME_(m, name, ...) "|" name
-#define COMPRESS_METHOD_CHOICES (&(COMPRESS_METHOD_TABLE(COMPRESS_METHOD_BAR_NAME_))[1])
+#define COMPRESS_METHOD_BAR_NAMES COMPRESS_METHOD_TABLE(COMPRESS_METHOD_BAR_NAME_) /* "|none|cast|...": a literal */
+#define COMPRESS_METHOD_CHOICES (&(COMPRESS_METHOD_BAR_NAMES)[1])
 
 /* One row. */
 typedef struct {

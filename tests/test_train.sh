@@ -47,6 +47,35 @@ t_one_shot() {
     python3 tests/compare_logs.py $T/taco_two/log.jsonl $T/taco_one/log.jsonl --ratio comm_bytes 0.97 1.03
 }
 
+# compress.method=auto: with a fidelity bound nothing meets (auto_max_err=0)
+# every site stays exact, and the run equals method=none bit for bit; with no
+# speed or error demand every site takes the candidate after the trial steps,
+# and a resume from a checkpoint after the decision is bit-identical
+t_auto() {
+    local base=(configs/default.json "${SMALL[@]}" --set train.steps=12 --set parallel.tp=2)
+    $TRAIN -np 2 build/train "${base[@]}" --set compress.method=none --set log.dir=$T/auto_none > /dev/null || return 1
+    $TRAIN -np 2 build/train "${base[@]}" --set compress.method=auto --set compress.auto_max_err=0 \
+        --set log.dir=$T/auto_strict > $T/auto_strict.out || return 1
+    grep -q "^auto: 0 of 10 sites compress" $T/auto_strict.out || { grep "^auto" $T/auto_strict.out; return 1; }
+    python3 tests/compare_logs.py $T/auto_strict/log.jsonl $T/auto_none/log.jsonl --exact || return 1
+    local all=(--set compress.method=auto --set compress.auto_min_speedup=0 --set compress.auto_max_err=1 --set compress.auto_steps=2)
+    $TRAIN -np 2 build/train "${base[@]}" "${all[@]}" --set log.dir=$T/auto_all > $T/auto_all.out || return 1
+    grep -q "^auto: 10 of 10 sites compress" $T/auto_all.out || { grep "^auto" $T/auto_all.out; return 1; }
+    python3 - $T/auto_all/log.jsonl <<'PY' || return 1
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"sites"' in l]
+first, last = rows[0]["sites"], rows[-1]["sites"]
+assert all(v["method"] == "taco" for v in last.values()), last
+assert rows[-1]["comm_bytes"] < 0.3 * rows[0]["comm_bytes"], (rows[0]["comm_bytes"], rows[-1]["comm_bytes"])
+PY
+    $TRAIN -np 2 build/train "${base[@]}" "${all[@]}" --set log.dir=$T/auto_part --set checkpoint.every=6 > /dev/null || return 1
+    rm -f $T/auto_part/ckpt/*00000012*
+    $TRAIN -np 2 build/train "${base[@]}" "${all[@]}" --set log.dir=$T/auto_part --set checkpoint.resume=true \
+        > $T/auto_resume.out || return 1
+    ! grep -q "^auto:" $T/auto_resume.out || { echo "the resumed run ran the trials again"; return 1; }
+    python3 tests/compare_logs.py $T/auto_part/log.jsonl $T/auto_all/log.jsonl --exact || return 1
+}
+
 # save at step 10, resume, and the losses of steps 11..20 are bit-identical;
 # a model file written by the trainer loads with the same loss
 t_checkpoint_resume() {
@@ -144,6 +173,7 @@ t_taco_vs_none() {
 
 run tp_equivalence t_tp_equivalence
 run one_shot_allreduce t_one_shot
+run auto_compression t_auto
 run checkpoint_resume t_checkpoint_resume
 run config_errors t_config_errors
 run nonfinite_stops t_nonfinite

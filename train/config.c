@@ -98,7 +98,11 @@ static const CfgKey cfg_keys[] = {
     K_INT(train.sample_len, 64, 1, NOMAX),
     K_INT(parallel.tp, 1, 1, NOMAX),
     K_INT(parallel.dp, 1, 1, NOMAX),
-    K_ENUM(compress.method, "none", COMPRESS_METHOD_CHOICES), /* every row of compress/methods.h */
+    K_ENUM(compress.method, "none", (&(COMPRESS_METHOD_BAR_NAMES "|auto")[1])), /* every row of compress/methods.h, or auto */
+    K_ENUM(compress.auto_method, "taco", COMPRESS_METHOD_CHOICES), /* the candidate of "auto" */
+    K_INT(compress.auto_steps, 3, 1, 1000),
+    K_FLOAT(compress.auto_min_speedup, 1.0, 0, FLT_MAX, 0),
+    K_FLOAT(compress.auto_max_err, 0.1, 0, FLT_MAX, 0),
     K_ENUM(compress.format_fwd, "e4m3", "e4m3|e5m2"),
     K_ENUM(compress.format_bwd, "e4m3", "e4m3|e5m2"),
     K_GROUP(compress.group_size, 64),
@@ -728,8 +732,13 @@ static double cfg_float_value(float f) {
 
 void config_comm_policy(const Config* c, CommPolicy* p) {
     comm_policy_default(p);
-    if (compress_method_parse(c->compress.method, &p->method) != 0) /* validated by config_load */
-        FATAL("compress.method: unknown method '%s'", c->compress.method);
+    p->auto_select = strcmp(c->compress.method, "auto") == 0;
+    const char* m = p->auto_select ? c->compress.auto_method : c->compress.method;
+    if (compress_method_parse(m, &p->method) != 0) /* validated by config_load */
+        FATAL("compress.method: unknown method '%s'", m);
+    p->auto_steps = c->compress.auto_steps;
+    p->auto_min_speedup = c->compress.auto_min_speedup;
+    p->auto_max_err = c->compress.auto_max_err;
     p->fwd = c->compress.fwd;
     p->bwd = c->compress.bwd;
     p->embed = c->compress.embed;

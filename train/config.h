@@ -56,7 +56,10 @@ typedef struct {
         int tp, dp;
     } parallel;
     struct {
-        char method[32]; /* a name of compress/'s method table (COMPRESS_METHOD_CHOICES) */
+        char method[32]; /* a name of compress/'s method table (COMPRESS_METHOD_CHOICES), or "auto" */
+        char auto_method[32]; /* "auto": the compressor a site may take */
+        int auto_steps;       /* "auto": training calls each site is timed over */
+        float auto_min_speedup, auto_max_err; /* "auto": compress where exact/compressed time >= this, rel err <= this */
         char format_fwd[8], format_bwd[8]; /* e4m3 | e5m2 */
         int group_size; /* 0 = "auto" (calibrated per site) */
         int calib_steps;
