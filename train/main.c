@@ -180,8 +180,7 @@ int main(int argc, char** argv) {
 
     /* ---- model: one full model from a file (model.init_from wins) or from the seed
      * (host or device, per model.init), then this rank's slice ---- */
-    GPTShape shape = {cfg.model.max_seq_len, cfg.model.vocab_size, params_padded_vocab(cfg.model.vocab_size, comm.tp_size),
-                      cfg.model.n_layer, cfg.model.n_head, cfg.model.d_model};
+    GPTShape shape = config_model_shape(&cfg, comm.tp_size);
     /* sizes first (every product the model computes fits its type), then
      * memory (the node has room for every rank's estimate): before allocating */
     bad = params_shape_check(shape, comm.tp_size, B, T, err, sizeof(err)) != 0;

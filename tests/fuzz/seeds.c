@@ -25,7 +25,7 @@ int main(int argc, char** argv) {
     mkdir(argv[1], 0755);
     for (int i = 0; i < 3; i++) { snprintf(path, sizeof(path), "%s/%s", argv[1], sub[i]); mkdir(path, 0755); }
 
-    GPTShape s = {4, 32, 128, 1, 1, 4};   /* the shape fuzz_model.c and fuzz_state.c expect */
+    GPTShape s = gpt2_shape(4, 32, 128, 1, 1, 4);   /* the shape fuzz_model.c and fuzz_state.c expect */
     ParamLayout pl;
     params_layout(&pl, s, 1, 0);
     float* full = params_init_full(&pl, 5);
