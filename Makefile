@@ -38,7 +38,7 @@ endif
 # once per backend (CPU: float, GPU: -DOPS_BF16)
 COMPRESS_SRC = $(wildcard compress/*.c)
 CORE_SRC = common/check.c common/crc32c.c $(COMPRESS_SRC) comm/comm.c comm/collectives.c comm/sites.c \
-           comm/watchdog.c model/params.c model/gpt.c model/qwen2.c data/shard.c data/tokenizer.c \
+           comm/watchdog.c model/params.c model/gpt.c model/qwen2.c model/safetensors.c model/hf.c data/shard.c data/tokenizer.c \
            train/config.c train/config_model.c train/log.c train/checkpoint.c train/state.c train/agree.c train/signals.c \
            train/memcheck.c
 CPU_OBJ  = $(patsubst %.c,$(BUILD)/cpu/%.o,$(CORE_SRC) ops/ops_cpu.c ops/ops_cpu_qwen2.c)
@@ -136,7 +136,7 @@ $(DATA)/bible_train.bin: | $(BUILD)/prepro
 	$(BUILD)/prepro --in $(DATA)/bible.txt --out-dir $(DATA) --name bible --val-frac 0.05
 
 # ---- tests ----
-TESTS = test_fp8 test_hadamard test_compress test_ops test_ops_grad test_ops_qwen2 test_data test_config test_params test_collectives test_gpt
+TESTS = test_fp8 test_hadamard test_compress test_ops test_ops_grad test_ops_qwen2 test_safetensors test_data test_config test_params test_collectives test_gpt
 $(BUILD)/test_%: $(BUILD)/cpu/tests/test_%.o $(CPU_OBJ)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDFLAGS) $(LDLIBS)
 
