@@ -149,7 +149,7 @@ test: all $(addprefix $(BUILD)/,$(TESTS)) data
 comma := ,
 FUZZ_SECONDS ?= 30
 FUZZ_CC      ?= clang
-FUZZ_TARGETS  = config shard model state
+FUZZ_TARGETS  = config shard model state safetensors
 FUZZ_CFLAGS   = -std=c11 -g -O1 -D_GNU_SOURCE -I. $(MPI_CFLAGS) -fsanitize=fuzzer,address,undefined \
                 -fno-sanitize-recover=undefined
 FUZZ_LIBS     = $(shell mpicc --showme:link 2>/dev/null) -lcjson -lm

@@ -33,6 +33,8 @@ for p in 2 3 4; do run "test_collectives_np$p" $MPIRUN -np $p build/test_collect
 for p in 1 2 4; do run "test_gpt_np$p" $MPIRUN -np $p build/test_gpt; done
 echo "trainer tests"
 source tests/test_train.sh
+echo "qwen2 trainer tests"
+source tests/test_qwen2.sh
 echo "reliability tests"
 source tests/test_reliability.sh
 echo "tools tests"
