@@ -38,10 +38,10 @@ endif
 # once per backend (CPU: float, GPU: -DOPS_BF16)
 COMPRESS_SRC = $(wildcard compress/*.c)
 CORE_SRC = common/check.c common/crc32c.c $(COMPRESS_SRC) comm/comm.c comm/collectives.c comm/sites.c \
-           comm/watchdog.c model/params.c model/gpt.c data/shard.c data/tokenizer.c \
-           train/config.c train/log.c train/checkpoint.c train/state.c train/agree.c train/signals.c \
+           comm/watchdog.c model/params.c model/gpt.c model/qwen2.c model/safetensors.c model/hf.c data/shard.c data/tokenizer.c \
+           train/config.c train/config_model.c train/log.c train/checkpoint.c train/state.c train/agree.c train/signals.c \
            train/memcheck.c
-CPU_OBJ  = $(patsubst %.c,$(BUILD)/cpu/%.o,$(CORE_SRC) ops/ops_cpu.c)
+CPU_OBJ  = $(patsubst %.c,$(BUILD)/cpu/%.o,$(CORE_SRC) ops/ops_cpu.c ops/ops_cpu_qwen2.c)
 TOOL_OBJ = $(patsubst %.c,$(BUILD)/cpu/%.o,common/check.c $(COMPRESS_SRC))
 
 .SECONDARY:
@@ -136,7 +136,7 @@ $(DATA)/bible_train.bin: | $(BUILD)/prepro
 	$(BUILD)/prepro --in $(DATA)/bible.txt --out-dir $(DATA) --name bible --val-frac 0.05
 
 # ---- tests ----
-TESTS = test_fp8 test_hadamard test_compress test_ops test_ops_grad test_data test_config test_params test_collectives test_gpt
+TESTS = test_fp8 test_hadamard test_compress test_ops test_ops_grad test_ops_qwen2 test_safetensors test_data test_config test_params test_collectives test_gpt
 $(BUILD)/test_%: $(BUILD)/cpu/tests/test_%.o $(CPU_OBJ)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDFLAGS) $(LDLIBS)
 
@@ -149,11 +149,11 @@ test: all $(addprefix $(BUILD)/,$(TESTS)) data
 comma := ,
 FUZZ_SECONDS ?= 30
 FUZZ_CC      ?= clang
-FUZZ_TARGETS  = config shard model state
+FUZZ_TARGETS  = config shard model state safetensors
 FUZZ_CFLAGS   = -std=c11 -g -O1 -D_GNU_SOURCE -I. $(MPI_CFLAGS) -fsanitize=fuzzer,address,undefined \
                 -fno-sanitize-recover=undefined
 FUZZ_LIBS     = $(shell mpicc --showme:link 2>/dev/null) -lcjson -lm
-FUZZ_OBJ      = $(patsubst %.c,$(BUILD)/fuzz/obj/%.o,$(CORE_SRC) ops/ops_cpu.c)
+FUZZ_OBJ      = $(patsubst %.c,$(BUILD)/fuzz/obj/%.o,$(CORE_SRC) ops/ops_cpu.c ops/ops_cpu_qwen2.c)
 # the library objects get the sanitizers and coverage, not libFuzzer's main
 $(BUILD)/fuzz/obj/%.o: %.c
 	@mkdir -p $(dir $@)

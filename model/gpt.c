@@ -33,10 +33,6 @@
 #include "model/init_cuda.h"
 #endif
 
-/* pointer to tensor t (layer l) in a flat buffer of this rank's shards */
-#define TENSOR(buf, t) ((buf) + m->pl.offset[t])
-#define LAYER(buf, t, l) (TENSOR(buf, t) + (size_t)(l) * (m->pl.local[t] / (size_t)m->pl.s.L))
-
 /* gpt_init allocates through take(), so that gpt_backend_bytes can run the
  * same code to count the bytes instead: the memory estimate cannot drift
  * from the allocations. */
@@ -55,9 +51,12 @@ void gpt_init(GPT* m, GPTShape s, int tp_size, int tp_rank, int B, int T) {
     m->B = B;
     m->T = T;
     m->Cr = s.C / tp_size;
-    m->Fr = 4 * s.C / tp_size;
+    m->Fr = shape_ffn(&s) / tp_size;
     m->NHr = s.NH / tp_size;
+    m->KVr = shape_kv(&s) / tp_size;
     m->hs = s.C / s.NH;
+    m->QKVr = (m->NHr + 2 * m->KVr) * m->hs;             /* GPT-2: 3 Cr */
+    m->FCr = s.arch == ARCH_QWEN2 ? 2 * m->Fr : m->Fr;   /* qwen2: gate and up rows */
     m->Vr = s.Vp / tp_size;
     m->v0 = tp_rank * m->Vr;
 
@@ -80,12 +79,12 @@ void gpt_init(GPT* m, GPTShape s, int tp_size, int tp_rank, int B, int T) {
     for (int l = 0; l < s.L; l++) {
         LayerActs* a = &m->acts[l];
         a->ln1 = take(N * C * sizeof(floatX));
-        a->qkv = take(N * 3 * m->Cr * sizeof(floatX));
+        a->qkv = take(N * m->QKVr * sizeof(floatX));
         a->atty = take(N * m->Cr * sizeof(floatX));
         a->attproj = take(N * C * sizeof(floatX));
         a->res2 = take(N * C * sizeof(floatX));
         a->ln2 = take(N * C * sizeof(floatX));
-        a->fch = take(N * m->Fr * sizeof(floatX));
+        a->fch = take(N * m->FCr * sizeof(floatX));
         a->fch_gelu = take(N * m->Fr * sizeof(floatX));
         a->fcproj = take(N * C * sizeof(floatX));
         a->res3 = take(N * C * sizeof(floatX));
@@ -104,10 +103,10 @@ void gpt_init(GPT* m, GPTShape s, int tp_size, int tp_rank, int B, int T) {
     m->losses = take(N * sizeof(float));
     m->dres = take(N * C * sizeof(floatX));
     m->dln = take(N * C * sizeof(floatX));
-    m->dfch = take(N * m->Fr * sizeof(floatX));
+    m->dfch = take(N * m->FCr * sizeof(floatX));
     m->dfch_gelu = take(N * m->Fr * sizeof(floatX));
     m->datty = take(N * m->Cr * sizeof(floatX));
-    m->dqkv = take(N * 3 * m->Cr * sizeof(floatX));
+    m->dqkv = take(N * m->QKVr * sizeof(floatX));
     m->logit_row = take((size_t)m->Vr * sizeof(float));
 }
 
@@ -194,6 +193,7 @@ const char* gpt_init_random(GPT* m, const char* init, unsigned long long seed) {
 }
 
 float gpt_forward(GPT* m, Comm* c, const int* inputs, const int* targets) {
+    if (m->pl.s.arch == ARCH_QWEN2) return qwen2_forward(m, c, inputs, targets);
     const GPTShape* s = &m->pl.s;
     int B = m->B, T = m->T, C = s->C, N = B * T;
     floatX* P = m->params;
@@ -226,8 +226,13 @@ float gpt_forward(GPT* m, Comm* c, const int* inputs, const int* targets) {
     floatX* last = m->acts[s->L - 1].res3;
     layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, last, TENSOR(P, P_LNFW), TENSOR(P, P_LNFB), N, C);
     matmul_forward(m->logits, m->lnf, TENSOR(P, P_WTE), NULL, N, C, m->Vr);
-    if (!targets) return 0.0f;
+    return gpt_head_loss(m, c, targets);
+}
 
+float gpt_head_loss(GPT* m, Comm* c, const int* targets) {
+    if (!targets) return 0.0f;
+    const GPTShape* s = &m->pl.s;
+    int N = m->B * m->T;
     /* vocab-parallel cross-entropy: global max, then global sum of exp and
      * target logit; the backward (softmax - onehot) / N is fused in. */
     ops_from_host(m->tgt, targets, (size_t)N * sizeof(int));
@@ -242,6 +247,10 @@ float gpt_forward(GPT* m, Comm* c, const int* inputs, const int* targets) {
 void gpt_zero_grad(GPT* m) { ops_zero(m->grads, m->pl.total * sizeof(float)); }
 
 void gpt_backward(GPT* m, Comm* c) {
+    if (m->pl.s.arch == ARCH_QWEN2) {
+        qwen2_backward(m, c);
+        return;
+    }
     const GPTShape* s = &m->pl.s;
     int B = m->B, T = m->T, C = s->C, N = B * T;
     floatX* P = m->params;

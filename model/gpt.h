@@ -17,6 +17,9 @@
 extern "C" {
 #endif
 
+/* per layer; qwen2 uses the same buffers (model/qwen2.c): ln1/ln2 are the
+ * RMSNorm outputs (the *_mean buffers unused), fch the gate|up GEMM output
+ * and fch_gelu SwiGLU's output */
 typedef struct {
     floatX *ln1, *qkv, *atty, *attproj, *res2, *ln2, *fch, *fch_gelu, *fcproj, *res3;
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd, *lse;
@@ -26,6 +29,7 @@ typedef struct {
     ParamLayout pl;
     int B, T;                 /* the batch the activations are sized for */
     int Cr, Fr, NHr, hs;      /* this rank's attention width, MLP width, heads, head size */
+    int KVr, QKVr, FCr;       /* kv heads, q+k+v width, first MLP GEMM's width (qwen2: 2 Fr) */
     int Vr, v0;               /* this rank's vocab slice [v0, v0+Vr) */
     /* parameters (backend memory), one flat buffer each */
     floatX* params;           /* working weights (== master on the CPU build) */
@@ -44,6 +48,11 @@ typedef struct {
     floatX *dres, *dln, *dfch, *dfch_gelu, *datty, *dqkv;
     float* logit_row;         /* [Vr] fp32, backend: for sampling */
 } GPT;
+
+/* Inside the model's code (a GPT* named m in scope): tensor t (layer l) in a
+ * flat buffer of this rank's shards. */
+#define TENSOR(buf, t) ((buf) + m->pl.offset[t])
+#define LAYER(buf, t, l) (TENSOR(buf, t) + (size_t)(l) * (m->pl.local[t] / (size_t)m->pl.s.L))
 
 /* Allocates shards and activations; the weights are zero until
  * gpt_set_params. */
@@ -88,6 +97,14 @@ void gpt_backward(GPT* m, Comm* c);
 double gpt_grad_sumsq(const GPT* m, int count_replicated);
 void gpt_update(GPT* m, float lr, float beta1, float beta2, float eps, float weight_decay,
                 float grad_scale, int t);
+/* Shared by the architectures: the vocab-parallel cross-entropy over
+ * m->logits (NULL targets: 0, logits left as they are), leaving dlogits. */
+float gpt_head_loss(GPT* m, Comm* c, const int* targets);
+/* model/qwen2.c: forward and backward of model.arch = "qwen2" (same
+ * contract as gpt_forward / gpt_backward, which call them for that arch) */
+float qwen2_forward(GPT* m, Comm* c, const int* inputs, const int* targets);
+void qwen2_backward(GPT* m, Comm* c);
+
 /* Full-vocab logits (first V entries) of row n after a forward without
  * targets, gathered over TP into host memory. */
 void gpt_logits_row(GPT* m, Comm* c, int n, float* full_logits);

@@ -22,6 +22,19 @@
 const char* PARAM_NAMES[NUM_PARAM_TENSORS] = {
     "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
     "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"};
+static const char* QWEN2_NAMES[Q_NUM] = {"wte", "ln1w", "qkvw", "qkvb", "oprojw", "ln2w", "gateupw", "downw",
+                                         "normw", "lmhead"};
+
+const char* params_tensor_name(const ParamLayout* pl, int t) {
+    if (t < 0 || t >= NUM_PARAM_TENSORS) return "?";
+    if (pl->s.arch == ARCH_QWEN2) return t < Q_NUM ? QWEN2_NAMES[t] : "";
+    return PARAM_NAMES[t];
+}
+
+int params_tensor_layered(const ParamLayout* pl, int t) {
+    if (pl->s.arch == ARCH_QWEN2) return t != Q_WTE && t != Q_NORMW && t != Q_LMHEAD && t < Q_NUM;
+    return t != P_WTE && t != P_WPE && t != P_LNFW && t != P_LNFB;
+}
 
 size_t params_full_count(const ParamLayout* pl) {
     size_t n = 0;
@@ -44,6 +57,15 @@ int params_shape_check(GPTShape s, int P, int B, int T, char* err, size_t errlen
     /* gpt.c and this file hold 3C, 4C and per-rank widths in int, and every
      * size below in size_t: bound them here, before anything is computed
      * with them, in double (exact far beyond the limits checked) */
+    int qwen = s.arch == ARCH_QWEN2, KV = shape_kv(&s), F = shape_ffn(&s);
+    if (qwen && ((double)s.NH + 2.0 * KV) * (s.C / s.NH) > INT_MAX / 2) {
+        return check_errorf(err, errlen, "config error: model.n_head = %d, model.n_kv_head = %d and model.d_model = %d "
+                            "are too large: the q, k and v rows must fit in a 32-bit int", s.NH, KV, s.C);
+    }
+    if (qwen && F > INT_MAX / 2) {
+        return check_errorf(err, errlen, "config error: model.d_ff = %d is too large: 2 * d_ff (the gate and up rows) "
+                            "must fit in a 32-bit int, so d_ff can be at most %d", F, INT_MAX / 2);
+    }
     if (s.C > INT_MAX / 4) {
         return check_errorf(err, errlen, "config error: model.d_model = %d is too large: 4 * d_model (the MLP width) must "
                             "fit in a 32-bit int, so d_model can be at most %d", s.C, INT_MAX / 4);
@@ -53,7 +75,12 @@ int params_shape_check(GPTShape s, int P, int B, int T, char* err, size_t errlen
                             "parallel.tp = %d does not fit in a 32-bit int", s.V, P);
     }
     double C = s.C, L = s.L, params = (double)s.Vp * C + (double)s.maxT * C + L * (12.0 * C * C + 13.0 * C) + 2.0 * C;
-    double N = (double)B * T, widest = C > (double)s.Vp / P ? 4.0 * C : (double)s.Vp / P;
+    if (qwen) {
+        double qkv = ((double)s.NH + 2.0 * KV) * (C / s.NH);
+        params = (double)s.Vp * C * (s.tied ? 1.0 : 2.0) + L * (qkv * (C + 1.0) + C * C + 3.0 * C * F + 2.0 * C) + C;
+    }
+    double ffw = qwen ? 2.0 * F : 4.0 * C;
+    double N = (double)B * T, widest = ffw > (double)s.Vp / P ? ffw : (double)s.Vp / P;
     const double limit = 1e15;   /* bytes: far beyond any machine, far below size_t overflow */
     if (params * 4.0 > limit || N * widest * 4.0 * (L + 2.0) > limit) {
         return check_errorf(err, errlen, "config error: the model is far too large for any machine (%.3g parameters, "
@@ -73,8 +100,37 @@ typedef struct {
     int c0, nc;
 } Shard;
 
+/* Qwen2's tensors (params.h); slots from Q_NUM on are empty */
+static Shard shard_of_qwen2(const ParamLayout* pl, int t) {
+    const GPTShape* s = &pl->s;
+    int P = pl->P, r = pl->r, C = s->C, L = s->L, hs = s->C / s->NH, F = s->F;
+    int H = s->NH * hs, KH = s->KV * hs, Hr = H / P, KHr = KH / P, Fr = F / P, Vr = s->Vp / P;
+    Shard h = {.reps = L, .nblk = 1, .R = 1, .Cc = C};
+    switch (t) {
+    case Q_WTE: case Q_LMHEAD:
+        h.reps = t == Q_LMHEAD && s->tied ? 0 : 1;
+        h.R = s->Vp; h.r0[0] = r * Vr; h.nr[0] = Vr; h.c0 = 0; h.nc = C; return h;
+    case Q_QKVW: case Q_QKVB:
+        h.R = H + 2 * KH; h.Cc = t == Q_QKVW ? C : 1; h.nblk = 3;
+        h.r0[0] = r * Hr; h.r0[1] = H + r * KHr; h.r0[2] = H + KH + r * KHr;
+        h.nr[0] = Hr; h.nr[1] = h.nr[2] = KHr; h.c0 = 0; h.nc = h.Cc;
+        return h;
+    case Q_OPROJW: h.R = C; h.Cc = H; h.r0[0] = 0; h.nr[0] = C; h.c0 = r * Hr; h.nc = Hr; return h;
+    case Q_GATEUPW:
+        h.R = 2 * F; h.nblk = 2; h.r0[0] = r * Fr; h.r0[1] = F + r * Fr; h.nr[0] = h.nr[1] = Fr; h.c0 = 0; h.nc = C;
+        return h;
+    case Q_DOWNW: h.R = C; h.Cc = F; h.r0[0] = 0; h.nr[0] = C; h.c0 = r * Fr; h.nc = Fr; return h;
+    case Q_LN1W: case Q_LN2W: break;
+    case Q_NORMW: h.reps = 1; break;
+    default: h.reps = 0; break;   /* unused slot */
+    }
+    h.r0[0] = 0; h.nr[0] = h.R; h.c0 = 0; h.nc = h.Cc;   /* replicated: the whole tensor */
+    return h;
+}
+
 static Shard shard_of(const ParamLayout* pl, int t) {
     const GPTShape* s = &pl->s;
+    if (s->arch == ARCH_QWEN2) return shard_of_qwen2(pl, t);
     int P = pl->P, r = pl->r, C = s->C, L = s->L;
     int Cr = C / P, Fr = 4 * C / P, Vr = s->Vp / P;
     Shard h = {.reps = 1, .nblk = 1};
@@ -115,6 +171,11 @@ void params_layout(ParamLayout* pl, GPTShape s, int P, int r) {
         off += pl->local[t];
     }
     pl->total = off;
+    if (s.arch == ARCH_QWEN2) {
+        pl->decayed[Q_WTE] = pl->decayed[Q_QKVW] = pl->decayed[Q_OPROJW] = 1;
+        pl->decayed[Q_GATEUPW] = pl->decayed[Q_DOWNW] = pl->decayed[Q_LMHEAD] = 1;
+        return;
+    }
     pl->decayed[P_WTE] = pl->decayed[P_WPE] = pl->decayed[P_QKVW] = 1;
     pl->decayed[P_ATTPROJW] = pl->decayed[P_FCW] = pl->decayed[P_FCPROJW] = 1;
 }
@@ -131,7 +192,7 @@ int params_shard_nblocks(const ParamLayout* pl, int t) {
 ShardBlock params_shard_block(const ParamLayout* pl, int t, int i) {
     Shard h = shard_of(pl, t);
     if (i < 0 || i >= params_shard_nblocks(pl, t)) {
-        FATAL("params_shard_block: block %d of tensor %s is out of range (%d blocks)", i, PARAM_NAMES[t],
+        FATAL("params_shard_block: block %d of tensor %s is out of range (%d blocks)", i, params_tensor_name(pl, t),
               params_shard_nblocks(pl, t));
     }
     if (!pl->sharded[t]) {
@@ -192,6 +253,10 @@ static float normal_at(uint64_t seed, int t, size_t i) {
 }
 
 float params_init_std(const ParamLayout* pl, int t, float* fill) {
+    if (pl->s.arch == ARCH_QWEN2) {   /* transformers' Qwen2 init: N(0, 0.02) weights, zero biases, unit gains */
+        *fill = (t == Q_LN1W || t == Q_LN2W || t == Q_NORMW) ? 1.0f : 0.0f;
+        return (t == Q_QKVB || *fill == 1.0f || t >= Q_NUM) ? 0.0f : 0.02f;
+    }
     *fill = (t == P_LN1W || t == P_LN2W || t == P_LNFW) ? 1.0f : 0.0f;
     switch (t) {
     case P_WTE: case P_WPE: case P_QKVW: case P_FCW: return 0.02f;
@@ -213,7 +278,7 @@ float* params_init_full(const ParamLayout* pl, unsigned long long seed) {
         for (size_t i = 0; i < n; i++) {
             p[i] = std > 0.0f ? std * normal_at(seed, t, i) : fill;
         }
-        if (t == P_WTE) memset(p + (size_t)s->V * s->C, 0, (size_t)(s->Vp - s->V) * s->C * sizeof(float));
+        if (t == P_WTE || (s->arch == ARCH_QWEN2 && t == Q_LMHEAD && n > 0)) memset(p + (size_t)s->V * s->C, 0, (size_t)(s->Vp - s->V) * s->C * sizeof(float));
         off += n;
     }
     return full;
@@ -244,6 +309,10 @@ static size_t model_file_bytes(const ParamLayout* pl, int fileVp) {
 }
 
 int params_file_check(const char* path, const ParamLayout* pl, char* err, size_t errlen) {
+    if (pl->s.arch != ARCH_GPT2) {
+        return check_errorf(err, errlen, "error: %s: llm.c model files hold GPT-2 only; a model.arch = \"qwen2\" model "
+                            "loads from a Hugging Face directory (config.json + *.safetensors)", path);
+    }
     FILE* f = fopen(path, "rb");
     if (!f) return check_errorf(err, errlen, "error: model.init_from: cannot open %s", path);
     int hdr[256];
@@ -285,16 +354,17 @@ int params_file_check(const char* path, const ParamLayout* pl, char* err, size_t
 /* The first non-finite value of a full model, as "tensor (layer l) index i":
  * a NaN in a loaded file is a corrupt or diverged model, and it must be named
  * at load, not found later as a non-finite loss. Returns 0 when all finite. */
-static int first_nonfinite(const ParamLayout* pl, const float* full, char* where, size_t cap) {
+int params_first_nonfinite(const ParamLayout* pl, const float* full, char* where, size_t cap) {
     const float* p = full;
     for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
         size_t n = pl->full[t];
         for (size_t i = 0; i < n; i++) {
             if (isfinite(p[i])) continue;
-            int layered = t != P_WTE && t != P_WPE && t != P_LNFW && t != P_LNFB;
+            int layered = params_tensor_layered(pl, t);
             size_t per = layered ? n / (size_t)pl->s.L : n;
-            if (layered) snprintf(where, cap, "tensor %s, layer %zu, element %zu (%g)", PARAM_NAMES[t], i / per, i % per, p[i]);
-            else snprintf(where, cap, "tensor %s, element %zu (%g)", PARAM_NAMES[t], i, p[i]);
+            const char* name = params_tensor_name(pl, t);
+            if (layered) snprintf(where, cap, "tensor %s, layer %zu, element %zu (%g)", name, i / per, i % per, p[i]);
+            else snprintf(where, cap, "tensor %s, element %zu (%g)", name, i, p[i]);
             return 1;
         }
         p += n;
@@ -342,7 +412,7 @@ int params_read_full(const char* path, const ParamLayout* pl, float** out, int* 
     else if (has_crc && crc != stored)
         rc = check_errorf(err, errlen, "%s fails its checksum (stored CRC-32C %08x, computed %08x): the file is "
                           "corrupt", path, stored, crc);
-    else if (first_nonfinite(pl, full, where, sizeof(where)))
+    else if (params_first_nonfinite(pl, full, where, sizeof(where)))
         rc = check_errorf(err, errlen, "%s holds a non-finite weight at %s: the model is corrupt or had diverged "
                           "when it was saved", path, where);
     if (rc != 0) {
@@ -355,6 +425,7 @@ int params_read_full(const char* path, const ParamLayout* pl, float** out, int* 
 }
 
 int params_save_full(const char* path, const ParamLayout* pl, const float* full, char* err, size_t errlen) {
+    if (pl->s.arch != ARCH_GPT2) return check_errorf(err, errlen, "%s: llm.c model files hold GPT-2 only", path);
     const GPTShape* s = &pl->s;
     int hdr[256] = {0};
     hdr[0] = MODEL_MAGIC;

@@ -27,13 +27,41 @@
 extern "C" {
 #endif
 
+/* The tensor slots of a layout: GPT-2 uses all 16, Qwen2 the first 10 (the
+ * rest are empty: zero elements, so loops over every slot stay correct). */
 #define NUM_PARAM_TENSORS 16
 enum { P_WTE, P_WPE, P_LN1W, P_LN1B, P_QKVW, P_QKVB, P_ATTPROJW, P_ATTPROJB,
        P_LN2W, P_LN2B, P_FCW, P_FCB, P_FCPROJW, P_FCPROJB, P_LNFW, P_LNFB };
 
+/* Qwen2 (transformers' Qwen2ForCausalLM), H = NH*hs, KH = KV*hs, F = d_ff:
+ *   wte[Vp,C] ln1w[L,C] qkvw[L,H+2KH,C] (q rows, k rows, v rows) qkvb[L,H+2KH]
+ *   oprojw[L,C,H] ln2w[L,C] gateupw[L,2F,C] (gate rows, then up rows)
+ *   downw[L,C,F] normw[C] lmhead[Vp,C] (empty when tied to wte)
+ * Under TP, qkvw/qkvb hold the q rows of heads [r*NH/P, ..) and the k and v
+ * rows of kv heads [r*KV/P, ..) (Megatron's query groups), gateupw the gate
+ * and up rows [r*F/P, ..), oprojw and downw the matching input columns, wte
+ * and lmhead vocab rows; the norms are replicated. */
+enum { Q_WTE, Q_LN1W, Q_QKVW, Q_QKVB, Q_OPROJW, Q_LN2W, Q_GATEUPW, Q_DOWNW, Q_NORMW, Q_LMHEAD, Q_NUM };
+
+enum { ARCH_GPT2 = 0, ARCH_QWEN2 = 1 };
+
 typedef struct {
     int maxT, V, Vp, L, NH, C;  /* full model: V real vocab, Vp padded */
+    /* zero for GPT-2 (so a GPTShape written as {maxT, V, Vp, L, NH, C} is one) */
+    int arch;                   /* ARCH_GPT2 | ARCH_QWEN2 */
+    int KV, F, tied;            /* qwen2: kv heads, MLP width, LM head tied to wte */
+    float norm_eps, rope_theta; /* qwen2: RMSNorm eps, RoPE base */
 } GPTShape;
+
+/* A GPT-2 shape (the qwen2 fields zero) */
+static inline GPTShape gpt2_shape(int maxT, int V, int Vp, int L, int NH, int C) {
+    GPTShape s = {maxT, V, Vp, L, NH, C, ARCH_GPT2, 0, 0, 1, 1e-5f, 0.0f};
+    return s;
+}
+
+/* kv heads and MLP width of any shape (GPT-2: NH and 4C) */
+static inline int shape_kv(const GPTShape* s) { return s->arch == ARCH_QWEN2 ? s->KV : s->NH; }
+static inline int shape_ffn(const GPTShape* s) { return s->arch == ARCH_QWEN2 ? s->F : 4 * s->C; }
 
 typedef struct {
     GPTShape s;
@@ -55,7 +83,11 @@ void params_layout(ParamLayout* pl, GPTShape s, int P, int r);
  * T) fits the int and size_t arithmetic of params.c and gpt.c, before any
  * of it is computed: 0, or -1 with one line in err naming the key. */
 int params_shape_check(GPTShape s, int P, int B, int T, char* err, size_t errlen);
-extern const char* PARAM_NAMES[NUM_PARAM_TENSORS];
+extern const char* PARAM_NAMES[NUM_PARAM_TENSORS];   /* GPT-2's */
+/* the name of slot t in pl's architecture ("" for an unused slot) */
+const char* params_tensor_name(const ParamLayout* pl, int t);
+/* 1 if tensor t has one block per layer (named "layer l" in messages) */
+int params_tensor_layered(const ParamLayout* pl, int t);
 
 /* One rectangular block of this rank's shard of tensor t: `rows` x `cols`
  * values starting at element `src` of the full tensor t (row pitch `ld`
@@ -98,6 +130,9 @@ int params_read_full(const char* path, const ParamLayout* pl, float** out, int* 
 /* Validates a model file's header and size against the shape without reading
  * the weights: 0 ok, or -1 with one line in err ("error: ...") naming the
  * file and the first field that differs. */
+/* The first non-finite value of a full model as "tensor NAME, layer l,
+ * element i (value)" in where: 1 if there is one, 0 when all are finite. */
+int params_first_nonfinite(const ParamLayout* pl, const float* full, char* where, size_t cap);
 int params_file_check(const char* path, const ParamLayout* pl, char* err, size_t errlen);
 /* Writes the full model atomically (path.tmp, fsync, rename), with its
  * checksum. Returns 0, or -1 with one line in err; a failed write leaves no

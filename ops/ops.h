@@ -99,6 +99,36 @@ void attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T,
 void attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
                         const float* lse, int B, int T, int NH, int hs);
 
+/* ---- the ops of Qwen2 (model.arch = "qwen2"), fp32 CPU build only so far:
+ * the CUDA backend does not implement them yet and the GPU build refuses
+ * the arch, so they are not declared there. ops/ops_cpu.c (attention) and
+ * ops/ops_cpu_qwen2.c (the rest) implement them. */
+#ifndef OPS_BF16
+/* Grouped-query attention: qkv[B,T,(NH+2*NKV)*hs] holds q of NH heads, then
+ * k and v of NKV heads (NH % NKV == 0); query head h reads kv head
+ * h / (NH/NKV). out[B,T,NH*hs], lse[B,NH,T]. NKV = NH is attention_forward. */
+void attention_gqa_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int NKV, int hs);
+void attention_gqa_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
+                            const float* lse, int B, int T, int NH, int NKV, int hs);
+/* RMSNorm: out = inp * rstd * w with rstd = 1 / sqrt(mean(inp^2) + eps),
+ * saved in rstd[N]. The backward ACCUMULATES into dinp (the residual
+ * stream's gradient, as layernorm_backward) and dw. */
+void rmsnorm_forward(floatX* out, float* rstd, const floatX* inp, const floatX* w, int N, int C, float eps);
+void rmsnorm_backward(floatX* dinp, float* dw, const floatX* dout, const floatX* inp, const floatX* w,
+                      const float* rstd, int N, int C);
+/* Rotate-half RoPE (transformers' Qwen2/Llama), in place on the first nh
+ * heads of hs values of every row of x[B,T,ld], at position t: for
+ * i < hs/2, angle a = t * theta^(-2i/hs),
+ *   x[i] <- x[i] cos a - x[i+hs/2] sin a,  x[i+hs/2] <- x[i+hs/2] cos a + x[i] sin a.
+ * The backward applies the transposed (inverse) rotation to the gradient. */
+void rope_forward(floatX* x, int B, int T, int ld, int nh, int hs, float theta);
+void rope_backward(floatX* dx, int B, int T, int ld, int nh, int hs, float theta);
+/* SwiGLU: out[n,i] = silu(gu[n,i]) * gu[n,F+i], gu[N,2F] = (gate | up),
+ * out[N,F]; the backward overwrites dgu[N,2F]. */
+void swiglu_forward(floatX* out, const floatX* gu, int N, int F);
+void swiglu_backward(floatX* dgu, const floatX* gu, const floatX* dout, int N, int F);
+#endif
+
 /* ---- vocab-parallel softmax cross-entropy --------------------------------
  * logits[N,Vr] hold global vocab ids [v0, v0+Vr); ids >= V are padding and
  * never take part. Between the three calls the caller all-reduces over TP:

@@ -354,9 +354,13 @@ void gelu_backward(floatX* dinp, const floatX* inp, const floatX* dout, size_t n
  * Only lse is saved. The backward recomputes p_j from q, k and lse, so memory
  * stays O(T) instead of O(T^2), the same contract as the flash-style GPU kernel. */
 
-void attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int hs) {
-    size_t C3 = (size_t)3 * NH * hs; /* qkv row: q of all heads, then k, then v */
-    size_t Co = (size_t)NH * hs;
+/* Causal attention with NKV <= NH kv heads (grouped-query attention; GPT-2
+ * is NKV = NH): qkv rows hold q of NH heads, then k and v of NKV heads, and
+ * query head h reads kv head h / (NH / NKV). */
+void attention_gqa_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int NKV, int hs) {
+    size_t C3 = (size_t)(NH + 2 * NKV) * hs; /* qkv row: q of all heads, then k, then v */
+    size_t Co = (size_t)NH * hs, Ck = (size_t)NKV * hs;
+    int group = NH / NKV;
     float scale = 1.0f / sqrtf((float)hs);
     #pragma omp parallel
     {
@@ -366,9 +370,10 @@ void attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T,
             for (int h = 0; h < NH; h++) {
                 for (int t = 0; t < T; t++) {
                     const float* q = qkv + ((size_t)b * T + t) * C3 + (size_t)h * hs;
+                    size_t kh = (size_t)(h / group) * hs;
                     float mx = -INFINITY;
                     for (int j = 0; j <= t; j++) {
-                        const float* k = qkv + ((size_t)b * T + j) * C3 + Co + (size_t)h * hs;
+                        const float* k = qkv + ((size_t)b * T + j) * C3 + Co + kh;
                         float s = 0.0f;
                         for (int i = 0; i < hs; i++) s += q[i] * k[i];
                         s *= scale;
@@ -386,7 +391,7 @@ void attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T,
                     float* o = out + ((size_t)b * T + t) * Co + (size_t)h * hs;
                     for (int i = 0; i < hs; i++) o[i] = 0.0f;
                     for (int j = 0; j <= t; j++) {
-                        const float* v = qkv + ((size_t)b * T + j) * C3 + 2 * Co + (size_t)h * hs;
+                        const float* v = qkv + ((size_t)b * T + j) * C3 + Co + Ck + kh;
                         float p = att[j] * inv;
                         for (int i = 0; i < hs; i++) o[i] += p * v[i];
                     }
@@ -397,54 +402,69 @@ void attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T,
     }
 }
 
-void attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
-                        const float* lse, int B, int T, int NH, int hs) {
+void attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int hs) {
+    attention_gqa_forward(out, lse, qkv, B, T, NH, NH, hs);
+}
+
+void attention_gqa_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
+                            const float* lse, int B, int T, int NH, int NKV, int hs) {
     /* With dp_j = dout_t . v_j and ds_j = p_j (dp_j - D_t), where
      * D_t = sum_j p_j dp_j = dout_t . out_t:
      *   dv_j += p_j dout_t,  dq_t += scale ds_j k_j,  dk_j += scale ds_j q_t.
-     * dk and dv of one key gather from every later query, so a whole (b,h)
-     * belongs to one thread, which walks t and j in order: deterministic and
-     * no scratch at all. dqkv is overwritten. */
-    size_t C3 = (size_t)3 * NH * hs;
-    size_t Co = (size_t)NH * hs;
+     * dk and dv of one key gather from every later query of every query head
+     * of its group, so a whole (b, kv head) belongs to one thread, which walks
+     * the group's heads, t and j in order: deterministic and no scratch at
+     * all. dqkv is overwritten. */
+    size_t C3 = (size_t)(NH + 2 * NKV) * hs;
+    size_t Co = (size_t)NH * hs, Ck = (size_t)NKV * hs;
+    int group = NH / NKV;
     float scale = 1.0f / sqrtf((float)hs);
     #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++) {
-        for (int h = 0; h < NH; h++) {
+        for (int g = 0; g < NKV; g++) {
             for (int t = 0; t < T; t++) {
-                float* d = dqkv + ((size_t)b * T + t) * C3 + (size_t)h * hs;
-                for (int i = 0; i < hs; i++) d[i] = d[Co + i] = d[2 * Co + i] = 0.0f;
+                float* d = dqkv + ((size_t)b * T + t) * C3;
+                for (int i = 0; i < hs; i++) d[Co + (size_t)g * hs + i] = d[Co + Ck + (size_t)g * hs + i] = 0.0f;
+                for (int h = g * group; h < (g + 1) * group; h++)
+                    for (int i = 0; i < hs; i++) d[(size_t)h * hs + i] = 0.0f;
             }
-            for (int t = 0; t < T; t++) {
-                const float* q = qkv + ((size_t)b * T + t) * C3 + (size_t)h * hs;
-                float* dq = dqkv + ((size_t)b * T + t) * C3 + (size_t)h * hs;
-                const float* dot = dout + ((size_t)b * T + t) * Co + (size_t)h * hs;
-                const float* ot = out + ((size_t)b * T + t) * Co + (size_t)h * hs;
-                float l = lse[((size_t)b * NH + h) * T + t];
-                float D = 0.0f;
-                for (int i = 0; i < hs; i++) D += dot[i] * ot[i];
-                for (int j = 0; j <= t; j++) {
-                    size_t rj = ((size_t)b * T + j) * C3 + (size_t)h * hs;
-                    const float* k = qkv + rj + Co;
-                    const float* v = qkv + rj + 2 * Co;
-                    float* dk = dqkv + rj + Co;
-                    float* dv = dqkv + rj + 2 * Co;
-                    float s = 0.0f, dp = 0.0f;
-                    for (int i = 0; i < hs; i++) {
-                        s += q[i] * k[i];
-                        dp += dot[i] * v[i];
-                    }
-                    float p = expf(s * scale - l);
-                    float ds = p * (dp - D) * scale;
-                    for (int i = 0; i < hs; i++) {
-                        dv[i] += p * dot[i];
-                        dq[i] += ds * k[i];
-                        dk[i] += ds * q[i];
+            for (int h = g * group; h < (g + 1) * group; h++) {
+                for (int t = 0; t < T; t++) {
+                    const float* q = qkv + ((size_t)b * T + t) * C3 + (size_t)h * hs;
+                    float* dq = dqkv + ((size_t)b * T + t) * C3 + (size_t)h * hs;
+                    const float* dot = dout + ((size_t)b * T + t) * Co + (size_t)h * hs;
+                    const float* ot = out + ((size_t)b * T + t) * Co + (size_t)h * hs;
+                    float l = lse[((size_t)b * NH + h) * T + t];
+                    float D = 0.0f;
+                    for (int i = 0; i < hs; i++) D += dot[i] * ot[i];
+                    for (int j = 0; j <= t; j++) {
+                        size_t rj = ((size_t)b * T + j) * C3 + (size_t)g * hs;
+                        const float* k = qkv + rj + Co;
+                        const float* v = qkv + rj + Co + Ck;
+                        float* dk = dqkv + rj + Co;
+                        float* dv = dqkv + rj + Co + Ck;
+                        float s = 0.0f, dp = 0.0f;
+                        for (int i = 0; i < hs; i++) {
+                            s += q[i] * k[i];
+                            dp += dot[i] * v[i];
+                        }
+                        float p = expf(s * scale - l);
+                        float ds = p * (dp - D) * scale;
+                        for (int i = 0; i < hs; i++) {
+                            dv[i] += p * dot[i];
+                            dq[i] += ds * k[i];
+                            dk[i] += ds * q[i];
+                        }
                     }
                 }
             }
         }
     }
+}
+
+void attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
+                        const float* lse, int B, int T, int NH, int hs) {
+    attention_gqa_backward(dqkv, dout, qkv, out, lse, B, T, NH, NH, hs);
 }
 
 /* ------------------------------------------------------------------------ */

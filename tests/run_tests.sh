@@ -12,7 +12,7 @@ source tests/lib.sh
 echo "layering"
 run check_layers python3 tools/check_layers.py
 echo "unit tests"
-for t in test_fp8 test_hadamard test_compress test_ops test_ops_grad test_data test_config test_params; do
+for t in test_fp8 test_hadamard test_compress test_ops test_ops_grad test_ops_qwen2 test_data test_config test_params test_safetensors; do
     run "$t" "build/$t"
 done
 if [ -d "${CUDA_HOME:-/usr/local/cuda}/include" ]; then
@@ -33,6 +33,8 @@ for p in 2 3 4; do run "test_collectives_np$p" $MPIRUN -np $p build/test_collect
 for p in 1 2 4; do run "test_gpt_np$p" $MPIRUN -np $p build/test_gpt; done
 echo "trainer tests"
 source tests/test_train.sh
+echo "qwen2 trainer tests"
+source tests/test_qwen2.sh
 echo "reliability tests"
 source tests/test_reliability.sh
 echo "tools tests"

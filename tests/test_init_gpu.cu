@@ -54,7 +54,7 @@ static const unsigned long long SEED = 1337;
 
 /* Small GPT of the test: L=2, C=64, NH=4, V=300 (padded to 384), maxT=64. */
 static GPTShape small_shape(int P) {
-    GPTShape s = {64, 300, params_padded_vocab(300, P), 2, 4, 64};
+    GPTShape s = gpt2_shape(64, 300, params_padded_vocab(300, P), 2, 4, 64);
     return s;
 }
 
@@ -145,7 +145,7 @@ static void test_tp(void) {
     free(m1);
 
     /* V = 400, NH = 6: Vp = 512 at P = 1, 2 but 768 at P = 3 (a multiple of 384) */
-    GPTShape s1 = {32, 400, params_padded_vocab(400, 1), 2, 6, 96};
+    GPTShape s1 = gpt2_shape(32, 400, params_padded_vocab(400, 1), 2, 6, 96);
     GPTShape s3 = s1;
     s3.Vp = params_padded_vocab(400, 3);
     ParamLayout pla, plb;
@@ -304,7 +304,7 @@ static void test_gpt_small(void) {
 }
 
 static void test_gpt_350m(void) {
-    GPTShape s = {1024, 50257, params_padded_vocab(50257, 1), 24, 16, 1024};
+    GPTShape s = gpt2_shape(1024, 50257, params_padded_vocab(50257, 1), 24, 16, 1024);
     GPT m;
     gpt_init(&m, s, 1, 0, 1, 64);
     const ParamLayout* pl = &m.pl;

@@ -129,7 +129,7 @@ static void test_shard_blocks(GPTShape s) {
 }
 
 static void test_init_stats(void) {
-    GPTShape s = {64, 300, 384, 2, 4, 64};
+    GPTShape s = gpt2_shape(64, 300, 384, 2, 4, 64);
     ParamLayout pl;
     params_layout(&pl, s, 1, 0);
     float* a = params_init_full(&pl, 7);
@@ -185,7 +185,7 @@ static void load_fails(const char* path, const ParamLayout* pl, const char* want
 }
 
 static void test_model_file(void) {
-    GPTShape s = {32, 200, 256, 2, 4, 32};
+    GPTShape s = gpt2_shape(32, 200, 256, 2, 4, 32);
     ParamLayout pl;
     params_layout(&pl, s, 1, 0);
     float* full = params_init_full(&pl, 3);
@@ -264,10 +264,10 @@ static void test_crc32c(void) {
 
 int main(void) {
     test_crc32c();
-    test_roundtrip((GPTShape){16, 256, 256, 2, 4, 32});
-    test_roundtrip((GPTShape){8, 1000, 1024, 3, 12, 48});     /* V not a multiple of 128, NH divisible by 1..4 */
-    test_shard_blocks((GPTShape){16, 256, 256, 2, 4, 32});
-    test_shard_blocks((GPTShape){8, 1000, 1024, 3, 12, 48});
+    test_roundtrip(gpt2_shape(16, 256, 256, 2, 4, 32));
+    test_roundtrip(gpt2_shape(8, 1000, 1024, 3, 12, 48));     /* V not a multiple of 128, NH divisible by 1..4 */
+    test_shard_blocks(gpt2_shape(16, 256, 256, 2, 4, 32));
+    test_shard_blocks(gpt2_shape(8, 1000, 1024, 3, 12, 48));
     test_init_stats();
     test_model_file();
     if (failures) { printf("test_params: %d FAILED\n", failures); return 1; }

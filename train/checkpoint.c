@@ -17,6 +17,8 @@
 
 #include "comm/watchdog.h"
 #include "common/check.h"
+#include "model/hf.h"
+#include "model/safetensors.h"
 #include "train/agree.h"
 #include "train/state.h"
 
@@ -35,7 +37,10 @@ int checkpoint_mkdirs(const char* dir, char* err, size_t errlen) {
     return 0;
 }
 
-static void model_path(char* out, size_t cap, const char* dir, int step) { snprintf(out, cap, "%s/model_%08d.bin", dir, step); }
+/* GPT-2: llm.c's file; qwen2: a Hugging Face directory (model/hf.h) */
+static void model_path(char* out, size_t cap, const char* dir, int step, int arch) {
+    snprintf(out, cap, arch == ARCH_QWEN2 ? "%s/model_%08d" : "%s/model_%08d.bin", dir, step);
+}
 static void state_path(char* out, size_t cap, const char* dir, int step, int rank) {
     snprintf(out, cap, "%s/state_%08d_r%d.bin", dir, step, rank);
 }
@@ -77,10 +82,14 @@ static void remove_step(const char* dir, int step, const Comm* c) {
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
     remove(tmp);
     remove(path);
-    model_path(path, sizeof(path), dir, step);
+    model_path(path, sizeof(path), dir, step, ARCH_GPT2);
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
     remove(tmp);
     remove(path);
+    model_path(path, sizeof(path), dir, step, ARCH_QWEN2);
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    hf_remove_dir(tmp);
+    hf_remove_dir(path);
 }
 
 static int write_marker(const char* dir, int step, const Comm* c, char* err, size_t errlen) {
@@ -139,8 +148,9 @@ int checkpoint_save(const char* dir, int step, int keep, GPT* m, Comm* c, DataLo
     float* full = checkpoint_gather_model(m, c);
     failed = 0;
     if (full) {
-        model_path(path, sizeof(path), dir, step);
-        failed = params_save_full(path, &m->pl, full, err, errlen) != 0;
+        model_path(path, sizeof(path), dir, step, m->pl.s.arch);
+        failed = (m->pl.s.arch == ARCH_QWEN2 ? hf_save_dir(path, &m->pl, full, ST_F32, err, errlen)
+                                             : params_save_full(path, &m->pl, full, err, errlen)) != 0;
         free(full);
     }
 
@@ -193,7 +203,8 @@ void checkpoint_clean_tmp(const char* dir) {
         if (len < 4 || strcmp(e->d_name + len - 4, ".tmp") != 0) continue;
         if (strncmp(e->d_name, "model_", 6) && strncmp(e->d_name, "state_", 6) && strncmp(e->d_name, "done_", 5)) continue;
         snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-        remove(path);
+        if (hf_is_dir(path)) hf_remove_dir(path);   /* a qwen2 model directory being written */
+        else remove(path);
     }
     closedir(d);
 }
@@ -207,12 +218,13 @@ static int exists(const char* path) {
 static int read_step(const char* dir, int step, GPT* m, Comm* c, DataLoader* dl, float** full, StateData* sd,
                      int* unchecked, char* err, size_t errlen) {
     char mpath[1200], spath[1200];
-    model_path(mpath, sizeof(mpath), dir, step);
+    model_path(mpath, sizeof(mpath), dir, step, m->pl.s.arch);
     state_path(spath, sizeof(spath), dir, step, c->world_rank);
     if (!exists(mpath)) return check_errorf(err, errlen, "checkpoint %d is incomplete: missing %s", step, mpath);
     if (!exists(spath)) return check_errorf(err, errlen, "checkpoint %d is incomplete: missing %s", step, spath);
     int checked = 0;
-    if (params_read_full(mpath, &m->pl, full, &checked, err, errlen) != 0) return -1;
+    if ((m->pl.s.arch == ARCH_QWEN2 ? hf_read_dir(mpath, &m->pl, full, &checked, err, errlen)
+                                    : params_read_full(mpath, &m->pl, full, &checked, err, errlen)) != 0) return -1;
     if (!checked) *unchecked |= 1;
     StateExpect want = {step, c->tp_size, c->dp_size, c->world_rank, m->pl.total, comm_state_bytes(c), &m->pl};
     if (state_read(spath, &want, sd, err, errlen) != 0) return -1;

@@ -76,6 +76,12 @@ static const CfgKey cfg_keys[] = {
     { CFG_AT(model.vocab_size), .type = CFG_INT, .def = 256, .lo = 2, .hi = 65536,
       .note = "shards store token ids as uint16" },
     K_STR(model.init_from, ""),
+    K_ENUM(model.arch, "gpt2", "gpt2|qwen2"),
+    K_INT(model.n_kv_head, 0, 0, NOMAX), /* 0 = model.n_head */
+    K_INT(model.d_ff, 0, 0, NOMAX),      /* 0 = 4 * model.d_model */
+    K_FLOAT(model.norm_eps, 1e-6, 0, 1, CFG_LO_OPEN),
+    K_FLOAT(model.rope_theta, 10000, 0, FLT_MAX, CFG_LO_OPEN),
+    K_BOOL(model.tie_embeddings, 1),
     { CFG_AT(model.init), .type = CFG_ENUM, .sdef = "auto", .choices = "host|device|auto", .gpu_only = "device" },
     K_STR(data.train, "datasets/bible/bible_train.bin"),
     K_STR(data.val, "datasets/bible/bible_val.bin"),
@@ -583,6 +589,7 @@ static int cfg_check_across(const Config* c, char* err, size_t errlen) {
         return check_errorf(err, errlen, "config error: model.n_head: %d is not divisible by parallel.tp = %d",
                         c->model.n_head, c->parallel.tp);
     }
+    if (config_check_arch(c, err, errlen) != 0) return -1;
     if (!c->data.train[0]) {
         return check_errorf(err, errlen, "config error: data.train: empty; name a shard file or a glob of shards");
     }
@@ -694,6 +701,15 @@ static int cfg_check_readable(const char* key, const char* path, char* err, size
     if (stat(path, &st) != 0) {
         return check_errorf(err, errlen, "config error: %s: cannot read '%s': %s", key, path, strerror(errno));
     }
+    char cj[CFG_PATH + 16];
+    if (S_ISDIR(st.st_mode) && strcmp(key, "model.init_from") == 0) {   /* a Hugging Face model directory */
+        snprintf(cj, sizeof(cj), "%s/config.json", path);
+        if (stat(cj, &st) != 0) {
+            return check_errorf(err, errlen, "config error: %s: '%s' is a directory without config.json: a Hugging Face "
+                            "model directory needs config.json and model.safetensors", key, path);
+        }
+        path = cj;
+    }
     if (!S_ISREG(st.st_mode)) return check_errorf(err, errlen, "config error: %s: '%s' is not a regular file", key, path);
     FILE* f = fopen(path, "rb");
     if (!f) return check_errorf(err, errlen, "config error: %s: cannot read '%s': %s", key, path, strerror(errno));
@@ -728,40 +744,6 @@ static double cfg_float_value(float f) {
         if ((float)strtod(buf, NULL) == f) break;
     }
     return strtod(buf, NULL);
-}
-
-void config_comm_policy(const Config* c, CommPolicy* p) {
-    comm_policy_default(p);
-    p->auto_select = strcmp(c->compress.method, "auto") == 0;
-    const char* m = p->auto_select ? c->compress.auto_method : c->compress.method;
-    if (compress_method_parse(m, &p->method) != 0) /* validated by config_load */
-        FATAL("compress.method: unknown method '%s'", m);
-    p->auto_steps = c->compress.auto_steps;
-    p->auto_min_speedup = c->compress.auto_min_speedup;
-    p->auto_max_err = c->compress.auto_max_err;
-    p->fwd = c->compress.fwd;
-    p->bwd = c->compress.bwd;
-    p->embed = c->compress.embed;
-    p->lm_head = c->compress.lm_head;
-    p->skip_first_layer = c->compress.skip_first_layer;
-    p->skip_last_layer = c->compress.skip_last_layer;
-    p->format_fwd = strcmp(c->compress.format_fwd, "e5m2") == 0 ? FP8_E5M2 : FP8_E4M3;
-    p->format_bwd = strcmp(c->compress.format_bwd, "e5m2") == 0 ? FP8_E5M2 : FP8_E4M3;
-    p->group_size = c->compress.group_size;
-    p->calib_steps = c->compress.calib_steps;
-    p->hadamard = c->compress.hadamard;
-    p->adaptive_scale = c->compress.adaptive_scale;
-    p->dual_scale = c->compress.dual_scale;
-    p->delayed = strcmp(c->compress.scale, "delayed") == 0;
-    p->stochastic = strcmp(c->compress.rounding, "stochastic") == 0;
-    p->seed = (uint64_t)c->train.seed;
-    p->stats_every = c->compress.stats_every;
-    p->dump_step = c->compress.dump_step;
-    snprintf(p->dump_sites, sizeof(p->dump_sites), "%s", c->compress.dump_sites);
-    snprintf(p->dump_dir, sizeof(p->dump_dir), "%s", c->compress.dump_dir[0] ? c->compress.dump_dir : c->log.dir);
-    p->pipeline_depth = c->comm.pipeline_depth;
-    p->fuse = c->comm.fuse;
-    p->one_shot = strcmp(c->comm.allreduce, "one_shot") == 0;
 }
 
 char* config_to_json(const Config* c) {

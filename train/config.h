@@ -28,6 +28,7 @@
 #include <stdio.h>
 
 #include "comm/policy.h"
+#include "model/params.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -40,6 +41,10 @@ typedef struct {
         int n_layer, n_head, d_model, max_seq_len, vocab_size;
         char init_from[CFG_PATH]; /* llm.c model file to start from; "" = random init from train.seed */
         char init[8]; /* random init on "host" | "device" (GPU build only) | "auto" (GPU build: device from 300M params) */
+        char arch[8]; /* "gpt2" | "qwen2" (README: model.arch) */
+        int n_kv_head, d_ff;          /* qwen2: 0 = n_head, 0 = 4 * d_model */
+        float norm_eps, rope_theta;   /* qwen2: RMSNorm eps, RoPE base */
+        int tie_embeddings;           /* qwen2: LM head = wte (GPT-2 always ties) */
     } model;
     struct {
         char train[CFG_PATH], val[CFG_PATH]; /* shard path or glob */
@@ -110,6 +115,13 @@ int config_check_world(const Config* c, int world_size, char* err, size_t errlen
 /* What comm/ needs of a loaded config: the "compress" and "comm" sections
  * (and train.seed, log.dir) as comm's own policy struct. */
 void config_comm_policy(const Config* c, CommPolicy* p);
+/* The checks of model.arch and its keys against the other model keys and
+ * parallel.tp (train/config_model.c; config_load runs them): 0, or -1 with
+ * one line naming the key. */
+int config_check_arch(const Config* c, char* err, size_t errlen);
+/* The model's shape at TP degree tp, derived defaults resolved (n_kv_head
+ * 0 = n_head, d_ff 0 = 4 d_model). */
+GPTShape config_model_shape(const Config* c, int tp);
 
 /* The effective config as pretty JSON (loadable again with config_load).
  * config_to_json returns a malloc'd string; free() it. */

@@ -23,6 +23,7 @@
 #include "data/shard.h"
 #include "data/tokenizer.h"
 #include "model/gpt.h"
+#include "model/hf.h"
 #include "ops/ops.h"
 #include "train/config.h"
 #include "train/log.h"
@@ -180,8 +181,7 @@ int main(int argc, char** argv) {
 
     /* ---- model: one full model from a file (model.init_from wins) or from the seed
      * (host or device, per model.init), then this rank's slice ---- */
-    GPTShape shape = {cfg.model.max_seq_len, cfg.model.vocab_size, params_padded_vocab(cfg.model.vocab_size, comm.tp_size),
-                      cfg.model.n_layer, cfg.model.n_head, cfg.model.d_model};
+    GPTShape shape = config_model_shape(&cfg, comm.tp_size);
     /* sizes first (every product the model computes fits its type), then
      * memory (the node has room for every rank's estimate): before allocating */
     bad = params_shape_check(shape, comm.tp_size, B, T, err, sizeof(err)) != 0;
@@ -195,11 +195,12 @@ int main(int argc, char** argv) {
     if (cfg.model.init_from[0]) {
         float* full = NULL;
         int checked = 0;
-        bad = params_read_full(cfg.model.init_from, &model.pl, &full, &checked, err, sizeof(err)) != 0;
+        bad = (hf_is_dir(cfg.model.init_from) ? hf_read_dir(cfg.model.init_from, &model.pl, &full, &checked, err, sizeof(err))
+               : params_read_full(cfg.model.init_from, &model.pl, &full, &checked, err, sizeof(err))) != 0;
         if (bad) agree_prefix(err, sizeof(err), "error: model.init_from: ");   /* the message names the file */
         agree_or_exit(bad, err, sizeof(err));
         if (!checked && world_rank == 0)
-            printf("note: %s has no checksum (written by llm.c or an older tpfp8): loaded without verifying it\n",
+            printf("note: %s has no checksum (written by llm.c, transformers or an older tpfp8): loaded without verifying it\n",
                    cfg.model.init_from);
         gpt_set_params(&model, full);
         free(full);

@@ -25,7 +25,7 @@ static uint32_t header_crc(const StateHeader* h) {
 static const char* tensor_of(const ParamLayout* pl, size_t i) {
     if (!pl) return "?";
     for (int t = 0; t < NUM_PARAM_TENSORS; t++)
-        if (i >= pl->offset[t] && i < pl->offset[t] + pl->local[t]) return PARAM_NAMES[t];
+        if (i >= pl->offset[t] && i < pl->offset[t] + pl->local[t]) return params_tensor_name(pl, t);
     return "?";
 }
 

@@ -1,0 +1,123 @@
+/*
+ * model/qwen2.c - forward and backward pass of tensor-parallel Qwen2
+ * (model.arch = "qwen2"), as transformers' Qwen2ForCausalLM computes it.
+ *
+ * One layer, with P = TP degree, N = B*T rows, NHr = NH/P query heads and
+ * KVr = KV/P kv heads of hs each, Fr = d_ff/P:
+ *
+ *   ln1  = RMSNorm(x)                          replicated
+ *   qkv  = ln1 @ qkvw^T + qkvb [N,(NHr+2KVr)hs] column-parallel (local heads)
+ *   q,k  = RoPE(q), RoPE(k)                    in place
+ *   atty = attention(qkv)      [N,NHr*hs]      grouped-query, local heads
+ *   a    = atty @ oprojw^T     [N,C]           row-parallel: partial sums
+ *   a    = EXCHANGE attn.fwd (a)               (no bias)
+ *   res2 = x + a
+ *   ln2  = RMSNorm(res2)
+ *   gu   = ln2 @ gateupw^T     [N,2Fr]         column-parallel (gate | up)
+ *   h    = silu(gate) * up     [N,Fr]
+ *   f    = h @ downw^T         [N,C]           row-parallel: partial sums
+ *   f    = EXCHANGE mlp.fwd (f)
+ *   res3 = res2 + f
+ *
+ * Around the layers: the vocab-parallel embedding (no positions: RoPE
+ * carries them) exchanged at embed.fwd, the final RMSNorm, the LM head
+ * (wte when tied, lmhead otherwise; vocab-parallel) and the shared
+ * cross-entropy. The same named sites as GPT-2 (model/gpt.c), so every
+ * compressor, the policy and the statistics apply unchanged.
+ *
+ * The ops it needs exist only in the CPU backend so far; the GPU build's
+ * config refuses the arch, and the functions here stop with that message if
+ * they are ever reached there.
+ */
+#include <stdlib.h>
+
+#include "common/check.h"
+#include "model/gpt.h"
+
+#ifdef OPS_BF16
+
+float qwen2_forward(GPT* m, Comm* c, const int* inputs, const int* targets) {
+    (void)m; (void)c; (void)inputs; (void)targets;
+    FATAL("model.arch = \"qwen2\" needs ops not yet implemented on the GPU; use the CPU build (build/train)");
+}
+
+void qwen2_backward(GPT* m, Comm* c) {
+    (void)m; (void)c;
+    FATAL("model.arch = \"qwen2\" needs ops not yet implemented on the GPU; use the CPU build (build/train)");
+}
+
+#else
+
+/* the LM head's weights: wte when tied */
+static floatX* head_weights(GPT* m, floatX* P) { return m->pl.s.tied ? TENSOR(P, Q_WTE) : TENSOR(P, Q_LMHEAD); }
+static float* head_grads(GPT* m, float* G) { return m->pl.s.tied ? TENSOR(G, Q_WTE) : TENSOR(G, Q_LMHEAD); }
+
+float qwen2_forward(GPT* m, Comm* c, const int* inputs, const int* targets) {
+    const GPTShape* s = &m->pl.s;
+    int B = m->B, T = m->T, C = s->C, N = B * T;
+    floatX* P = m->params;
+
+    ops_from_host(m->tok, inputs, (size_t)N * sizeof(int));
+    encoder_forward(m->x0, m->tok, TENSOR(P, Q_WTE), N, C, m->v0, m->Vr);
+    tp_exchange(c, SITE_EMBED_FWD, -1, m->x0, N, C);
+
+    for (int l = 0; l < s->L; l++) {
+        LayerActs* a = &m->acts[l];
+        floatX* x = l == 0 ? m->x0 : m->acts[l - 1].res3;
+        rmsnorm_forward(a->ln1, a->ln1_rstd, x, LAYER(P, Q_LN1W, l), N, C, s->norm_eps);
+        matmul_forward(a->qkv, a->ln1, LAYER(P, Q_QKVW, l), LAYER(P, Q_QKVB, l), N, C, m->QKVr);
+        rope_forward(a->qkv, B, T, m->QKVr, m->NHr + m->KVr, m->hs, s->rope_theta);   /* q heads, then k heads */
+        attention_gqa_forward(a->atty, a->lse, a->qkv, B, T, m->NHr, m->KVr, m->hs);
+        matmul_forward(a->attproj, a->atty, LAYER(P, Q_OPROJW, l), NULL, N, m->Cr, C);
+        tp_exchange(c, SITE_ATTN_FWD, l, a->attproj, N, C);
+        residual_forward(a->res2, x, a->attproj, (size_t)N * C);
+
+        rmsnorm_forward(a->ln2, a->ln2_rstd, a->res2, LAYER(P, Q_LN2W, l), N, C, s->norm_eps);
+        matmul_forward(a->fch, a->ln2, LAYER(P, Q_GATEUPW, l), NULL, N, C, m->FCr);
+        swiglu_forward(a->fch_gelu, a->fch, N, m->Fr);
+        matmul_forward(a->fcproj, a->fch_gelu, LAYER(P, Q_DOWNW, l), NULL, N, m->Fr, C);
+        tp_exchange(c, SITE_MLP_FWD, l, a->fcproj, N, C);
+        residual_forward(a->res3, a->res2, a->fcproj, (size_t)N * C);
+    }
+
+    floatX* last = m->acts[s->L - 1].res3;
+    rmsnorm_forward(m->lnf, m->lnf_rstd, last, TENSOR(P, Q_NORMW), N, C, s->norm_eps);
+    matmul_forward(m->logits, m->lnf, head_weights(m, P), NULL, N, C, m->Vr);
+    return gpt_head_loss(m, c, targets);
+}
+
+void qwen2_backward(GPT* m, Comm* c) {
+    const GPTShape* s = &m->pl.s;
+    int B = m->B, T = m->T, C = s->C, N = B * T;
+    floatX* P = m->params;
+    float* G = m->grads;
+
+    /* LM head: dW += dlogits^T lnf; dlnf is a partial sum over vocab slices */
+    matmul_backward(m->dln, head_grads(m, G), NULL, m->logits, m->lnf, head_weights(m, P), N, C, m->Vr);
+    tp_exchange(c, SITE_LMHEAD_BWD, -1, m->dln, N, C);
+    ops_zero(m->dres, (size_t)N * C * sizeof(floatX));
+    floatX* last = m->acts[s->L - 1].res3;
+    rmsnorm_backward(m->dres, TENSOR(G, Q_NORMW), m->dln, last, TENSOR(P, Q_NORMW), m->lnf_rstd, N, C);
+
+    for (int l = s->L - 1; l >= 0; l--) {
+        LayerActs* a = &m->acts[l];
+        floatX* x = l == 0 ? m->x0 : m->acts[l - 1].res3;
+        /* MLP: res3 = res2 + down(silu(gate) * up) */
+        matmul_backward(m->dfch_gelu, LAYER(G, Q_DOWNW, l), NULL, m->dres, a->fch_gelu, LAYER(P, Q_DOWNW, l), N, m->Fr, C);
+        swiglu_backward(m->dfch, a->fch, m->dfch_gelu, N, m->Fr);
+        matmul_backward(m->dln, LAYER(G, Q_GATEUPW, l), NULL, m->dfch, a->ln2, LAYER(P, Q_GATEUPW, l), N, C, m->FCr);
+        tp_exchange(c, SITE_MLP_BWD, l, m->dln, N, C);
+        rmsnorm_backward(m->dres, LAYER(G, Q_LN2W, l), m->dln, a->res2, LAYER(P, Q_LN2W, l), a->ln2_rstd, N, C);
+        /* attention: res2 = x + oproj(attention(rope(qkv))) */
+        matmul_backward(m->datty, LAYER(G, Q_OPROJW, l), NULL, m->dres, a->atty, LAYER(P, Q_OPROJW, l), N, m->Cr, C);
+        attention_gqa_backward(m->dqkv, m->datty, a->qkv, a->atty, a->lse, B, T, m->NHr, m->KVr, m->hs);
+        rope_backward(m->dqkv, B, T, m->QKVr, m->NHr + m->KVr, m->hs, s->rope_theta);
+        matmul_backward(m->dln, LAYER(G, Q_QKVW, l), LAYER(G, Q_QKVB, l), m->dqkv, a->ln1, LAYER(P, Q_QKVW, l), N, C,
+                        m->QKVr);
+        tp_exchange(c, SITE_ATTN_BWD, l, m->dln, N, C);
+        rmsnorm_backward(m->dres, LAYER(G, Q_LN1W, l), m->dln, x, LAYER(P, Q_LN1W, l), a->ln1_rstd, N, C);
+    }
+    encoder_backward(TENSOR(G, Q_WTE), m->dres, m->tok, N, C, m->v0, m->Vr);
+}
+
+#endif

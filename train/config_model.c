@@ -1,0 +1,103 @@
+/*
+ * train/config_model.c - what the trainer derives from a loaded config
+ * (config.h): the model's shape, the checks of model.arch and its keys, and
+ * comm's CommPolicy. The key table and the loader are in config.c.
+ */
+#include <limits.h>
+#include <string.h>
+
+#include "common/check.h"
+#include "compress/methods.h"
+#include "train/config.h"
+
+GPTShape config_model_shape(const Config* c, int tp) {
+    GPTShape s = gpt2_shape(c->model.max_seq_len, c->model.vocab_size, params_padded_vocab(c->model.vocab_size, tp),
+                            c->model.n_layer, c->model.n_head, c->model.d_model);
+    if (strcmp(c->model.arch, "qwen2") == 0) {
+        s.arch = ARCH_QWEN2;
+        s.KV = c->model.n_kv_head ? c->model.n_kv_head : c->model.n_head;
+        s.F = c->model.d_ff ? c->model.d_ff : 4 * c->model.d_model;
+        s.tied = c->model.tie_embeddings;
+        s.norm_eps = c->model.norm_eps;
+        s.rope_theta = c->model.rope_theta;
+    }
+    return s;
+}
+
+int config_check_arch(const Config* c, char* err, size_t errlen) {
+    int tp = c->parallel.tp, nh = c->model.n_head, C = c->model.d_model;
+    if (strcmp(c->model.arch, "qwen2") != 0) {   /* GPT-2's shape is fixed by n_head and d_model */
+        if (c->model.n_kv_head != 0 && c->model.n_kv_head != nh) {
+            return check_errorf(err, errlen, "config error: model.n_kv_head: %d, but model.arch \"gpt2\" has one kv head "
+                            "per head (n_head = %d); grouped-query attention needs model.arch \"qwen2\"",
+                            c->model.n_kv_head, nh);
+        }
+        if (c->model.d_ff != 0 && (long long)c->model.d_ff != 4LL * C) {
+            return check_errorf(err, errlen, "config error: model.d_ff: %d, but model.arch \"gpt2\" has d_ff = 4 * "
+                            "d_model = %lld", c->model.d_ff, 4LL * C);
+        }
+        if (!c->model.tie_embeddings) {
+            return check_errorf(err, errlen, "config error: model.tie_embeddings: false, but model.arch \"gpt2\" always "
+                            "ties its LM head to wte");
+        }
+        return 0;
+    }
+#ifdef OPS_BF16
+    return check_errorf(err, errlen, "config error: model.arch: \"qwen2\" needs ops not yet implemented on the GPU "
+                    "(RMSNorm, RoPE, SwiGLU, grouped-query attention); use the CPU build (build/train)");
+#endif
+    int kv = c->model.n_kv_head ? c->model.n_kv_head : nh;
+    long long ff = c->model.d_ff ? c->model.d_ff : 4LL * C;
+    if (nh % kv != 0) {
+        return check_errorf(err, errlen, "config error: model.n_kv_head: %d does not divide model.n_head = %d (each kv "
+                        "head serves a whole group of query heads)", kv, nh);
+    }
+    if (kv % tp != 0) {
+        return check_errorf(err, errlen, "config error: model.n_kv_head: %d is not divisible by parallel.tp = %d (each "
+                        "TP rank holds whole kv heads with their query heads, as Megatron's query groups)", kv, tp);
+    }
+    if ((C / nh) % 2 != 0) {
+        return check_errorf(err, errlen, "config error: model.d_model / model.n_head = %d is odd: rotate-half RoPE needs "
+                        "an even head size", C / nh);
+    }
+    if (ff > INT_MAX / 2 || ff % tp != 0) {
+        return check_errorf(err, errlen, "config error: model.d_ff: %lld is not divisible by parallel.tp = %d%s", ff, tp,
+                        ff > INT_MAX / 2 ? " (or too large: 2 * d_ff must fit in a 32-bit int)" : "");
+    }
+    return 0;
+}
+
+void config_comm_policy(const Config* c, CommPolicy* p) {
+    comm_policy_default(p);
+    p->auto_select = strcmp(c->compress.method, "auto") == 0;
+    const char* m = p->auto_select ? c->compress.auto_method : c->compress.method;
+    if (compress_method_parse(m, &p->method) != 0) /* validated by config_load */
+        FATAL("compress.method: unknown method '%s'", m);
+    p->auto_steps = c->compress.auto_steps;
+    p->auto_min_speedup = c->compress.auto_min_speedup;
+    p->auto_max_err = c->compress.auto_max_err;
+    p->fwd = c->compress.fwd;
+    p->bwd = c->compress.bwd;
+    p->embed = c->compress.embed;
+    p->lm_head = c->compress.lm_head;
+    p->skip_first_layer = c->compress.skip_first_layer;
+    p->skip_last_layer = c->compress.skip_last_layer;
+    p->format_fwd = strcmp(c->compress.format_fwd, "e5m2") == 0 ? FP8_E5M2 : FP8_E4M3;
+    p->format_bwd = strcmp(c->compress.format_bwd, "e5m2") == 0 ? FP8_E5M2 : FP8_E4M3;
+    p->group_size = c->compress.group_size;
+    p->calib_steps = c->compress.calib_steps;
+    p->hadamard = c->compress.hadamard;
+    p->adaptive_scale = c->compress.adaptive_scale;
+    p->dual_scale = c->compress.dual_scale;
+    p->delayed = strcmp(c->compress.scale, "delayed") == 0;
+    p->stochastic = strcmp(c->compress.rounding, "stochastic") == 0;
+    p->seed = (uint64_t)c->train.seed;
+    p->stats_every = c->compress.stats_every;
+    p->dump_step = c->compress.dump_step;
+    snprintf(p->dump_sites, sizeof(p->dump_sites), "%s", c->compress.dump_sites);
+    snprintf(p->dump_dir, sizeof(p->dump_dir), "%s", c->compress.dump_dir[0] ? c->compress.dump_dir : c->log.dir);
+    p->pipeline_depth = c->comm.pipeline_depth;
+    p->fuse = c->comm.fuse;
+    p->one_shot = strcmp(c->comm.allreduce, "one_shot") == 0;
+}
+
