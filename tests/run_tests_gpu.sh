@@ -7,6 +7,7 @@
 #   gpu_tp_equivalence  TP=1 vs TP=2 (two ranks sharing the GPU)
 #   gpu_determinism     two identical GPU runs give bit-identical losses
 #   test_init_gpu       the device weight init: TP degrees bit-identical, distribution rules
+#   gpu_memory_refusal  a model that cannot fit the GPU: one error before allocating
 #   gpu_init_device     model.init=device end to end: TP=1 and TP=2 track; "auto" picks the
 #                       device for a GPT-2 350M-shaped model
 #   (and the compression kernels' tests when they are built)
@@ -57,6 +58,16 @@ t_gpu_taco() {
     python3 tests/compare_logs.py $T/gpu_taco/log.jsonl $T/gpu_none/log.jsonl --key loss --rtol 3e-2 --from-step 50
 }
 
+# a model whose activations cannot fit the GPU (~250 GB estimated for a 139 GB
+# card, the host part small): one clear error before anything is allocated
+t_gpu_memory_refusal() {
+    local out
+    out=$(timeout 120 $MPIRUN -np 1 build/train_gpu "${GPT[@]}" --set parallel.tp=1 --set model.n_layer=48 --set model.d_model=2048 \
+        --set model.n_head=16 --set train.batch_size=256 --set log.dir=$T/gpu_mem 2>&1) && { echo "it ran"; return 1; }
+    echo "$out" | grep "out of GPU memory before the start" || { echo "$out" | tail -5; return 1; }
+    ! echo "$out" | grep -q "^step "
+}
+
 # model.init=device: both TP degrees slice the same full model drawn on the device, so they
 # start identical and track as gpu_tp does; "auto" picks the device from 300M parameters on
 t_gpu_init_device() {
@@ -88,6 +99,7 @@ run gpu_vs_cpu t_gpu_vs_cpu
 run gpu_tp_equivalence t_gpu_tp
 run gpu_determinism t_gpu_determinism
 run gpu_taco_tracks_none t_gpu_taco
+run gpu_memory_refusal t_gpu_memory_refusal
 for t in build/gpu/test_compress_gpu; do [ -x $t ] && run "$(basename $t)" $t; done
 for p in 2 4; do [ -x build/gpu/test_coll_gpu ] && run "test_coll_gpu_np$p" $MPIRUN -np $p build/gpu/test_coll_gpu; done
 source tests/test_nccl_gpu.sh
