@@ -62,9 +62,27 @@ rm "$E/taco/DONE"
 check "an unfinished variant is run again from scratch" bash -c "$(printf '%q ' "${RUNNER[@]}") > '$T/rerun2.out' 2>&1 &&
     grep -q 'none: skipped' '$T/rerun2.out' && grep -q 'taco: unfinished earlier run' '$T/rerun2.out' && test -f '$E/taco/DONE'"
 
+echo "seeds (none + taco, 2 seeds each)"
+S=$T/runs/seeds
+check "the runner with --seeds 2 succeeds" $PY tools/parity.py configs/default.json --root "$T/runs" --name seeds \
+    --variants none,taco --seeds 2 --mpirun "$MPIRUN" "${TINY[@]}"
+check "every variant ran with both seeds" test -f "$S/none/DONE" -a -f "$S/none.s1/DONE" -a -f "$S/taco/DONE" -a -f "$S/taco.s1/DONE"
+check "the second seed is a different run (another initial model)" $PY -c "
+import json, sys
+a, b = ([json.loads(l) for l in open(f) if '\"loss\"' in l] for f in ('$S/none/log.jsonl', '$S/none.s1/log.jsonl'))
+sys.exit(a[0]['loss'] == b[0]['loss'])"
+check "the summary has the rows none, taco, with the seed band and a verdict" $PY -c "
+import csv, sys
+rows = {r['variant']: r for r in csv.DictReader(open('$S/summary.csv'))}
+assert sorted(rows) == ['none', 'taco'], rows
+assert rows['none']['seeds'] == '2' and float(rows['none']['seed_band_pct']) > 0, rows['none']
+assert rows['taco']['inside_seed_band'] in ('yes', 'no') and rows['taco']['seed_gap_pct'], rows['taco']"
+check "summary.md explains the seed columns" grep -q "none's seed band %" "$S/summary.md"
+
 echo "errors"
 expect_error "missing config" "config 'nope.json' does not exist" $PY tools/parity.py nope.json
 expect_error "unknown variant" "unknown variant 'tacoo'" $PY tools/parity.py configs/default.json --variants none,tacoo
+expect_error "no seeds" "--seeds must be at least 1" $PY tools/parity.py configs/default.json --seeds 0
 expect_error "a failing trainer is reported with its log" "variant taco FAILED; last 10 lines" \
     $PY tools/parity.py configs/default.json --root "$T/runs" --name broken --variants taco --mpirun "$MPIRUN" \
     "${TINY[@]}" --set model.n_head=3

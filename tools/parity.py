@@ -1,13 +1,15 @@
 #!/usr/bin/python3
 """tools/parity.py - loss-parity experiments in one command.
 
-usage: tools/parity.py CONFIG [--np N] [--name EXP] [--variants v1,v2,...] [--set k=v ...]
+usage: tools/parity.py CONFIG [--np N] [--name EXP] [--variants v1,v2,...] [--seeds K] [--set k=v ...]
                        [--binary build/train] [--mpirun "mpirun --oversubscribe"] [--root runs]
 
 Trains CONFIG once per compressor variant (tools/paritylib.py: VARIANTS), with the same seed,
 data and model, each as its own mpirun into ROOT/EXP/<variant>/ (log.jsonl, config.json and
 the trainer's output in stdout.log), then writes ROOT/EXP/parity.png, summary.md and
-summary.csv.
+summary.csv. With --seeds K every variant also runs with train.seed + 1 .. + K-1 (the same
+batches in the same order) into ROOT/EXP/<variant>.s<k>/; the plot draws none's band across
+the seeds and the summary says whether each compressor's loss lies inside it.
 
 Resumable: a variant whose run finished (exit 0 and a log that reaches train.steps) gets a
 DONE file and is skipped next time. An unfinished variant is rerun from scratch: parity
@@ -34,6 +36,7 @@ def parse_args():
     ap.add_argument("--np", type=int, help="MPI ranks (default: parallel.tp * parallel.dp of the config)")
     ap.add_argument("--name", help="experiment name (default: the config's basename)")
     ap.add_argument("--variants", default=",".join(pl.VARIANTS), help="comma list (default: %(default)s)")
+    ap.add_argument("--seeds", type=int, default=1, help="runs per variant, seeds train.seed + 0 .. K-1 (default 1)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="config override for every variant (repeatable)")
     ap.add_argument("--binary", default="build/train")
@@ -61,10 +64,10 @@ def finished(vdir):
     return run.final_step >= run.steps
 
 
-def run_variant(name, idx, total, args, sets, np_ranks, vdir):
-    """One mpirun for one variant. Returns True on success."""
+def run_variant(name, idx, total, args, sets, np_ranks, vdir, label):
+    """One mpirun for one variant (sets may carry its seed). Returns True on success."""
     if os.path.exists(vdir):
-        print(f"[{idx}/{total}] {name}: unfinished earlier run in {vdir}, starting it again from scratch")
+        print(f"[{idx}/{total}] {label}: unfinished earlier run in {vdir}, starting it again from scratch")
         shutil.rmtree(vdir)
     os.makedirs(vdir)
     overrides = [*sets, *(f"{k}={v}" for k, v in pl.VARIANTS[name][0].items()), f"log.dir={vdir}"]
@@ -73,7 +76,7 @@ def run_variant(name, idx, total, args, sets, np_ranks, vdir):
         cmd += ["--set", o]
     # the switches that are on in every variant would only repeat themselves
     what = " ".join(f"{k}={v}" for k, v in pl.VARIANTS[name][0].items() if v != "true")
-    print(f"[{idx}/{total}] {name}: running ({what}); "
+    print(f"[{idx}/{total}] {label}: running ({what}); "
           f"output in {vdir}/stdout.log", flush=True)
     t0 = time.time()
     last_step_line = ""
@@ -88,19 +91,19 @@ def run_variant(name, idx, total, args, sets, np_ranks, vdir):
                 last_step_line = line.rstrip()
                 # evaluations are the progress worth seeing; every step would flood the terminal
                 if "| val " in line:
-                    print(f"    {name}: {last_step_line}", flush=True)
+                    print(f"    {label}: {last_step_line}", flush=True)
         rc = proc.wait()
     secs = time.time() - t0
-    print(f"    {name}: last line: {last_step_line or '(none)'}")
+    print(f"    {label}: last line: {last_step_line or '(none)'}")
     if rc != 0:
-        print(f"    {name}: FAILED (exit {rc}) after {secs:.0f} s", flush=True)
+        print(f"    {label}: FAILED (exit {rc}) after {secs:.0f} s", flush=True)
         return False
     if not finished(vdir):
-        print(f"    {name}: FAILED: exit 0 but {vdir}/log.jsonl does not reach train.steps", flush=True)
+        print(f"    {label}: FAILED: exit 0 but {vdir}/log.jsonl does not reach train.steps", flush=True)
         return False
     with open(os.path.join(vdir, "DONE"), "w") as f:
         f.write(f"finished {time.strftime('%Y-%m-%d %H:%M:%S')} in {secs:.1f} s\n")
-    print(f"    {name}: done in {secs:.0f} s", flush=True)
+    print(f"    {label}: done in {secs:.0f} s", flush=True)
     return True
 
 
@@ -113,6 +116,8 @@ def main():
         raise pl.ToolError(f"trainer '{args.binary}' is not an executable (run make, or pass --binary)")
     if not shutil.which(shlex.split(args.mpirun)[0]):
         raise pl.ToolError(f"launcher '{shlex.split(args.mpirun)[0]}' not found (see --mpirun)")
+    if args.seeds < 1:
+        raise pl.ToolError(f"--seeds must be at least 1, not {args.seeds}")
     for key in ("log.dir", "compress.method", "compress.hadamard", "compress.adaptive_scale", "compress.dual_scale"):
         if any(k == key for k, _ in sets):
             raise pl.ToolError(f"--set {key} would override what the runner sets per variant; leave it out")
@@ -121,17 +126,22 @@ def main():
     exp = args.name or os.path.splitext(os.path.basename(args.config))[0]
     rundir = os.path.join(args.root, exp)
     os.makedirs(rundir, exist_ok=True)
-    print(f"parity experiment {exp}: {len(variants)} variants of {args.config} at -np {np_ranks} into {rundir}/")
+    print(f"parity experiment {exp}: {len(variants)} variants x {args.seeds} seed(s) of {args.config} at -np {np_ranks} "
+          f"into {rundir}/")
 
+    base_seed = pl.as_int(pl.config_get(cfg, sets, "train.seed", 1337), "train.seed")
+    others = [f"{k}={v}" for k, v in sets if k != "train.seed"]
+    jobs = [(name, k) for name in variants for k in range(args.seeds)]
     failed = []
     t0 = time.time()
-    for i, name in enumerate(variants, 1):
-        vdir = os.path.join(rundir, name)
+    for i, (name, k) in enumerate(jobs, 1):
+        vdir = pl.seed_dir(rundir, name, k)
+        label = name if args.seeds == 1 else f"{name} seed {base_seed + k}"
         if os.path.isfile(os.path.join(vdir, "DONE")):
-            print(f"[{i}/{len(variants)}] {name}: skipped (finished earlier: {vdir}/DONE)")
+            print(f"[{i}/{len(jobs)}] {label}: skipped (finished earlier: {vdir}/DONE)")
             continue
-        if not run_variant(name, i, len(variants), args, [f"{k}={v}" for k, v in sets], np_ranks, vdir):
-            failed.append(name)
+        if not run_variant(name, i, len(jobs), args, [*others, f"train.seed={base_seed + k}"], np_ranks, vdir, label):
+            failed.append((label, vdir))
     print(f"all variants: {time.time() - t0:.0f} s")
 
     # the summary and plot cover every variant of this invocation that left a log, so a
@@ -148,12 +158,12 @@ def main():
         except pl.ToolError as e:
             print(f"error: cannot summarize: {e}", file=sys.stderr)
             summary_ok = False
-    for name in failed:
-        log = os.path.join(rundir, name, "stdout.log")
-        print(f"\nvariant {name} FAILED; last 10 lines of {log}:", file=sys.stderr)
+    for label, vdir in failed:
+        log = os.path.join(vdir, "stdout.log")
+        print(f"\nvariant {label} FAILED; last 10 lines of {log}:", file=sys.stderr)
         sys.stderr.write("".join("    " + line for line in tail(log, 10)))
     if failed:
-        print(f"\nerror: failed variants: {', '.join(failed)}", file=sys.stderr)
+        print(f"\nerror: failed variants: {', '.join(label for label, _ in failed)}", file=sys.stderr)
     return 0 if summary_ok and not failed else 1
 
 

@@ -49,6 +49,16 @@ PARITY_TOLERANCE_PCT = 1.0
 DIVERGED_MARGIN = 1.0
 
 
+# Seeds: run k >= 1 of a variant lives in <rundir>/<variant>.s<k> with train.seed + k (the
+# same batches in the same order: the seed draws the initial weights and the rounding noise).
+def seed_dir(rundir, name, k):
+    return os.path.join(rundir, name if k == 0 else f"{name}.s{k}")
+
+
+def _is_seed_dir(d):
+    return re.search(r"\.s\d+$", d) is not None
+
+
 def parse_variants(text):
     """'none,taco' -> ['none', 'taco'], checked against the table."""
     names = [v.strip() for v in text.split(",") if v.strip()]
@@ -162,6 +172,7 @@ class Run:
         self.train = [r for r in self.records if "loss" in r]
         self.val = [r for r in self.records if "val_loss" in r]
         self.final_step = max(r["step"] for r in self.records)
+        self.seeds = []  # the same variant's runs with the other seeds (load_runs)
 
     def final_val(self):
         return self.val[-1]["val_loss"]
@@ -173,7 +184,7 @@ def discover_variants(rundir):
     if not os.path.isdir(rundir):
         raise ToolError(f"run directory '{rundir}' does not exist")
     subdirs = sorted(d for d in os.listdir(rundir)
-                     if os.path.isdir(os.path.join(rundir, d)) and not d.startswith("."))
+                     if os.path.isdir(os.path.join(rundir, d)) and not d.startswith(".") and not _is_seed_dir(d))
     if not subdirs:
         raise ToolError(f"'{rundir}' has no variant directories (expected e.g. {rundir}/none/log.jsonl)")
     order = {n: i for i, n in enumerate(VARIANTS)}
@@ -181,7 +192,23 @@ def discover_variants(rundir):
 
 
 def load_runs(rundir, names=None):
-    return [Run(n, os.path.join(rundir, n)) for n in (names or discover_variants(rundir))]
+    """One Run per variant, with its other seeds' runs (the .s1, .s2, ... directories that hold a
+    log, in order) in run.seeds."""
+    runs = []
+    for n in names or discover_variants(rundir):
+        run = Run(n, os.path.join(rundir, n))
+        k = 1
+        while os.path.isfile(os.path.join(seed_dir(rundir, n, k), "log.jsonl")):
+            run.seeds.append(Run(n, seed_dir(rundir, n, k)))
+            k += 1
+        runs.append(run)
+    return runs
+
+
+def tail_mean(run):
+    """Mean train loss over the last 10% of the run's steps."""
+    tail = [r["loss"] for r in run.train if r["step"] > 0.9 * run.steps]
+    return float(np.mean(tail)) if tail else float("nan")
 
 
 # ---- summary -----------------------------------------------------------------------
@@ -256,6 +283,23 @@ def summarize(runs):
             "diverged": "yes" if why else "no",
             "diverged_why": "; ".join(why),
         })
+    # The seed band: none's tail train loss across its seeds is the noise a compressor's loss
+    # must be compared with. A variant run with the same seeds is inside the band when its
+    # tail loss, averaged over its seeds, lies between the lowest and the highest of none's.
+    band = [tail_mean(r) for r in ([base] + base.seeds)] if base else []
+    for row, run in zip(rows, runs):
+        mine = [tail_mean(r) for r in [run] + run.seeds]
+        row["seeds"] = len(mine)
+        row["seed_gap_pct"] = row["seed_band_pct"] = row["inside_seed_band"] = None
+        if len(band) > 1 and run is not base:
+            k = min(len(mine), len(band))  # seed k of the variant pairs with seed k of none
+            gap = float(np.mean([mine[i] - band[i] for i in range(k)]))
+            row["seed_gap_pct"] = 100.0 * gap / float(np.mean(band))
+            row["seed_band_pct"] = 100.0 * (max(band) - min(band)) / float(np.mean(band))
+            m = float(np.mean(mine))
+            row["inside_seed_band"] = "yes" if min(band) <= m <= max(band) else "no"
+        elif len(band) > 1:
+            row["seed_band_pct"] = 100.0 * (max(band) - min(band)) / float(np.mean(band))
     for row in rows:
         b = row["comm_bytes_per_step"]
         row["bytes_vs_none"] = base_bytes / b if base_bytes and b else None
@@ -283,6 +327,10 @@ SUMMARY_COLUMNS = [  # (csv name, markdown header, format)
     ("mean_rel_err_fwd", "fwd rel_err", ".4f"),
     ("mean_rel_err_bwd", "bwd rel_err", ".4f"),
     ("saturated", "saturated", "d"),
+    ("seeds", "seeds", "d"),
+    ("seed_gap_pct", "train Δ % vs none, over seeds", "+.2f"),
+    ("seed_band_pct", "none's seed band %", ".2f"),
+    ("inside_seed_band", "inside none's band", "s"),
     ("diverged", "diverged", "s"),
 ]
 
@@ -313,6 +361,11 @@ def summary_markdown(rows, runs, title):
               f"rel_err: ||x_hat - x|| / ||x|| of the compressed all-reduce against the exact one, mean over "
               f"every site and sampled step (every {every} steps); fwd = activation sites, bwd = gradient sites. "
               "saturated: elements clamped by the FP8 cast, summed over the sampled steps only. "
+              "seeds: runs of the variant (train.seed, +1, ...; the same batches). With several: train Δ % vs "
+              "none, over seeds: the mean over seeds of the variant's tail train loss (last 10% of steps) minus "
+              "none's with the same seed, relative to none's; none's seed band %: the spread (max - min) of none's "
+              "tail train loss across its seeds, relative to its mean: the seed-to-seed noise; inside none's band: "
+              "the variant's tail loss, averaged over its seeds, lies within that spread. "
               f"diverged: a non-finite loss, a log that stops before train.steps, or a final val loss more than "
               f"{DIVERGED_MARGIN:g} above none's.",
               "", "## Mean rel_err per site kind (averaged over layers and sampled steps)", "",
@@ -395,12 +448,20 @@ def plot_parity(runs, out, exp_name):
     if tail:
         lo, hi = min(tail), max(tail)
         top.set_ylim(lo - 0.05 * (hi - lo + 0.1), hi + 0.05 * (hi - lo + 0.1))
+    base = next((r for r in runs if r.name == "none"), None)
+    if base is not None and base.seeds:
+        curves = [dict(zip([r["step"] for r in b.train], ema(np.array([r["loss"] for r in b.train], dtype=float), span)))
+                  for b in [base] + base.seeds]
+        common = sorted(set.intersection(*[set(c) for c in curves]))
+        lo = [min(c[s] for c in curves) for s in common]
+        hi = [max(c[s] for c in curves) for s in common]
+        top.fill_between(common, lo, hi, color="0.75", alpha=0.5, lw=0,
+                         label=f"none across {len(curves)} seeds (min..max of the EMA)")
     top.set_ylabel("loss (nats/token)")
     top.set_title(f"train loss: EMA, span {span} steps (lines); val loss: raw (circles)", fontsize=10)
     top.legend(fontsize=8, ncol=2)
     top.grid(alpha=0.3)
 
-    base = next((r for r in runs if r.name == "none"), None)
     if base is None:
         bot.text(0.5, 0.5, "no `none` variant: nothing to compare against", ha="center", transform=bot.transAxes)
     else:
