@@ -386,10 +386,12 @@ def summary_csv(rows):
 
 
 def model_title(run):
-    """'L2 d64 h4 | B8 T64 | tp=2 dp=1 | 1000 steps' from a run's effective config."""
+    """'L2 d64 h4 | B8 T64 | tp=2 dp=1 | 1000 steps' from a run's effective config ('qwen2 kv2 L2 ...'
+    for another architecture)."""
     c = run.config
     m, t, p = c.get("model", {}), c.get("train", {}), c.get("parallel", {})
-    return (f"L{m.get('n_layer')} d{m.get('d_model')} h{m.get('n_head')} | B{t.get('batch_size')} "
+    arch = "" if m.get("arch", "gpt2") == "gpt2" else f"{m.get('arch')} kv{m.get('n_kv_head')} "
+    return (f"{arch}L{m.get('n_layer')} d{m.get('d_model')} h{m.get('n_head')} | B{t.get('batch_size')} "
             f"T{t.get('seq_len')} | tp={p.get('tp')} dp={p.get('dp')} | {t.get('steps')} steps")
 
 
