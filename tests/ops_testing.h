@@ -66,6 +66,25 @@ static inline double rel_err(const float* got, const double* want, size_t n) {
     return den > 0.0 ? num / den : num;
 }
 
+/* ---- finite differences ----------------------------------------------------
+ * fd_grad perturbs x[i] of a double reference in place by +-h and differences
+ * the loss; loss(ctx) reruns the reference forward on whatever its inputs
+ * hold. h = 1e-5 on doubles: truncation error ~h^2 = 1e-10, rounding
+ * ~1e-16 / h = 1e-11. */
+#define FD_H 1e-5
+typedef double (*loss_fn)(void* ctx);
+static inline void fd_grad(double* grad, double* x, size_t n, loss_fn loss, void* ctx) {
+    for (size_t i = 0; i < n; i++) {
+        double x0 = x[i];
+        x[i] = x0 + FD_H;
+        double lp = loss(ctx);
+        x[i] = x0 - FD_H;
+        double lm = loss(ctx);
+        x[i] = x0;
+        grad[i] = (lp - lm) / (2.0 * FD_H);
+    }
+}
+
 /* ---- random numbers: splitmix64, so every run and machine sees the same data */
 static uint64_t g_rng = 0x5eed1234abcdULL;
 static inline uint64_t rng_next(void) {

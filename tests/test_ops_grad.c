@@ -29,29 +29,11 @@
 #include "ops/ops.h"
 #include "tests/ops_testing.h"
 
-#define FD_H 1e-5 /* central-difference step on the double reference: truncation
-                   * error ~h^2 = 1e-10, rounding ~1e-16/h = 1e-11 */
 
 static double dot_fd(const double* r, const double* y, size_t n) {
     double s = 0.0;
     for (size_t i = 0; i < n; i++) s += r[i] * y[i];
     return s;
-}
-
-/* ---- finite differences --------------------------------------------------
- * fd_grad perturbs x[i] of a double reference in place and differences the
- * loss; loss(ctx) reruns the reference forward on whatever its inputs hold. */
-typedef double (*loss_fn)(void* ctx);
-static void fd_grad(double* grad, double* x, size_t n, loss_fn loss, void* ctx) {
-    for (size_t i = 0; i < n; i++) {
-        double x0 = x[i];
-        x[i] = x0 + FD_H;
-        double lp = loss(ctx);
-        x[i] = x0 - FD_H;
-        double lm = loss(ctx);
-        x[i] = x0;
-        grad[i] = (lp - lm) / (2.0 * FD_H);
-    }
 }
 
 /* ======================================================================== */

@@ -20,7 +20,6 @@
 #include "ops/ops.h"
 #include "tests/ops_testing.h"
 
-#define FD_H 1e-5
 
 typedef struct {
     int B, T, N, C, NH, NKV, hs, ld, nh, F;
@@ -37,17 +36,10 @@ static double ref_loss(Ref* c) {
     return s;
 }
 
+static double ref_loss_fn(void* c) { return ref_loss((Ref*)c); }
 static double* fd_of(Ref* c, double* x, size_t n) {
     double* g = dalloc(n);
-    for (size_t i = 0; i < n; i++) {
-        double x0 = x[i];
-        x[i] = x0 + FD_H;
-        double lp = ref_loss(c);
-        x[i] = x0 - FD_H;
-        double lm = ref_loss(c);
-        x[i] = x0;
-        g[i] = (lp - lm) / (2.0 * FD_H);
-    }
+    fd_grad(g, x, n, ref_loss_fn, c);
     return g;
 }
 
