@@ -186,8 +186,12 @@ CONFIG ?= configs/parity_cpu.json
 parity: all data
 	/usr/bin/python3 tools/parity.py $(CONFIG) $(if $(NP),--np $(NP))
 
+# what the build and `make test` need on a fresh Debian 12 (procps: the reliability tests find
+# rank pids with ps); `make fuzz` and `make asan` also need clang and libclang-rt-14-dev
 deps:
-	apt-get install -y libopenmpi-dev openmpi-bin libcjson-dev bible-kjv python3-matplotlib python3-numpy
+	apt-get update -qq
+	apt-get install -y build-essential libopenmpi-dev openmpi-bin libcjson-dev bible-kjv python3 \
+	    python3-matplotlib python3-numpy procps
 
 clean:
 	rm -rf $(BUILD)
