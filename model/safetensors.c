@@ -266,8 +266,11 @@ int st_write(const char* path, const StOut* ts, int n, int code, st_fill_fn fill
     cJSON_Delete(root);
     if (!json) FATAL("out of host memory writing %s", path);
     size_t jlen = strlen(json), padded = (jlen + 7) / 8 * 8;   /* the data starts 8-byte aligned, as safetensors' own writer */
-    char* crcat = strstr(json, "\"" ST_CRC_KEY "\":\"00000000\"");
-    size_t crcpos = crcat ? (size_t)(crcat - json) + strlen(ST_CRC_KEY) + 4 : 0;
+    /* The CRC covers the data, written after the header: the header carries 8
+     * zero digits for it, overwritten once the data is out. */
+    const char* crcat = strstr(json, "\"" ST_CRC_KEY "\":\"00000000\"");
+    if (!crcat) FATAL("st_write: the header of %s lost its %s field (cJSON printed it differently)", path, ST_CRC_KEY);
+    const size_t crcpos = (size_t)(crcat - json) + strlen(ST_CRC_KEY) + 4; /* past "KEY":" */
     char tmp[1100];
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
     FILE* f = fopenErr(tmp, "wb", err, errlen);
@@ -294,7 +297,7 @@ int st_write(const char* path, const StOut* ts, int n, int code, st_fill_fn fill
     }
     free(buf);
     free(half);
-    if (rc == 0 && crcat) {   /* the checksum into its placeholder in the header */
+    if (rc == 0) { /* the data's CRC over the 8 digits the header holds for it */
         char hex[9];
         snprintf(hex, sizeof(hex), "%08x", crc);
         if (fseek(f, (long)(8 + crcpos), SEEK_SET) != 0) rc = check_errorf(err, errlen, "cannot seek in %s: %s", tmp, strerror(errno));
