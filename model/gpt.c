@@ -198,9 +198,7 @@ float gpt_forward(GPT* m, Comm* c, const int* inputs, const int* targets) {
     int B = m->B, T = m->T, C = s->C, N = B * T;
     floatX* P = m->params;
 
-    ops_from_host(m->tok, inputs, (size_t)N * sizeof(int));
-    encoder_forward(m->x0, m->tok, TENSOR(P, P_WTE), N, C, m->v0, m->Vr);
-    tp_exchange(c, SITE_EMBED_FWD, -1, m->x0, N, C);
+    gpt_embed_forward(m, c, inputs, TENSOR(P, P_WTE));
     position_forward(m->x0, TENSOR(P, P_WPE), B, T, C);
 
     for (int l = 0; l < s->L; l++) {
@@ -256,10 +254,7 @@ void gpt_backward(GPT* m, Comm* c) {
     floatX* P = m->params;
     float* G = m->grads;
 
-    /* LM head (tied to wte): dwte += dlogits^T lnf; dlnf is a partial sum over vocab slices */
-    matmul_backward(m->dln, TENSOR(G, P_WTE), NULL, m->logits, m->lnf, TENSOR(P, P_WTE), N, C, m->Vr);
-    tp_exchange(c, SITE_LMHEAD_BWD, -1, m->dln, N, C);
-    ops_zero(m->dres, (size_t)N * C * sizeof(floatX));
+    gpt_head_backward(m, c, TENSOR(P, P_WTE), TENSOR(G, P_WTE)); /* tied to wte */
     floatX* last = m->acts[s->L - 1].res3;
     layernorm_backward(m->dres, TENSOR(G, P_LNFW), TENSOR(G, P_LNFB), m->dln, last, TENSOR(P, P_LNFW),
                        m->lnf_mean, m->lnf_rstd, N, C);
@@ -288,6 +283,20 @@ void gpt_backward(GPT* m, Comm* c) {
     /* embeddings: the gradient wrt x0 feeds wpe (replicated) and this rank's wte rows */
     position_backward(TENSOR(G, P_WPE), m->dres, B, T, C);
     encoder_backward(TENSOR(G, P_WTE), m->dres, m->tok, N, C, m->v0, m->Vr);
+}
+
+void gpt_embed_forward(GPT* m, Comm* c, const int* inputs, const floatX* wte) {
+    const int N = m->B * m->T, C = m->pl.s.C;
+    ops_from_host(m->tok, inputs, (size_t)N * sizeof(int));
+    encoder_forward(m->x0, m->tok, wte, N, C, m->v0, m->Vr);
+    tp_exchange(c, SITE_EMBED_FWD, -1, m->x0, N, C);
+}
+
+void gpt_head_backward(GPT* m, Comm* c, const floatX* W, float* dW) {
+    const int N = m->B * m->T, C = m->pl.s.C;
+    matmul_backward(m->dln, dW, NULL, m->logits, m->lnf, W, N, C, m->Vr);
+    tp_exchange(c, SITE_LMHEAD_BWD, -1, m->dln, N, C);
+    ops_zero(m->dres, (size_t)N * C * sizeof(floatX));
 }
 
 double gpt_grad_sumsq(const GPT* m, int count_replicated) {

@@ -100,6 +100,14 @@ void gpt_update(GPT* m, float lr, float beta1, float beta2, float eps, float wei
 /* Shared by the architectures: the vocab-parallel cross-entropy over
  * m->logits (NULL targets: 0, logits left as they are), leaving dlogits. */
 float gpt_head_loss(GPT* m, Comm* c, const int* targets);
+/* Shared: the tokens to the device and the vocab-parallel embedding of wte
+ * (this rank's rows) into m->x0, summed over TP at embed.fwd. */
+void gpt_embed_forward(GPT* m, Comm* c, const int* inputs, const floatX* wte);
+/* Its backward, shared too: dW += dlogits^T lnf, m->dln = the full gradient
+ * wrt lnf (a partial sum over vocab slices, exchanged at lm_head.bwd), and
+ * m->dres zeroed for the final norm's backward to add into. W / dW: the LM
+ * head's weights and gradient (wte's when tied). */
+void gpt_head_backward(GPT* m, Comm* c, const floatX* W, float* dW);
 /* model/qwen2.c: forward and backward of model.arch = "qwen2" (same
  * contract as gpt_forward / gpt_backward, which call them for that arch) */
 float qwen2_forward(GPT* m, Comm* c, const int* inputs, const int* targets);

@@ -57,9 +57,7 @@ float qwen2_forward(GPT* m, Comm* c, const int* inputs, const int* targets) {
     int B = m->B, T = m->T, C = s->C, N = B * T;
     floatX* P = m->params;
 
-    ops_from_host(m->tok, inputs, (size_t)N * sizeof(int));
-    encoder_forward(m->x0, m->tok, TENSOR(P, Q_WTE), N, C, m->v0, m->Vr);
-    tp_exchange(c, SITE_EMBED_FWD, -1, m->x0, N, C);
+    gpt_embed_forward(m, c, inputs, TENSOR(P, Q_WTE));
 
     for (int l = 0; l < s->L; l++) {
         LayerActs* a = &m->acts[l];
@@ -92,10 +90,7 @@ void qwen2_backward(GPT* m, Comm* c) {
     floatX* P = m->params;
     float* G = m->grads;
 
-    /* LM head: dW += dlogits^T lnf; dlnf is a partial sum over vocab slices */
-    matmul_backward(m->dln, head_grads(m, G), NULL, m->logits, m->lnf, head_weights(m, P), N, C, m->Vr);
-    tp_exchange(c, SITE_LMHEAD_BWD, -1, m->dln, N, C);
-    ops_zero(m->dres, (size_t)N * C * sizeof(floatX));
+    gpt_head_backward(m, c, head_weights(m, P), head_grads(m, G));
     floatX* last = m->acts[s->L - 1].res3;
     rmsnorm_backward(m->dres, TENSOR(G, Q_NORMW), m->dln, last, TENSOR(P, Q_NORMW), m->lnf_rstd, N, C);
 
