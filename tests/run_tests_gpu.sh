@@ -8,6 +8,7 @@
 #   gpu_determinism     two identical GPU runs give bit-identical losses
 #   test_init_gpu       the device weight init: TP degrees bit-identical, distribution rules
 #   gpu_memory_refusal  a model that cannot fit the GPU: one error before allocating
+#   gpu_sigterm_resume, gpu_watchdog_stopped_rank  tests/test_stop.sh on the GPU build
 #   gpu_init_device     model.init=device end to end: TP=1 and TP=2 track; "auto" picks the
 #                       device for a GPT-2 350M-shaped model
 #   (and the compression kernels' tests when they are built)
@@ -100,6 +101,16 @@ run gpu_tp_equivalence t_gpu_tp
 run gpu_determinism t_gpu_determinism
 run gpu_taco_tracks_none t_gpu_taco
 run gpu_memory_refusal t_gpu_memory_refusal
+# the stop tests of the CPU suite on the GPU build, ranks sharing the GPU (staged exchanges):
+# SIGTERM/SIGINT/SIGUSR1 then a bit-identical resume; a SIGSTOPped rank caught by the watchdog
+STOP_TRAIN=build/train_gpu
+STOP_CFG=(configs/default.json --set model.n_layer=2 --set model.d_model=128 --set model.n_head=2 --set model.max_seq_len=64
+          --set train.batch_size=4 --set train.seq_len=64 --set train.eval_every=0 --set train.sample_every=0
+          --set parallel.tp=2 --set compress.method=none)
+STOP_DIR=$T/stop; mkdir -p $STOP_DIR
+source tests/test_stop.sh
+run gpu_sigterm_resume t_sigterm_resume
+run gpu_watchdog_stopped_rank t_watchdog_stopped_rank
 for t in build/gpu/test_compress_gpu; do [ -x $t ] && run "$(basename $t)" $t; done
 for p in 2 4; do [ -x build/gpu/test_coll_gpu ] && run "test_coll_gpu_np$p" $MPIRUN -np $p build/gpu/test_coll_gpu; done
 source tests/test_nccl_gpu.sh
