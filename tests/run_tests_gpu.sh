@@ -10,6 +10,10 @@
 #   gpu_memory_refusal  a model that cannot fit the GPU: one error before allocating
 #   gpu_init_device     model.init=device end to end: TP=1 and TP=2 track; "auto" picks the
 #                       device for a GPT-2 350M-shaped model
+#   qwen2_gpu_vs_cpu    model.arch=qwen2 (GQA, RMSNorm, RoPE, SwiGLU): build/train_gpu vs
+#                       build/train from the same weights, 10 steps within bf16 tolerance
+#   qwen2_gpu_tp        qwen2 at TP=2 vs TP=1, bit-identical reruns, a Hugging Face
+#                       checkpoint resumed bit for bit, the device init at TP=1 and 2
 #   (and the compression kernels' tests when they are built)
 #   the NCCL backend (tests/test_nccl_gpu.sh): with 2+ GPUs bit-identical to MPI
 # `tests/run_tests_gpu.sh nccl` runs only the NCCL part.
@@ -85,6 +89,48 @@ t_gpu_init_device() {
     grep -q "^init: device (cuRAND Philox), 354.9M params" $T/init_auto.out
 }
 
+# Qwen2 of the same size: 4 query heads over 2 kv heads (groups of 2, one kv head per rank
+# at TP=2), hs = 64, an untied LM head
+QWEN=("${GPT[@]}" --set model.arch=qwen2 --set model.n_kv_head=2 --set model.d_ff=704
+      --set model.tie_embeddings=false --set model.rope_theta=10000)
+
+# The tolerances of gpu_vs_cpu, for the same reason: bf16 activations (8 significant bits,
+# ~4e-3 relative per op; RMSNorm, RoPE and SwiGLU round once per output as LayerNorm and GELU
+# do) against the fp32 reference; the loss is a mean over 2048 tokens (rtol 1e-2), the
+# gradient norm a sum of squares of bf16-rounded products (5e-2).
+t_qwen2_gpu_vs_cpu() {
+    timeout 600 $MPIRUN -np 1 build/train "${QWEN[@]}" --set parallel.tp=1 --set log.dir=$T/q_cpu || return 1
+    timeout 600 $MPIRUN -np 1 build/train_gpu "${QWEN[@]}" --set parallel.tp=1 --set log.dir=$T/q_gpu || return 1
+    python3 tests/compare_logs.py $T/q_gpu/log.jsonl $T/q_cpu/log.jsonl --key loss --rtol 1e-2 || return 1
+    python3 tests/compare_logs.py $T/q_gpu/log.jsonl $T/q_cpu/log.jsonl --key grad_norm --rtol 5e-2
+}
+
+# TP=2 tracks TP=1 as GPT-2 does (rtol 1e-2: the two degrees sum the row-parallel partial
+# products in a different order, each rounded to bf16); a rerun is bit-identical (the
+# kernels' reductions have fixed orders, grouped-query dK/dV included); a checkpoint (a
+# Hugging Face directory) resumes bit for bit; the device init agrees across degrees.
+t_qwen2_gpu_tp() {
+    timeout 600 $MPIRUN -np 2 build/train_gpu "${QWEN[@]}" --set parallel.tp=2 --set log.dir=$T/q_gpu_tp2 || return 1
+    [ -f $T/q_gpu/log.jsonl ] || timeout 600 $MPIRUN -np 1 build/train_gpu "${QWEN[@]}" --set parallel.tp=1 \
+        --set log.dir=$T/q_gpu || return 1
+    python3 tests/compare_logs.py $T/q_gpu_tp2/log.jsonl $T/q_gpu/log.jsonl --key loss --rtol 1e-2 || return 1
+    timeout 600 $MPIRUN -np 2 build/train_gpu "${QWEN[@]}" --set parallel.tp=2 --set log.dir=$T/q_gpu_tp2b \
+        --set checkpoint.every=5 > /dev/null || return 1
+    python3 tests/compare_logs.py $T/q_gpu_tp2b/log.jsonl $T/q_gpu_tp2/log.jsonl --key loss --exact || return 1
+    python3 tests/compare_logs.py $T/q_gpu_tp2b/log.jsonl $T/q_gpu_tp2/log.jsonl --key grad_norm --exact || return 1
+    ls $T/q_gpu_tp2b/ckpt/model_00000005/model.safetensors $T/q_gpu_tp2b/ckpt/model_00000005/config.json || return 1
+    rm -rf $T/q_gpu_tp2b/ckpt/*00000010*
+    timeout 600 $MPIRUN -np 2 build/train_gpu "${QWEN[@]}" --set parallel.tp=2 --set log.dir=$T/q_gpu_tp2b \
+        --set checkpoint.every=5 --set checkpoint.resume=true > $T/q_gpu_resume.out || return 1
+    grep -q "resumed from .* at step 5" $T/q_gpu_resume.out || return 1
+    python3 tests/compare_logs.py $T/q_gpu_tp2b/log.jsonl $T/q_gpu_tp2/log.jsonl --key loss --exact --from-step 6 || return 1
+    timeout 600 $MPIRUN -np 1 build/train_gpu "${QWEN[@]}" --set parallel.tp=1 --set model.init=device \
+        --set log.dir=$T/q_dev1 > /dev/null || return 1
+    timeout 600 $MPIRUN -np 2 build/train_gpu "${QWEN[@]}" --set parallel.tp=2 --set model.init=device \
+        --set log.dir=$T/q_dev2 > /dev/null || return 1
+    python3 tests/compare_logs.py $T/q_dev2/log.jsonl $T/q_dev1/log.jsonl --key loss --rtol 1e-2
+}
+
 if [ "${1:-}" = nccl ]; then  # only the NCCL backend's tests (a multi-GPU session's first command)
     source tests/test_nccl_gpu.sh
     summary
@@ -100,6 +146,8 @@ run gpu_tp_equivalence t_gpu_tp
 run gpu_determinism t_gpu_determinism
 run gpu_taco_tracks_none t_gpu_taco
 run gpu_memory_refusal t_gpu_memory_refusal
+run qwen2_gpu_vs_cpu t_qwen2_gpu_vs_cpu
+run qwen2_gpu_tp t_qwen2_gpu_tp
 for t in build/gpu/test_compress_gpu; do [ -x $t ] && run "$(basename $t)" $t; done
 for p in 2 4; do [ -x build/gpu/test_coll_gpu ] && run "test_coll_gpu_np$p" $MPIRUN -np $p build/gpu/test_coll_gpu; done
 source tests/test_nccl_gpu.sh
