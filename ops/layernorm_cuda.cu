@@ -96,7 +96,8 @@ layernorm_forward_kernel(bf16* out, float* mean, float* rstd, const bf16* inp, c
 
 /* Backward. Block = LN_WARPS warps over a contiguous chunk of rows; each warp
  * takes rows warp, warp+8, ... of the chunk. dinp is row-local and
- * ACCUMULATES: dx += rstd * (g - mean(g) - xhat * mean(g*xhat)), g = w*dout.
+ * ACCUMULATES: dx += rstd * (g - mean(g) - xhat * mean(g*xhat)), g = w*dout
+ * (RMS: mean 0 and no mean(g) term).
  * dw, db: each lane accumulates its columns over the warp's rows in
  * registers; the warps of the block are then added in warp order in shared
  * memory, and the block's sums go to partial[block][0..C) (dw) and
@@ -106,7 +107,7 @@ template <int NCH, bool VEC, bool RMS>
 __global__ void __launch_bounds__(LN_WARPS * 32)
 layernorm_backward_kernel(bf16* dinp, float* partial, const bf16* dout, const bf16* inp, const bf16* w,
                           const float* mean, const float* rstd, int N, int C, int rows_per_block) {
-    __shared__ float sred[2 * NCH * 256];
+    __shared__ float sred[(RMS ? 1 : 2) * NCH * 256];   /* dw (and db) of the block's columns */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int nch8 = (C + 7) / 8;
     const int r0 = blockIdx.x * rows_per_block;
