@@ -25,6 +25,8 @@
  */
 #include <math.h>
 
+#include <type_traits>
+
 #include "ops/cuda_common.cuh"
 
 /* ------------------------------------------------------------------------ */
@@ -218,18 +220,18 @@ static int ln_nch(const char* who, int C) {
     return nch;
 }
 
-/* the NCH template argument from its value (ln_nch has checked the range) */
-#define LN_NCH_DISPATCH(nch, CALL)  \
-    switch (nch) {                  \
-        case 1: CALL(1); break;     \
-        case 2: CALL(2); break;     \
-        case 3: CALL(3); break;     \
-        case 4: CALL(4); break;     \
-        case 5: CALL(5); break;     \
-        case 6: CALL(6); break;     \
-        case 7: CALL(7); break;     \
-        default: CALL(8); break;    \
+/* f(std::integral_constant<int, nch>()): the NCH template argument from its
+ * value, by recursion over 1..LN_MAX_NCH (ln_nch has checked the range) */
+template <int K, typename F>
+static void ln_with_nch(int nch, F&& f) {
+    if constexpr (K < LN_MAX_NCH) {
+        if (nch > K) {
+            ln_with_nch<K + 1>(nch, f);
+            return;
+        }
     }
+    f(std::integral_constant<int, K>());
+}
 
 /* b and mean are NULL for RMS */
 template <bool RMS>
@@ -239,9 +241,7 @@ static void norm_forward(const char* who, floatX* out, float* mean, float* rstd,
     const int nch = ln_nch(who, C);
     const bool vec = rows_vec_ok(C) && is_aligned16(out) && is_aligned16(inp) && is_aligned16(w) &&
                      (RMS || is_aligned16(b));
-#define FWD_CALL(K) layernorm_launch<K, RMS>(vec, out, mean, rstd, inp, w, b, N, C, eps)
-    LN_NCH_DISPATCH(nch, FWD_CALL)
-#undef FWD_CALL
+    ln_with_nch<1>(nch, [&](auto k) { layernorm_launch<decltype(k)::value, RMS>(vec, out, mean, rstd, inp, w, b, N, C, eps); });
 }
 
 #define LN_BWD_MAX_BLOCKS 512 /* fixed, not per-device: the reduction order depends on shapes only */
@@ -258,9 +258,9 @@ static void norm_backward(const char* who, floatX* dinp, float* dw, float* db, c
     const unsigned grid = ceil_div_u(N, rpb);
     const int npart = RMS ? 1 : 2;   /* dw (and db) per block */
     float* partial = (float*)cuda_scratch(SCRATCH_LN_PARTIAL, (size_t)grid * npart * C * sizeof(float));
-#define BWD_CALL(K) layernorm_bwd_launch<K, RMS>(vec, grid, rpb, dinp, partial, dout, inp, w, mean, rstd, N, C)
-    LN_NCH_DISPATCH(nch, BWD_CALL)
-#undef BWD_CALL
+    ln_with_nch<1>(nch, [&](auto k) {
+        layernorm_bwd_launch<decltype(k)::value, RMS>(vec, grid, rpb, dinp, partial, dout, inp, w, mean, rstd, N, C);
+    });
     colsum_finish(dw, partial, (int)grid, C, (size_t)npart * C);
     if (!RMS) colsum_finish(db, partial + C, (int)grid, C, (size_t)npart * C);
 }

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <initializer_list>
 #include <vector>
 
 #include "common/bf16.h"
@@ -131,6 +132,11 @@ static inline void poison_bf(floatX* d, size_t n) {
 static inline void poison_f32(float* d, size_t n) {
     vecf b(n, nanf(""));
     ops_from_host(d, b.data(), n * 4);
+}
+
+/* ops_free of every buffer of a test */
+static inline void free_all(std::initializer_list<void*> bufs) {
+    for (void* p : bufs) ops_free(p);
 }
 
 /* ---- comparisons -------------------------------------------------------------------- */

@@ -34,12 +34,15 @@ GPT=(configs/default.json --set model.n_layer=4 --set model.n_head=4 --set model
 # bf16 activations carry 8 bits of mantissa: per-op errors ~4e-3 relative, and the
 # loss (a mean over 2048 tokens) agrees with the fp32 reference to ~1e-2 relative
 # over 10 steps; the gradient norm, a sum of squares of bf16-rounded products, to ~5e-2.
-t_gpu_vs_cpu() {
-    timeout 600 $MPIRUN -np 1 build/train "${GPT[@]}" --set parallel.tp=1 --set log.dir=$T/cpu || return 1
-    timeout 600 $MPIRUN -np 1 build/train_gpu "${GPT[@]}" --set parallel.tp=1 --set log.dir=$T/gpu || return 1
-    python3 tests/compare_logs.py $T/gpu/log.jsonl $T/cpu/log.jsonl --key loss --rtol 1e-2 || return 1
-    python3 tests/compare_logs.py $T/gpu/log.jsonl $T/cpu/log.jsonl --key grad_norm --rtol 5e-2
+# cpu_vs_gpu PREFIX ARGS...: both builds at TP=1 into $T/PREFIXcpu and $T/PREFIXgpu, then those checks
+cpu_vs_gpu() {
+    local p=$1; shift
+    timeout 600 $MPIRUN -np 1 build/train "$@" --set parallel.tp=1 --set log.dir=$T/${p}cpu || return 1
+    timeout 600 $MPIRUN -np 1 build/train_gpu "$@" --set parallel.tp=1 --set log.dir=$T/${p}gpu || return 1
+    python3 tests/compare_logs.py $T/${p}gpu/log.jsonl $T/${p}cpu/log.jsonl --key loss --rtol 1e-2 || return 1
+    python3 tests/compare_logs.py $T/${p}gpu/log.jsonl $T/${p}cpu/log.jsonl --key grad_norm --rtol 5e-2
 }
+t_gpu_vs_cpu() { cpu_vs_gpu "" "${GPT[@]}"; }
 
 t_gpu_tp() {
     timeout 600 $MPIRUN -np 2 build/train_gpu "${GPT[@]}" --set parallel.tp=2 --set log.dir=$T/gpu_tp2 || return 1
@@ -98,12 +101,7 @@ QWEN=("${GPT[@]}" --set model.arch=qwen2 --set model.n_kv_head=2 --set model.d_f
 # ~4e-3 relative per op; RMSNorm, RoPE and SwiGLU round once per output as LayerNorm and GELU
 # do) against the fp32 reference; the loss is a mean over 2048 tokens (rtol 1e-2), the
 # gradient norm a sum of squares of bf16-rounded products (5e-2).
-t_qwen2_gpu_vs_cpu() {
-    timeout 600 $MPIRUN -np 1 build/train "${QWEN[@]}" --set parallel.tp=1 --set log.dir=$T/q_cpu || return 1
-    timeout 600 $MPIRUN -np 1 build/train_gpu "${QWEN[@]}" --set parallel.tp=1 --set log.dir=$T/q_gpu || return 1
-    python3 tests/compare_logs.py $T/q_gpu/log.jsonl $T/q_cpu/log.jsonl --key loss --rtol 1e-2 || return 1
-    python3 tests/compare_logs.py $T/q_gpu/log.jsonl $T/q_cpu/log.jsonl --key grad_norm --rtol 5e-2
-}
+t_qwen2_gpu_vs_cpu() { cpu_vs_gpu q_ "${QWEN[@]}"; }
 
 # TP=2 tracks TP=1 as GPT-2 does (rtol 1e-2: the two degrees sum the row-parallel partial
 # products in a different order, each rounded to bf16); a rerun is bit-identical (the

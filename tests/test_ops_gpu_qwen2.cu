@@ -55,15 +55,7 @@ static void test_rmsnorm(int N, int C, float eps) {
     for (int k = 0; k < 2; k++) rmsnorm_backward(ddinp2, ddw2, dg, dx, dw, drstd, N, C);
     check_bits("rmsnorm_backward", "determinism: dw", get_bytes(ddw, C * 4), get_bytes(ddw2, C * 4));
     check_bits("rmsnorm_backward", "determinism: dinp", get_bytes(ddinp, n * 2), get_bytes(ddinp2, n * 2));
-    ops_free(ddinp2);
-    ops_free(ddw2);
-    ops_free(ddinp);
-    ops_free(ddw);
-    ops_free(dg);
-    ops_free(drstd);
-    ops_free(dout);
-    ops_free(dw);
-    ops_free(dx);
+    free_all({ddinp2, ddw2, ddinp, ddw, dg, drstd, dout, dw, dx});
 }
 
 /* RoPE on a qkv-like buffer: rows of ld = (NH + 2 KV) hs, rotated over the
@@ -136,10 +128,7 @@ static void test_swiglu(int N, int F) {
             }
         check("swiglu_backward", half ? "  dup (overwritten)" : "  dgate (overwritten)", gp, cp, TOL_EW);
     }
-    ops_free(ddgu);
-    ops_free(dout);
-    ops_free(dg);
-    ops_free(dgu_in);
+    free_all({ddgu, dout, dg, dgu_in});
 }
 
 void test_ops_gpu_qwen2(const char* only) {
