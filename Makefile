@@ -86,11 +86,13 @@ $(BUILD)/gpu/%.o: %.cu
 $(BUILD)/train_gpu: $(BUILD)/gpuc/train/main.o $(GPU_CORE)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDFLAGS) $(GPU_LIBS) $(LDLIBS)
 
-# The fp32 CPU ops with every ops.h function F renamed cpu_F (tests/ops_ref.syms), the
+# The fp32 CPU ops (both files, one object) with every ops.h function F renamed cpu_F (tests/ops_ref.syms), the
 # reference the CUDA op test links beside the CUDA ops.
-$(BUILD)/gpu/ops_cpu_ref.o: ops/ops_cpu.c ops/ops.h tests/ops_ref.syms
+$(BUILD)/gpu/ops_cpu_ref.o: ops/ops_cpu.c ops/ops_cpu_qwen2.c ops/ops.h tests/ops_ref.syms
 	@mkdir -p $(dir $@)
-	gcc -O2 -fopenmp -Wall -Wextra -I. -c ops/ops_cpu.c -o $(BUILD)/gpu/ops_cpu_plain.o
+	gcc -O2 -fopenmp -Wall -Wextra -I. -c ops/ops_cpu.c -o $(BUILD)/gpu/ops_cpu_gpt2.o
+	gcc -O2 -fopenmp -Wall -Wextra -I. -c ops/ops_cpu_qwen2.c -o $(BUILD)/gpu/ops_cpu_qwen2.o
+	ld -r $(BUILD)/gpu/ops_cpu_gpt2.o $(BUILD)/gpu/ops_cpu_qwen2.o -o $(BUILD)/gpu/ops_cpu_plain.o
 	objcopy --redefine-syms=tests/ops_ref.syms $(BUILD)/gpu/ops_cpu_plain.o $@
 	@left=$$(nm -g --defined-only $@ | awk '{print $$3}' | grep -v "^cpu_" || true); \
 	  [ -z "$$left" ] || { echo "not renamed (update tests/ops_ref.syms): $$left"; exit 1; }
@@ -98,7 +100,7 @@ $(BUILD)/gpu/ops_cpu_ref.o: ops/ops_cpu.c ops/ops.h tests/ops_ref.syms
 # GPU tests and benchmarks. Each .cu test is compiled by nvcc and linked with mpicc
 # against what it exercises: the op backend alone (test_ops_gpu, bench_ops_gpu), or
 # the trainer's objects (the rest).
-$(BUILD)/gpu/test_ops_gpu: $(BUILD)/gpu/tests/test_ops_gpu.o $(OPS_CU_OBJ) $(BUILD)/gpu/ops_cpu_ref.o $(BUILD)/cpu/common/check.o
+$(BUILD)/gpu/test_ops_gpu: $(BUILD)/gpu/tests/test_ops_gpu.o $(BUILD)/gpu/tests/test_ops_gpu_qwen2.o $(OPS_CU_OBJ) $(BUILD)/gpu/ops_cpu_ref.o $(BUILD)/cpu/common/check.o
 	$(CC) $(CFLAGS) $^ -o $@ $(CUDA_LIBS) -lstdc++ -lm
 $(BUILD)/gpu/bench_ops_gpu: $(BUILD)/gpu/tools/bench_ops_gpu.o $(OPS_CU_OBJ) $(BUILD)/cpu/common/check.o
 	$(CC) $(CFLAGS) $^ -o $@ $(CUDA_LIBS) -lstdc++ -lm

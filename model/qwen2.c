@@ -25,28 +25,11 @@
  * cross-entropy. The same named sites as GPT-2 (model/gpt.c), so every
  * compressor, the policy and the statistics apply unchanged.
  *
- * The ops it needs exist only in the CPU backend so far; the GPU build's
- * config refuses the arch, and the functions here stop with that message if
- * they are ever reached there.
+ * Both builds run it: the CPU ops (ops/ops_cpu.c, ops_cpu_qwen2.c) and the
+ * CUDA ones (ops/attention_cuda.cu, layernorm_cuda.cu, rope_cuda.cu,
+ * swiglu_cuda.cu) implement every op it calls.
  */
-#include <stdlib.h>
-
-#include "common/check.h"
 #include "model/gpt.h"
-
-#ifdef OPS_BF16
-
-float qwen2_forward(GPT* m, Comm* c, const int* inputs, const int* targets) {
-    (void)m; (void)c; (void)inputs; (void)targets;
-    FATAL("model.arch = \"qwen2\" needs ops not yet implemented on the GPU; use the CPU build (build/train)");
-}
-
-void qwen2_backward(GPT* m, Comm* c) {
-    (void)m; (void)c;
-    FATAL("model.arch = \"qwen2\" needs ops not yet implemented on the GPU; use the CPU build (build/train)");
-}
-
-#else
 
 /* the LM head's weights: wte when tied */
 static floatX* head_weights(GPT* m, floatX* P) { return m->pl.s.tied ? TENSOR(P, Q_WTE) : TENSOR(P, Q_LMHEAD); }
@@ -114,5 +97,3 @@ void qwen2_backward(GPT* m, Comm* c) {
     }
     encoder_backward(TENSOR(G, Q_WTE), m->dres, m->tok, N, C, m->v0, m->Vr);
 }
-
-#endif

@@ -8,12 +8,15 @@
  *   elementwise_cuda.cu   residual, GELU
  *   encoder_cuda.cu       token and position embeddings
  *   bias_cuda.cu          bias, and the deterministic column sums
- *   layernorm_cuda.cu     layernorm
+ *   layernorm_cuda.cu     layernorm and RMSNorm
+ *   rope_cuda.cu          rotate-half RoPE
+ *   swiglu_cuda.cu        SwiGLU
  *   crossentropy_cuda.cu  vocab-parallel cross-entropy
  *   adamw_cuda.cu         AdamW
  *   reduce_cuda.cu        ops_sumsq / ops_sum / ops_all_finite
  *   matmul_cuda.cu        matmuls on cuBLASLt
- *   attention_cuda.cu     flash-style attention (kernels in attention_kernels.cuh)
+ *   attention_cuda.cu     flash-style attention, grouped-query too (kernels in
+ *                         attention_kernels.cuh)
  *
  * What lives here: the checked-call macros for CUDA (every runtime call and
  * every kernel launch goes through them and ends in check_fatal with what
@@ -66,6 +69,7 @@ enum ScratchSlot {
     SCRATCH_REDUCE,          /* ops_sumsq / ops_sum / ops_all_finite */
     SCRATCH_ENCODER,         /* encoder_backward: bucket lists */
     SCRATCH_ENCODER_IDS,     /* encoder_backward: token ids on the host (pinned slot) */
+    SCRATCH_ROPE,            /* rope_forward / rope_backward: the cos / sin table */
     SCRATCH_NSLOTS
 };
 void* cuda_scratch(int slot, size_t bytes);

@@ -11,6 +11,10 @@
 #   gpu_sigterm_resume, gpu_watchdog_stopped_rank  tests/test_stop.sh on the GPU build
 #   gpu_init_device     model.init=device end to end: TP=1 and TP=2 track; "auto" picks the
 #                       device for a GPT-2 350M-shaped model
+#   qwen2_gpu_vs_cpu    model.arch=qwen2 (GQA, RMSNorm, RoPE, SwiGLU): build/train_gpu vs
+#                       build/train from the same weights, 10 steps within bf16 tolerance
+#   qwen2_gpu_tp        qwen2 at TP=2 vs TP=1, bit-identical reruns, a Hugging Face
+#                       checkpoint resumed bit for bit, the device init at TP=1 and 2
 #   (and the compression kernels' tests when they are built)
 #   the NCCL backend (tests/test_nccl_gpu.sh): with 2+ GPUs bit-identical to MPI
 # `tests/run_tests_gpu.sh nccl` runs only the NCCL part.
@@ -31,12 +35,15 @@ GPT=(configs/default.json --set model.n_layer=4 --set model.n_head=4 --set model
 # bf16 activations carry 8 bits of mantissa: per-op errors ~4e-3 relative, and the
 # loss (a mean over 2048 tokens) agrees with the fp32 reference to ~1e-2 relative
 # over 10 steps; the gradient norm, a sum of squares of bf16-rounded products, to ~5e-2.
-t_gpu_vs_cpu() {
-    timeout 600 $MPIRUN -np 1 build/train "${GPT[@]}" --set parallel.tp=1 --set log.dir=$T/cpu || return 1
-    timeout 600 $MPIRUN -np 1 build/train_gpu "${GPT[@]}" --set parallel.tp=1 --set log.dir=$T/gpu || return 1
-    python3 tests/compare_logs.py $T/gpu/log.jsonl $T/cpu/log.jsonl --key loss --rtol 1e-2 || return 1
-    python3 tests/compare_logs.py $T/gpu/log.jsonl $T/cpu/log.jsonl --key grad_norm --rtol 5e-2
+# cpu_vs_gpu PREFIX ARGS...: both builds at TP=1 into $T/PREFIXcpu and $T/PREFIXgpu, then those checks
+cpu_vs_gpu() {
+    local p=$1; shift
+    timeout 600 $MPIRUN -np 1 build/train "$@" --set parallel.tp=1 --set log.dir=$T/${p}cpu || return 1
+    timeout 600 $MPIRUN -np 1 build/train_gpu "$@" --set parallel.tp=1 --set log.dir=$T/${p}gpu || return 1
+    python3 tests/compare_logs.py $T/${p}gpu/log.jsonl $T/${p}cpu/log.jsonl --key loss --rtol 1e-2 || return 1
+    python3 tests/compare_logs.py $T/${p}gpu/log.jsonl $T/${p}cpu/log.jsonl --key grad_norm --rtol 5e-2
 }
+t_gpu_vs_cpu() { cpu_vs_gpu "" "${GPT[@]}"; }
 
 t_gpu_tp() {
     timeout 600 $MPIRUN -np 2 build/train_gpu "${GPT[@]}" --set parallel.tp=2 --set log.dir=$T/gpu_tp2 || return 1
@@ -86,6 +93,43 @@ t_gpu_init_device() {
     grep -q "^init: device (cuRAND Philox), 354.9M params" $T/init_auto.out
 }
 
+# Qwen2 of the same size: 4 query heads over 2 kv heads (groups of 2, one kv head per rank
+# at TP=2), hs = 64, an untied LM head
+QWEN=("${GPT[@]}" --set model.arch=qwen2 --set model.n_kv_head=2 --set model.d_ff=704
+      --set model.tie_embeddings=false --set model.rope_theta=10000)
+
+# The tolerances of gpu_vs_cpu, for the same reason: bf16 activations (8 significant bits,
+# ~4e-3 relative per op; RMSNorm, RoPE and SwiGLU round once per output as LayerNorm and GELU
+# do) against the fp32 reference; the loss is a mean over 2048 tokens (rtol 1e-2), the
+# gradient norm a sum of squares of bf16-rounded products (5e-2).
+t_qwen2_gpu_vs_cpu() { cpu_vs_gpu q_ "${QWEN[@]}"; }
+
+# TP=2 tracks TP=1 as GPT-2 does (rtol 1e-2: the two degrees sum the row-parallel partial
+# products in a different order, each rounded to bf16); a rerun is bit-identical (the
+# kernels' reductions have fixed orders, grouped-query dK/dV included); a checkpoint (a
+# Hugging Face directory) resumes bit for bit; the device init agrees across degrees.
+t_qwen2_gpu_tp() {
+    timeout 600 $MPIRUN -np 2 build/train_gpu "${QWEN[@]}" --set parallel.tp=2 --set log.dir=$T/q_gpu_tp2 || return 1
+    [ -f $T/q_gpu/log.jsonl ] || timeout 600 $MPIRUN -np 1 build/train_gpu "${QWEN[@]}" --set parallel.tp=1 \
+        --set log.dir=$T/q_gpu || return 1
+    python3 tests/compare_logs.py $T/q_gpu_tp2/log.jsonl $T/q_gpu/log.jsonl --key loss --rtol 1e-2 || return 1
+    timeout 600 $MPIRUN -np 2 build/train_gpu "${QWEN[@]}" --set parallel.tp=2 --set log.dir=$T/q_gpu_tp2b \
+        --set checkpoint.every=5 > /dev/null || return 1
+    python3 tests/compare_logs.py $T/q_gpu_tp2b/log.jsonl $T/q_gpu_tp2/log.jsonl --key loss --exact || return 1
+    python3 tests/compare_logs.py $T/q_gpu_tp2b/log.jsonl $T/q_gpu_tp2/log.jsonl --key grad_norm --exact || return 1
+    ls $T/q_gpu_tp2b/ckpt/model_00000005/model.safetensors $T/q_gpu_tp2b/ckpt/model_00000005/config.json || return 1
+    rm -rf $T/q_gpu_tp2b/ckpt/*00000010*
+    timeout 600 $MPIRUN -np 2 build/train_gpu "${QWEN[@]}" --set parallel.tp=2 --set log.dir=$T/q_gpu_tp2b \
+        --set checkpoint.every=5 --set checkpoint.resume=true > $T/q_gpu_resume.out || return 1
+    grep -q "resumed from .* at step 5" $T/q_gpu_resume.out || return 1
+    python3 tests/compare_logs.py $T/q_gpu_tp2b/log.jsonl $T/q_gpu_tp2/log.jsonl --key loss --exact --from-step 6 || return 1
+    timeout 600 $MPIRUN -np 1 build/train_gpu "${QWEN[@]}" --set parallel.tp=1 --set model.init=device \
+        --set log.dir=$T/q_dev1 > /dev/null || return 1
+    timeout 600 $MPIRUN -np 2 build/train_gpu "${QWEN[@]}" --set parallel.tp=2 --set model.init=device \
+        --set log.dir=$T/q_dev2 > /dev/null || return 1
+    python3 tests/compare_logs.py $T/q_dev2/log.jsonl $T/q_dev1/log.jsonl --key loss --rtol 1e-2
+}
+
 if [ "${1:-}" = nccl ]; then  # only the NCCL backend's tests (a multi-GPU session's first command)
     source tests/test_nccl_gpu.sh
     summary
@@ -111,6 +155,8 @@ STOP_DIR=$T/stop; mkdir -p $STOP_DIR
 source tests/test_stop.sh
 run gpu_sigterm_resume t_sigterm_resume
 run gpu_watchdog_stopped_rank t_watchdog_stopped_rank
+run qwen2_gpu_vs_cpu t_qwen2_gpu_vs_cpu
+run qwen2_gpu_tp t_qwen2_gpu_tp
 for t in build/gpu/test_compress_gpu; do [ -x $t ] && run "$(basename $t)" $t; done
 for p in 2 4; do [ -x build/gpu/test_coll_gpu ] && run "test_coll_gpu_np$p" $MPIRUN -np $p build/gpu/test_coll_gpu; done
 source tests/test_nccl_gpu.sh

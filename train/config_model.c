@@ -42,10 +42,6 @@ int config_check_arch(const Config* c, char* err, size_t errlen) {
         }
         return 0;
     }
-#ifdef OPS_BF16
-    return check_errorf(err, errlen, "config error: model.arch: \"qwen2\" needs ops not yet implemented on the GPU "
-                    "(RMSNorm, RoPE, SwiGLU, grouped-query attention); use the CPU build (build/train)");
-#endif
     int kv = c->model.n_kv_head ? c->model.n_kv_head : nh;
     long long ff = c->model.d_ff ? c->model.d_ff : 4LL * C;
     if (nh % kv != 0) {
