@@ -128,6 +128,19 @@ __device__ __forceinline__ void load8(float (&f)[8], const bf16* p) {
 __device__ __forceinline__ void store8(bf16* p, const float (&f)[8]) {
     *reinterpret_cast<bf16x8*>(p) = pack8(f);
 }
+/* 8 bf16 of a row from column c, kept packed (4 registers instead of 8):
+ * for kernels that hold a row between two passes. Columns past C read 0. */
+template <bool VEC>
+__device__ __forceinline__ bf16x8 ldpack8(const bf16* row, int c, int C) {
+    if constexpr (VEC) {
+        return *reinterpret_cast<const bf16x8*>(row + c);
+    } else {
+        float f[8];
+#pragma unroll
+        for (int i = 0; i < 8; i++) f[i] = (c + i < C) ? __bfloat162float(row[c + i]) : 0.0f;
+        return pack8(f);
+    }
+}
 
 /* ---- deterministic reductions -------------------------------------------------- */
 /* Butterfly (xor) shuffles: every lane ends with the same value, and the

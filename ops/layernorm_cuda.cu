@@ -16,8 +16,8 @@
  * that do: a norm's input is the residual stream); dw / db accumulate in
  * fp32 through a fixed-order reduction:
  * registers over a warp's rows, warps in warp order in shared memory, block
- * partials to scratch, then colsum_finish (bias_cuda.cu) adds the blocks in
- * block order. The number of blocks is a function of N only, so the result is
+ * partials to scratch, then colsum_finish (bias_cuda.cu) adds the blocks in a
+ * fixed order. The number of blocks is a function of N only, so the result is
  * bit-reproducible.
  *
  * C is a template parameter in chunks of 256 columns (NCH = 1..LN_MAX_NCH),
@@ -100,11 +100,14 @@ layernorm_forward_kernel(bf16* out, float* mean, float* rstd, const bf16* inp, c
  * takes rows warp, warp+8, ... of the chunk. dinp is row-local and
  * ACCUMULATES: dx += rstd * (g - mean(g) - xhat * mean(g*xhat)), g = w*dout
  * (RMS: mean 0 and no mean(g) term).
+ * A row's x, dout and dinp are loaded once, all at the row's start (one
+ * memory latency per row, not one per pass), and held packed as bf16 (4
+ * registers per 8 columns) between the two passes.
  * dw, db: each lane accumulates its columns over the warp's rows in
  * registers; the warps of the block are then added in warp order in shared
  * memory, and the block's sums go to partial[block][0..C) (dw) and
  * [C..2C) (db; not for RMS, whose partials are C wide).
- * colsum_finish adds the blocks in block order. */
+ * colsum_finish adds the blocks in a fixed order. */
 template <int NCH, bool VEC, bool RMS>
 __global__ void __launch_bounds__(LN_WARPS * 32)
 layernorm_backward_kernel(bf16* dinp, float* partial, const bf16* dout, const bf16* inp, const bf16* w,
@@ -123,6 +126,18 @@ layernorm_backward_kernel(bf16* dinp, float* partial, const bf16* dout, const bf
     for (int row = r0 + warp; row < r1; row += LN_WARPS) {
         const bf16* x_row = inp + (size_t)row * C;
         const bf16* d_row = dout + (size_t)row * C;
+        bf16* di_row = dinp + (size_t)row * C;
+        /* the row's x, dout and dinp, all loads issued before any is used */
+        bf16x8 xp[NCH], dp[NCH], ip[NCH];
+#pragma unroll
+        for (int i = 0; i < NCH; i++) {
+            const int ch = lane + 32 * i;
+            if (ch < nch8) {
+                xp[i] = ldpack8<VEC>(x_row, ch * 8, C);
+                dp[i] = ldpack8<VEC>(d_row, ch * 8, C);
+                ip[i] = ldpack8<VEC>(di_row, ch * 8, C);
+            }
+        }
         const float m = RMS ? 0.0f : mean[row], s = rstd[row];
         /* pass 1: the two row means */
         float gsum = 0.0f, gxsum = 0.0f;
@@ -131,8 +146,8 @@ layernorm_backward_kernel(bf16* dinp, float* partial, const bf16* dout, const bf
             const int ch = lane + 32 * i;
             if (ch >= nch8) continue;
             float xv[8], dv[8], wv[8];
-            ld8<VEC>(xv, x_row, ch * 8, C);
-            ld8<VEC>(dv, d_row, ch * 8, C);
+            unpack8(xp[i], xv);
+            unpack8(dp[i], dv);
             ld8<VEC>(wv, w, ch * 8, C);
 #pragma unroll
             for (int k = 0; k < 8; k++) {
@@ -143,17 +158,16 @@ layernorm_backward_kernel(bf16* dinp, float* partial, const bf16* dout, const bf
         }
         const float gmean = RMS ? 0.0f : warp_sum(gsum) / C;
         const float gxmean = warp_sum(gxsum) / C;
-        /* pass 2 (the row is still in L1): dinp and the parameter partials */
-        bf16* di_row = dinp + (size_t)row * C;
+        /* pass 2, from the registers: dinp and the parameter partials */
 #pragma unroll
         for (int i = 0; i < NCH; i++) {
             const int ch = lane + 32 * i;
             if (ch >= nch8) continue;
             float xv[8], dv[8], wv[8], di[8];
-            ld8<VEC>(xv, x_row, ch * 8, C);
-            ld8<VEC>(dv, d_row, ch * 8, C);
+            unpack8(xp[i], xv);
+            unpack8(dp[i], dv);
+            unpack8(ip[i], di);
             ld8<VEC>(wv, w, ch * 8, C);
-            ld8<VEC>(di, di_row, ch * 8, C);
 #pragma unroll
             for (int k = 0; k < 8; k++) {
                 float xhat = (xv[k] - m) * s;
@@ -244,7 +258,10 @@ static void norm_forward(const char* who, floatX* out, float* mean, float* rstd,
     ln_with_nch<1>(nch, [&](auto k) { layernorm_launch<decltype(k)::value, RMS>(vec, out, mean, rstd, inp, w, b, N, C, eps); });
 }
 
-#define LN_BWD_MAX_BLOCKS 512 /* fixed, not per-device: the reduction order depends on shapes only */
+/* Fixed, not per-device: the reduction order depends on shapes only. 256
+ * blocks of 8 warps are one wave on an H200 (2 resident per SM for C <= 1024),
+ * and fewer blocks mean fewer partial sums for colsum_finish. */
+#define LN_BWD_MAX_BLOCKS 256
 
 /* db and mean are NULL for RMS */
 template <bool RMS>

@@ -572,6 +572,7 @@ int main(int argc, char** argv) {
         test_layernorm(37, 768);
         test_layernorm(64, 1600); /* GPT-2 XL width, 7 chunks per lane */
         test_layernorm(19, 36);   /* scalar path */
+        test_layernorm(4100, 200); /* 242 blocks of partial sums: colsum_finish's lanes, uneven */
     }
     GROUP("matmul") {
         test_matmul(37, 768, 2304, true); /* qkv-like, N not a multiple of any tile */
@@ -582,6 +583,7 @@ int main(int argc, char** argv) {
     GROUP("elementwise") {
         test_bias_residual_gelu(37, 2304, 37 * 768 + 5);
         test_bias_residual_gelu(5, 36, 101);
+        test_bias_residual_gelu(3000, 40, 101); /* bias_backward over 94 row chunks */
     }
     GROUP("attention") {
         test_attention(2, 1, 3, 3, 64);
