@@ -75,6 +75,10 @@ void comm_free(Comm* c);
 void tp_allreduce_small(Comm* c, float* x, size_t n, MPI_Op op);
 /* Exact mean over DP of an fp32 buffer in backend memory (gradients). */
 void dp_allreduce_mean(Comm* c, float* x, size_t n);
+/* Exact sum over TP of an fp32 buffer in backend memory, identical on every
+ * TP rank (the replicated tensors' gradients under sequence parallelism);
+ * staged through host memory with either backend. */
+void tp_allreduce_sum(Comm* c, float* x, size_t n);
 /* Host staging buffer of at least n floats, reused (c->host). */
 float* comm_host_buffer(Comm* c, size_t n);
 /* Sum of a host double over a communicator (losses, norms). */

@@ -30,6 +30,7 @@
 #include <sys/stat.h>
 
 #include "comm/sites.h"
+#include "comm/sp.h"
 #include "comm/watchdog.h"
 #include "common/check.h"
 #include "compress/methods.h"
@@ -39,13 +40,31 @@
 #endif
 
 static const int CANDIDATE_G[SITE_NUM_CANDIDATES] = {16, 32, 64, 128, 256};
-static const char* KIND_NAME[SITE_KINDS] = {"embed.fwd", "attn.fwd", "mlp.fwd", "attn.bwd", "mlp.bwd", "lm_head.bwd"};
+static const char* KIND_NAME[SITE_KINDS] = {
+    "embed.fwd", "attn.fwd", "mlp.fwd", "attn.bwd", "mlp.bwd", "lm_head.bwd",
+    "embed.rs", "attn.ag", "attn.rs", "mlp.ag", "mlp.rs", "attn.ag.bwd", "attn.rs.bwd", "mlp.ag.bwd", "mlp.rs.bwd",
+    "lm_head.ag", "lm_head.ag.bwd", "embed.rs.bwd"};
+/* what a kind's exchange is, and whether it belongs to the backward pass */
+typedef enum { OP_AR, OP_RS, OP_AG } SiteOp;
+static const SiteOp KIND_OP[SITE_KINDS] = {OP_AR, OP_AR, OP_AR, OP_AR, OP_AR, OP_AR, OP_RS, OP_AG, OP_RS,
+                                           OP_AG, OP_RS, OP_RS, OP_AG, OP_RS, OP_AG, OP_AG, OP_RS, OP_AG};
+static const char KIND_BWD[SITE_KINDS] = {0, 0, 0, 1, 1, 1, 0, 0, 0, 0, 0, 1, 1, 1, 1, 0, 1, 1};
+/* the layer sites of one layer, in table order, from this kind on */
+#define LAYER_KINDS(sp) ((sp) ? 8 : 4)
+#define FIRST_LAYER_KIND(sp) ((sp) ? SITE_ATTN_AG : SITE_ATTN_FWD)
 
 int comm_site_index(const Comm* c, SiteKind kind, int layer) {
+    const int sp = c->policy.sp, per = LAYER_KINDS(sp);
+    if ((KIND_OP[kind] != OP_AR) != (sp != 0))
+        FATAL("site %s called in a run with parallel.sp %s (a model/comm mismatch)", KIND_NAME[kind], sp ? "on" : "off");
     switch (kind) {
-    case SITE_EMBED_FWD: return 0;
-    case SITE_LMHEAD_BWD: return 1 + 4 * c->L;
-    default: return 1 + 4 * layer + ((int)kind - (int)SITE_ATTN_FWD);
+    case SITE_EMBED_FWD:
+    case SITE_EMBED_RS: return 0;
+    case SITE_LMHEAD_BWD:
+    case SITE_LMHEAD_AG: return 1 + per * c->L;
+    case SITE_LMHEAD_AG_BWD: return 2 + per * c->L;
+    case SITE_EMBED_RS_BWD: return 3 + per * c->L;
+    default: return 1 + per * layer + ((int)kind - (int)FIRST_LAYER_KIND(sp));
     }
 }
 
@@ -59,6 +78,7 @@ void comm_policy_default(CommPolicy* p) {
     p->hadamard = p->adaptive_scale = p->dual_scale = 1;
     p->dump_step = -1;
     p->fuse = 1;
+    p->sp_chunks = 1;
 }
 
 /* The wire of the sites that are not compressed: fp32 on the CPU build.
@@ -75,23 +95,29 @@ static const CompressMethod EXACT_WIRE = CM_NONE;
 void comm_setup_sites(Comm* c, int L, const CommPolicy* pol) {
     c->policy = *pol;
     c->L = L;
-    c->nsites = 4 * L + 2;
+    const int per = LAYER_KINDS(pol->sp);
+    c->nsites = per * L + (pol->sp ? 4 : 2);
     c->sites = callocCheck((size_t)c->nsites, sizeof(CommSite));
+    const SiteKind tail[3] = {pol->sp ? SITE_LMHEAD_AG : SITE_LMHEAD_BWD, SITE_LMHEAD_AG_BWD, SITE_EMBED_RS_BWD};
 
     const CompressMethod m = pol->method;
     for (int i = 0; i < c->nsites; i++) {
         CommSite* s = &c->sites[i];
-        if (i == 0) { s->kind = SITE_EMBED_FWD; s->layer = -1; }
-        else if (i == c->nsites - 1) { s->kind = SITE_LMHEAD_BWD; s->layer = -1; }
-        else { s->kind = (SiteKind)(SITE_ATTN_FWD + (i - 1) % 4); s->layer = (i - 1) / 4; }
+        s->layer = -1;
+        if (i == 0) s->kind = pol->sp ? SITE_EMBED_RS : SITE_EMBED_FWD;
+        else if (i > per * L) s->kind = tail[i - 1 - per * L];
+        else { s->kind = (SiteKind)(FIRST_LAYER_KIND(pol->sp) + (i - 1) % per); s->layer = (i - 1) / per; }
         if (s->layer >= 0) snprintf(s->name, sizeof(s->name), "L%d.%s", s->layer, KIND_NAME[s->kind]);
         else snprintf(s->name, sizeof(s->name), "%s", KIND_NAME[s->kind]);
 
-        /* the per-site policy */
-        int bwd = s->kind == SITE_ATTN_BWD || s->kind == SITE_MLP_BWD || s->kind == SITE_LMHEAD_BWD;
+        /* the per-site policy; compress.embed and compress.lm_head name both
+         * exchanges of the embedding and of the LM head under SP */
+        int bwd = KIND_BWD[s->kind];
         int on = m != CM_NONE && (bwd ? pol->bwd : pol->fwd);
-        if (s->kind == SITE_EMBED_FWD && !pol->embed) on = 0;
-        if (s->kind == SITE_LMHEAD_BWD && !pol->lm_head) on = 0;
+        int embed = s->kind == SITE_EMBED_FWD || s->kind == SITE_EMBED_RS || s->kind == SITE_EMBED_RS_BWD;
+        int head = s->kind == SITE_LMHEAD_BWD || s->kind == SITE_LMHEAD_AG || s->kind == SITE_LMHEAD_AG_BWD;
+        if (embed && !pol->embed) on = 0;
+        if (head && !pol->lm_head) on = 0;
         if (s->layer == 0 && pol->skip_first_layer) on = 0;
         if (s->layer == L - 1 && pol->skip_last_layer) on = 0;
         s->compressed = on;
@@ -244,9 +270,8 @@ static float* stage_to_host(Comm* c, const floatX* x, size_t n) {
  * phases (reduce-scatter with p_rs, all-gather with p_ag) or, with
  * comm.allreduce = one_shot, one (every rank's tensor compressed with p_rs,
  * gathered and summed). */
-static void allreduce(Comm* c, const CompressParams* p_rs, const CompressParams* p_ag, floatX* x, size_t n,
-                      uint64_t stream, CollStats* st) {
 #ifdef OPS_BF16
+struct CollScratchDev* comm_dev_scratch(Comm* c) {
     if (!c->dscratch) {
         c->dscratch = callocCheck(1, sizeof(CollScratchDev));
         coll_scratch_dev_init(c->dscratch);
@@ -254,12 +279,47 @@ static void allreduce(Comm* c, const CompressParams* p_rs, const CompressParams*
         if (c->policy.pipeline_depth > 0) c->dscratch->K = c->policy.pipeline_depth;
         c->dscratch->unfused = !c->policy.fuse;
     }
+    return c->dscratch;
+}
+#endif
+
+static void allreduce(Comm* c, const CompressParams* p_rs, const CompressParams* p_ag, floatX* x, size_t n,
+                      uint64_t stream, CollStats* st) {
+#ifdef OPS_BF16
+    comm_dev_scratch(c);
     if (c->policy.one_shot) coll_allreduce_one_shot_dev(c->tp_comm, p_rs, x, n, stream, c->dscratch, st, (cudaStream_t)ops_cuda_stream());
     else coll_allreduce_dev(c->tp_comm, p_rs, p_ag, x, n, stream, c->dscratch, st, (cudaStream_t)ops_cuda_stream());
 #else
     if (c->policy.one_shot) coll_allreduce_one_shot(c->tp_comm, p_rs, x, n, stream, &c->scratch, st);
     else coll_allreduce(c->tp_comm, p_rs, p_ag, x, n, stream, &c->scratch, st);
 #endif
+}
+
+/* One exchange of op on backend memory: AR in place on out (= in, n
+ * elements), RS of in[n] into out[n/P], AG of in[n/P] into out[n]; n =
+ * rows * cols of the full tensor. */
+static void collective(Comm* c, SiteOp op, const CompressParams* p_rs, const CompressParams* p_ag, const floatX* in,
+                       floatX* out, int rows, int cols, uint64_t stream, CollStats* st) {
+    if (op == OP_AR) allreduce(c, p_rs, p_ag, out, (size_t)rows * cols, stream, st);
+    else if (op == OP_RS) sp_reduce_scatter(c, p_rs, in, out, rows, cols, stream, st);
+    else sp_all_gather(c, p_ag, in, out, rows, cols, stream, st);
+}
+
+/* the exact result of op on host fp32 copies: ref = op(h) */
+static void collective_exact_host(Comm* c, SiteOp op, float* h, float* ref, int rows, int cols) {
+    CompressParams exact;
+    compress_params_default(&exact, CM_NONE);
+    const size_t n = (size_t)rows * cols;
+    if (op == OP_AR) {
+        memcpy(ref, h, n * sizeof(float));
+        coll_allreduce(c->tp_comm, &exact, &exact, ref, n, 0, &c->scratch, NULL);
+    } else if (op == OP_RS) {
+        sp_reduce_scatter_host(c->tp_comm, c->policy.sp_chunks, &exact, h, ref, rows, cols, 0, c->policy.sp_chunks, 0,
+                               &c->scratch, NULL);
+    } else {
+        sp_all_gather_host(c->tp_comm, c->policy.sp_chunks, &exact, h, ref, rows, cols, 0, c->policy.sp_chunks, 0,
+                           &c->scratch, NULL);
+    }
 }
 
 /* ---- compress.method "auto" ------------------------------------------------
@@ -273,29 +333,34 @@ static void allreduce(Comm* c, const CompressParams* p_rs, const CompressParams*
  * auto_decide then keeps the compressor where it is both fast enough and
  * faithful enough, on every rank alike. */
 
-static double timed_allreduce(Comm* c, const CompressParams* p, floatX* x, size_t n, uint64_t stream, CollStats* st) {
+static double timed_collective(Comm* c, SiteOp op, const CompressParams* p, const floatX* in, floatX* out, int rows,
+                               int cols, uint64_t stream, CollStats* st) {
     ops_sync();
     wd_barrier(c->tp_comm, "auto trial (barrier)");
     double t0 = MPI_Wtime();
-    allreduce(c, p, p, x, n, stream, st);
+    collective(c, op, p, p, in, out, rows, cols, stream, st);
     ops_sync();
     return MPI_Wtime() - t0;
 }
 
-static void auto_trial(Comm* c, CommSite* s, floatX* x, size_t n, uint64_t stream, CollStats* st) {
-    if (n > c->auto_cap) {
+/* n_out: the output's elements; an all-reduce works in place, so its
+ * compressed twin runs on a copy of the input taken first */
+static void auto_trial(Comm* c, CommSite* s, SiteOp op, const floatX* in, floatX* out, size_t n_out, int rows, int cols,
+                       uint64_t stream, CollStats* st) {
+    if (n_out > c->auto_cap) {
         ops_free(c->auto_x);
-        c->auto_cap = n + n / 4;
+        c->auto_cap = n_out + n_out / 4;
         c->auto_x = ops_malloc(c->auto_cap * sizeof(floatX));
     }
-    ops_copy(c->auto_x, x, n * sizeof(floatX));
+    if (op == OP_AR) ops_copy(c->auto_x, in, n_out * sizeof(floatX));
+    const floatX* in_c = op == OP_AR ? c->auto_x : in;
     CompressParams exact;
     compress_params_default(&exact, EXACT_WIRE);
-    const double te = timed_allreduce(c, &exact, x, n, stream, st);
+    const double te = timed_collective(c, op, &exact, in, out, rows, cols, stream, st);
     CollStats sc = {0};
-    const double tc = timed_allreduce(c, &s->p, c->auto_x, n, stream, &sc);
-    memcpy(c->host_ref, stage_to_host(c, x, n), n * sizeof(float));
-    const double err = rel_error(stage_to_host(c, c->auto_x, n), c->host_ref, n);
+    const double tc = timed_collective(c, op, &s->p, in_c, c->auto_x, rows, cols, stream, &sc);
+    memcpy(c->host_ref, stage_to_host(c, out, n_out), n_out * sizeof(float));
+    const double err = rel_error(stage_to_host(c, c->auto_x, n_out), c->host_ref, n_out);
     if (s->auto_calls == 0 || te < s->auto_t_exact) s->auto_t_exact = te;
     if (s->auto_calls == 0 || tc < s->auto_t_comp) s->auto_t_comp = tc;
     if (s->auto_calls == 0 || !(err <= s->auto_err)) s->auto_err = err; /* a NaN error stays the worst */
@@ -344,45 +409,49 @@ static void auto_decide(Comm* c) {
     free(v);
 }
 
-void tp_exchange(Comm* c, SiteKind kind, int layer, floatX* x, int rows, int cols) {
-    if (c->tp_size == 1) return;
+/* One exchange at a site: the input in[rows_in, cols] (for an all-reduce in
+ * == out, in place), the output out; the full tensor has `rows` rows. */
+static void site_exchange(Comm* c, SiteKind kind, int layer, const floatX* in, floatX* out, int rows, int cols) {
+    if (c->tp_size == 1) {
+        if (in != out) ops_copy(out, in, (size_t)rows * cols * sizeof(floatX)); /* P = 1: local = full */
+        return;
+    }
     double t0 = MPI_Wtime();
-    CommSite* s = &c->sites[comm_site_index(c, kind, layer)];
-    size_t n = (size_t)rows * cols;
+    const int si = comm_site_index(c, kind, layer);
+    CommSite* s = &c->sites[si];
+    const SiteOp op = KIND_OP[kind];
+    const size_t n = (size_t)rows * cols, n_loc = n / (size_t)c->tp_size;
+    const size_t n_in = op == OP_AG ? n_loc : n, n_out = op == OP_RS ? n_loc : n;
     wd_set_site(s->name);   /* what a watchdog report names; cleared below */
 
     int dump = c->train_mode && c->step == c->policy.dump_step && c->policy.dump_sites[0] && site_selected(c->policy.dump_sites, s->name);
     int calibrate = s->calibrating && c->train_mode;
     int trial = c->train_mode && s->auto_pending; /* compress.method "auto": timed on both paths */
     int sample = c->train_mode && s->compressed && !trial && c->policy.stats_every > 0 && c->step % c->policy.stats_every == 0;
-    float* h = (dump || calibrate || sample) ? stage_to_host(c, x, n) : NULL;
+    comm_host_buffer(c, n);   /* room for input and output of every op before h points into it */
+    float* h = (dump || calibrate || sample) ? stage_to_host(c, in, n_in) : NULL;
 
     if (dump) {
         mkdir(c->policy.dump_dir, 0755);
         char path[700];
         snprintf(path, sizeof(path), "%s/%s.step%d.rank%d.npy", c->policy.dump_dir, s->name, c->step, c->world_rank);
-        dump_npy(path, h, rows, cols);
+        dump_npy(path, h, (int)(n_in / (size_t)cols), cols);
     }
     if (calibrate) {
-        if (c->step < c->policy.calib_steps) calibrate_score(c, s, h, n);
+        if (c->step < c->policy.calib_steps) calibrate_score(c, s, h, n_in);
         else calibrate_decide(c, s);
     }
-    if (sample) {   /* the exact result, to measure this exchange's error against */
-        CompressParams exact;
-        compress_params_default(&exact, CM_NONE);
-        memcpy(c->host_ref, h, n * sizeof(float));
-        coll_allreduce(c->tp_comm, &exact, &exact, c->host_ref, n, 0, &c->scratch, NULL);
-    }
+    if (sample) collective_exact_host(c, op, h, c->host_ref, rows, cols); /* the reference of this exchange's error */
 
     CompressParams p_rs = s->p, p_ag = s->p;
     p_rs.delayed_amax = hist_max(s, 0);
     p_ag.delayed_amax = hist_max(s, 1);
     CollStats st = {0};
-    uint64_t stream = ((uint64_t)c->step << 20) ^ ((uint64_t)comm_site_index(c, kind, layer) << 4) ^ (uint64_t)s->calls;
-    if (trial) auto_trial(c, s, x, n, stream, &st);
-    else allreduce(c, &p_rs, &p_ag, x, n, stream, &st);
+    uint64_t stream = ((uint64_t)c->step << 20) ^ ((uint64_t)si << 4) ^ (uint64_t)s->calls;
+    if (trial) auto_trial(c, s, op, in, out, n_out, rows, cols, stream, &st);
+    else collective(c, op, &p_rs, &p_ag, in, out, rows, cols, stream, &st);
     if (s->compressed && c->train_mode && !trial) hist_push(s, st.amax_rs, st.amax_ag);
-    if (sample) s->rel_err = rel_error(stage_to_host(c, x, n), c->host_ref, n);
+    if (sample) s->rel_err = rel_error(stage_to_host(c, out, n_out), c->host_ref, n_out);
 
     if (c->train_mode) {
         s->bytes += st.bytes_sent;
@@ -393,6 +462,19 @@ void tp_exchange(Comm* c, SiteKind kind, int layer, floatX* x, int rows, int col
         c->step_ms += (MPI_Wtime() - t0) * 1e3;
     }
     wd_set_site(NULL);
+}
+
+void tp_exchange(Comm* c, SiteKind kind, int layer, floatX* x, int rows, int cols) {
+    if (c->tp_size == 1) return;
+    site_exchange(c, kind, layer, x, x, rows, cols);
+}
+
+void tp_reduce_scatter(Comm* c, SiteKind kind, int layer, const floatX* full, floatX* local, int rows, int cols) {
+    site_exchange(c, kind, layer, full, local, rows, cols);
+}
+
+void tp_all_gather(Comm* c, SiteKind kind, int layer, const floatX* local, floatX* full, int rows, int cols) {
+    site_exchange(c, kind, layer, local, full, rows, cols);
 }
 
 /* ---- logging and state ------------------------------------------------------ */

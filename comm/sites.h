@@ -8,7 +8,10 @@
  * calibration and delayed-scale history.
  *
  * Sites, in table order: embed.fwd, then per layer l: L<l>.attn.fwd,
- * L<l>.mlp.fwd, L<l>.attn.bwd, L<l>.mlp.bwd, and last lm_head.bwd.
+ * L<l>.mlp.fwd, L<l>.attn.bwd, L<l>.mlp.bwd, and last lm_head.bwd. With
+ * sequence parallelism: embed.rs, per layer L<l>.attn.ag, .attn.rs, .mlp.ag,
+ * .mlp.rs, .attn.ag.bwd, .attn.rs.bwd, .mlp.ag.bwd, .mlp.rs.bwd, then
+ * lm_head.ag, lm_head.ag.bwd, embed.rs.bwd.
  */
 #ifndef COMM_SITES_H
 #define COMM_SITES_H
@@ -32,6 +35,21 @@ typedef enum {
     SITE_ATTN_BWD,    /* grad into ln1 output (QKV column-parallel input) */
     SITE_MLP_BWD,     /* grad into ln2 output (FC column-parallel input) */
     SITE_LMHEAD_BWD,  /* grad into lnf output (vocab-parallel LM head input) */
+    /* sequence parallelism (policy.sp): a reduce-scatter (rs) where the
+     * all-reduce was, an all-gather (ag) before each column-parallel GEMM; the
+     * backward of an rs is an ag and vice versa, named after its forward */
+    SITE_EMBED_RS,      /* embedding partial sums -> this rank's rows */
+    SITE_ATTN_AG,       /* ln1's rows -> the QKV GEMM's input */
+    SITE_ATTN_RS,       /* attention projection partial sums -> rows */
+    SITE_MLP_AG,        /* ln2's rows -> the FC GEMM's input */
+    SITE_MLP_RS,        /* MLP projection partial sums -> rows */
+    SITE_ATTN_AG_BWD,   /* grad into ln1 output (partial sums) -> rows */
+    SITE_ATTN_RS_BWD,   /* the residual grad's rows -> the attention projection's backward */
+    SITE_MLP_AG_BWD,    /* grad into ln2 output (partial sums) -> rows */
+    SITE_MLP_RS_BWD,    /* the residual grad's rows -> the MLP projection's backward */
+    SITE_LMHEAD_AG,     /* lnf's rows -> the LM head's input */
+    SITE_LMHEAD_AG_BWD, /* grad into lnf output (partial sums) -> rows */
+    SITE_EMBED_RS_BWD,  /* the residual grad's rows -> the embedding's backward */
     SITE_KINDS
 } SiteKind;
 
@@ -71,6 +89,17 @@ void comm_step_begin(Comm* c, int step);
 /* The TP exchange of the model: x[rows, cols] (backend memory, partial sums
  * on every TP rank) becomes the full sum on every TP rank. */
 void tp_exchange(Comm* c, SiteKind kind, int layer, floatX* x, int rows, int cols);
+
+/* Sequence parallelism (policy.sp): the row exchanges of the model. With
+ * N = rows (a multiple of P * K, comm/sp.h), full[N, cols] and this rank's
+ * rows local[N/P, cols] in the order of sp_piece:
+ *   tp_reduce_scatter: full holds partial sums on every rank; local gets the
+ *                      sum of this rank's rows (rank-order fp32 sums);
+ *   tp_all_gather:     every rank's local rows -> full, identical on every
+ *                      rank (each rank decodes its own rows from its bytes).
+ * A site, as tp_exchange: own compressor, statistics, calibration, dumps. */
+void tp_reduce_scatter(Comm* c, SiteKind kind, int layer, const floatX* full, floatX* local, int rows, int cols);
+void tp_all_gather(Comm* c, SiteKind kind, int layer, const floatX* local, floatX* full, int rows, int cols);
 
 /* The site index of (kind, layer). */
 int comm_site_index(const Comm* c, SiteKind kind, int layer);

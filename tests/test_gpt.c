@@ -75,8 +75,8 @@ static void run_case(const char* label, GPTShape s, int P, double h) {
     comm_setup_sites(&c1, s.L, &pol);
 
     GPT m, m1;
-    gpt_init(&m, s, P, rank, B, T);
-    gpt_init(&m1, s, 1, 0, B, T);
+    gpt_init(&m, s, P, rank, B, T, 0);
+    gpt_init(&m1, s, 1, 0, B, T, 0);
     float* full = params_init_full(&m.pl, 5);
     /* make biases and LayerNorm parameters non-trivial so their paths are tested */
     size_t off = 0;

@@ -189,7 +189,7 @@ int main(int argc, char** argv) {
     bad = memcheck_run(shape, &comm, B, T, err, sizeof(err)) != 0;
     agree_or_exit(bad, err, sizeof(err));
     GPT model;
-    gpt_init(&model, shape, comm.tp_size, comm.tp_rank, B, T);
+    gpt_init(&model, shape, comm.tp_size, comm.tp_rank, B, T, cfg.parallel.sp);
     double t_init = MPI_Wtime();
     const char* init_how = "file";
     if (cfg.model.init_from[0]) {

@@ -19,7 +19,7 @@ void memcheck_estimate(MemEstimate* e, GPTShape s, const Comm* c, int B, int T, 
     ParamLayout pl;
     params_layout(&pl, s, c->tp_size, c->tp_rank);
     size_t np = pl.total, full = params_full_count(&pl), N = (size_t)B * T, C = (size_t)s.C;
-    size_t backend = gpt_backend_bytes(s, c->tp_size, c->tp_rank, B, T);
+    size_t backend = gpt_backend_bytes(s, c->tp_size, c->tp_rank, B, T, c->policy.sp);
     e->weights = np * (on_device ? sizeof(uint16_t) + 4 * sizeof(float) : 4 * sizeof(float));
     e->acts = backend - e->weights;
     /* exchanges (comm/collectives.c, comm/sites.c): the host staging pair
