@@ -53,19 +53,37 @@ static const char KIND_BWD[SITE_KINDS] = {0, 0, 0, 1, 1, 1, 0, 0, 0, 0, 0, 1, 1,
 #define LAYER_KINDS(sp) ((sp) ? 8 : 4)
 #define FIRST_LAYER_KIND(sp) ((sp) ? SITE_ATTN_AG : SITE_ATTN_FWD)
 
-int comm_site_index(const Comm* c, SiteKind kind, int layer) {
-    const int sp = c->policy.sp, per = LAYER_KINDS(sp);
-    if ((KIND_OP[kind] != OP_AR) != (sp != 0))
-        FATAL("site %s called in a run with parallel.sp %s (a model/comm mismatch)", KIND_NAME[kind], sp ? "on" : "off");
+/* the table index of (kind, layer) in the layout sp of an L-layer model */
+static int site_index_in(int sp, int L, SiteKind kind, int layer) {
+    const int per = LAYER_KINDS(sp);
     switch (kind) {
     case SITE_EMBED_FWD:
     case SITE_EMBED_RS: return 0;
     case SITE_LMHEAD_BWD:
-    case SITE_LMHEAD_AG: return 1 + per * c->L;
-    case SITE_LMHEAD_AG_BWD: return 2 + per * c->L;
-    case SITE_EMBED_RS_BWD: return 3 + per * c->L;
+    case SITE_LMHEAD_AG: return 1 + per * L;
+    case SITE_LMHEAD_AG_BWD: return 2 + per * L;
+    case SITE_EMBED_RS_BWD: return 3 + per * L;
     default: return 1 + per * layer + ((int)kind - (int)FIRST_LAYER_KIND(sp));
     }
+}
+
+int comm_site_index(const Comm* c, SiteKind kind, int layer) {
+    const int sp = c->policy.sp;
+    if ((KIND_OP[kind] != OP_AR) != (sp != 0))
+        FATAL("site %s called in a run with parallel.sp %s (a model/comm mismatch)", KIND_NAME[kind], sp ? "on" : "off");
+    return site_index_in(sp, c->L, kind, layer);
+}
+
+/* The same block and pass in the other layout (a checkpoint of the other
+ * layout, comm_state_load): an all-reduce site <-> the sp reduce-scatter of
+ * the same partial sums; an sp all-gather <-> the all-reduce of its block. */
+static SiteKind kind_in_other_layout(SiteKind k) {
+    static const SiteKind RS_OF[6] = {SITE_EMBED_RS, SITE_ATTN_RS, SITE_MLP_RS, SITE_ATTN_AG_BWD, SITE_MLP_AG_BWD,
+                                      SITE_LMHEAD_AG_BWD};
+    static const SiteKind AR_OF[SITE_KINDS - 6] = {SITE_EMBED_FWD, SITE_ATTN_FWD, SITE_ATTN_FWD, SITE_MLP_FWD,
+                                                   SITE_MLP_FWD, SITE_ATTN_BWD, SITE_ATTN_BWD, SITE_MLP_BWD,
+                                                   SITE_MLP_BWD, SITE_LMHEAD_BWD, SITE_LMHEAD_BWD, SITE_EMBED_FWD};
+    return k < 6 ? RS_OF[k] : AR_OF[k - 6];
 }
 
 void comm_policy_default(CommPolicy* p) {
@@ -509,6 +527,10 @@ typedef struct {
 
 size_t comm_state_bytes(const Comm* c) { return (size_t)c->nsites * sizeof(SiteState); }
 
+size_t comm_state_bytes_other(const Comm* c) {
+    return (size_t)(c->policy.sp ? 4 * c->L + 2 : 8 * c->L + 4) * sizeof(SiteState);
+}
+
 void comm_state_save(const Comm* c, void* dst) {
     SiteState* out = dst;
     for (int i = 0; i < c->nsites; i++) {
@@ -523,23 +545,37 @@ void comm_state_save(const Comm* c, void* dst) {
     }
 }
 
-void comm_state_load(Comm* c, const void* src) {
+static void site_state_load(CommSite* s, const SiteState* in, int with_history) {
+    s->p.group_size = in->group_size;
+    s->calibrating = in->calibrating;
+    memcpy(s->calib_score, in->calib_score, sizeof(s->calib_score));
+    if (s->auto_pending && in->auto_choice) { /* the choice of the run that wrote it */
+        s->auto_pending = 0;
+        s->auto_choice = in->auto_choice;
+        if (s->auto_choice == 1) {
+            s->compressed = 0;
+            s->calibrating = 0;
+            compress_params_default(&s->p, EXACT_WIRE);
+        }
+    }
+    if (!with_history) return;
+    s->hist_len = in->hist_len;
+    memcpy(s->amax_hist, in->amax_hist, sizeof(s->amax_hist));
+}
+
+int comm_state_load(Comm* c, const void* src, size_t bytes) {
     const SiteState* in = src;
+    const int other = bytes != comm_state_bytes(c);
+    if (other && bytes != comm_state_bytes_other(c)) FATAL("site state of %zu bytes fits neither site layout", bytes);
     for (int i = 0; i < c->nsites; i++) {
         CommSite* s = &c->sites[i];
-        s->p.group_size = in[i].group_size;
-        s->calibrating = in[i].calibrating;
-        s->hist_len = in[i].hist_len;
-        memcpy(s->calib_score, in[i].calib_score, sizeof(s->calib_score));
-        if (s->auto_pending && in[i].auto_choice) { /* the choice of the run that wrote it */
-            s->auto_pending = 0;
-            s->auto_choice = in[i].auto_choice;
-            if (s->auto_choice == 1) {
-                s->compressed = 0;
-                s->calibrating = 0;
-                compress_params_default(&s->p, EXACT_WIRE);
-            }
+        if (!other) {
+            site_state_load(s, &in[i], 1);
+            continue;
         }
-        memcpy(s->amax_hist, in[i].amax_hist, sizeof(s->amax_hist));
+        /* a site that the other run did not compress sends its exact wire: keep this run's compressor */
+        const SiteState* from = &in[site_index_in(!c->policy.sp, c->L, kind_in_other_layout(s->kind), s->layer)];
+        if (s->compressed) site_state_load(s, from, 0);
     }
+    return other;
 }

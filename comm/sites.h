@@ -108,8 +108,16 @@ int comm_site_index(const Comm* c, SiteKind kind, int layer);
 int comm_sites_json(const Comm* c, char* buf, size_t cap);
 /* Site state that a bit-identical resume needs (calibration, amax history). */
 size_t comm_state_bytes(const Comm* c);
+/* The size of the same state in the other site layout (policy.sp flipped),
+ * which comm_state_load also takes. */
+size_t comm_state_bytes_other(const Comm* c);
 void comm_state_save(const Comm* c, void* dst);
-void comm_state_load(Comm* c, const void* src);
+/* bytes: comm_state_bytes (loaded as saved) or comm_state_bytes_other (a
+ * checkpoint of the other layout: each site takes the state of the site of
+ * the same block and pass - for a reduce-scatter the all-reduce of the same
+ * partial sums and back - without the amax histories). Returns 1 when it
+ * mapped the other layout, 0 otherwise. */
+int comm_state_load(Comm* c, const void* src, size_t bytes);
 
 #ifdef __cplusplus
 }
