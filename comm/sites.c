@@ -36,6 +36,7 @@
 #include "compress/methods.h"
 #ifdef OPS_BF16
 #include "comm/collectives_cuda.h"
+#include "comm/sp_cuda.h"
 #include "ops/ops_cuda.h"
 #endif
 
@@ -289,7 +290,7 @@ static float* stage_to_host(Comm* c, const floatX* x, size_t n) {
  * comm.allreduce = one_shot, one (every rank's tensor compressed with p_rs,
  * gathered and summed). */
 #ifdef OPS_BF16
-struct CollScratchDev* comm_dev_scratch(Comm* c) {
+static CollScratchDev* comm_dev_scratch(Comm* c) {
     if (!c->dscratch) {
         c->dscratch = callocCheck(1, sizeof(CollScratchDev));
         coll_scratch_dev_init(c->dscratch);
@@ -318,9 +319,19 @@ static void allreduce(Comm* c, const CompressParams* p_rs, const CompressParams*
  * rows * cols of the full tensor. */
 static void collective(Comm* c, SiteOp op, const CompressParams* p_rs, const CompressParams* p_ag, const floatX* in,
                        floatX* out, int rows, int cols, uint64_t stream, CollStats* st) {
+    const int K = c->policy.sp_chunks;
     if (op == OP_AR) allreduce(c, p_rs, p_ag, out, (size_t)rows * cols, stream, st);
-    else if (op == OP_RS) sp_reduce_scatter(c, p_rs, in, out, rows, cols, stream, st);
-    else sp_all_gather(c, p_ag, in, out, rows, cols, stream, st);
+#ifdef OPS_BF16
+    else if (op == OP_RS)
+        sp_reduce_scatter_dev(c->tp_comm, K, p_rs, in, out, rows, cols, 0, K, stream, comm_dev_scratch(c), st,
+                              (cudaStream_t)ops_cuda_stream());
+    else
+        sp_all_gather_dev(c->tp_comm, K, p_ag, in, out, rows, cols, 0, K, stream, comm_dev_scratch(c), st,
+                          (cudaStream_t)ops_cuda_stream());
+#else
+    else if (op == OP_RS) sp_reduce_scatter_host(c->tp_comm, K, p_rs, in, out, rows, cols, 0, K, stream, &c->scratch, st);
+    else sp_all_gather_host(c->tp_comm, K, p_ag, in, out, rows, cols, 0, K, stream, &c->scratch, st);
+#endif
 }
 
 /* the exact result of op on host fp32 copies: ref = op(h) */

@@ -1,7 +1,7 @@
 /*
- * comm/sp.c - the row exchanges of sequence parallelism on host buffers,
- * and on backend buffers in the CPU build (the GPU build's are in
- * comm/sp_cuda.c). The row layout and why pieces are compression units:
+ * comm/sp.c - the row exchanges of sequence parallelism on host buffers
+ * (the device versions: comm/sp_cuda.c; the sites call either from
+ * comm/sites.c). The row layout and why pieces are compression units:
  * comm/sp.h.
  *
  * A segment's exchange is the row-cut collective of comm/collectives.c
@@ -21,14 +21,6 @@ void sp_piece(int N, int P, int K, int r, int k, int* g0, int* rows) {
     const int seg = N / K, rs = seg / P;
     *g0 = k * seg + r * rs;
     *rows = rs;
-}
-
-uint64_t sp_stream(uint64_t stream, int k) { return stream ^ ((uint64_t)k << 56); }
-
-/* the config checks N % (P K) == 0; a caller that skipped them stops here */
-void sp_check_rows(int N, int P, int K) {
-    if (K < 1 || P < 1 || N % (P * K) != 0)
-        FATAL("sequence parallelism: %d rows do not split into %d ranks x %d pieces", N, P, K);
 }
 
 void sp_reduce_scatter_host(MPI_Comm comm, int K, const CompressParams* p, const float* full, float* local, int N,
@@ -52,18 +44,3 @@ void sp_all_gather_host(MPI_Comm comm, int K, const CompressParams* p, const flo
         coll_all_gather_unit(comm, p, local + (size_t)k * piece, seg, piece, full + (size_t)k * seg,
                              sp_stream(stream, k), s, st);
 }
-
-#ifndef OPS_BF16
-/* the CPU build's backend memory is host fp32 */
-void sp_reduce_scatter(Comm* c, const CompressParams* p, const floatX* full, floatX* local, int N, int C,
-                       uint64_t stream, CollStats* st) {
-    const int K = c->policy.sp_chunks;
-    sp_reduce_scatter_host(c->tp_comm, K, p, full, local, N, C, 0, K, stream, &c->scratch, st);
-}
-
-void sp_all_gather(Comm* c, const CompressParams* p, const floatX* local, floatX* full, int N, int C, uint64_t stream,
-                   CollStats* st) {
-    const int K = c->policy.sp_chunks;
-    sp_all_gather_host(c->tp_comm, K, p, local, full, N, C, 0, K, stream, &c->scratch, st);
-}
-#endif

@@ -27,8 +27,7 @@
 #include <stdint.h>
 
 #include "comm/collectives.h"
-#include "comm/comm.h"
-#include "ops/ops.h" /* floatX */
+#include "common/check.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -39,7 +38,12 @@ extern "C" {
 void sp_piece(int N, int P, int K, int r, int k, int* g0, int* rows);
 /* Stops with a message unless N rows split into P ranks x K pieces (the
  * config refuses such runs first; this is for callers that skipped it). */
-void sp_check_rows(int N, int P, int K);
+static inline void sp_check_rows(int N, int P, int K) {
+    if (K < 1 || P < 1 || N % (P * K) != 0)
+        FATAL("sequence parallelism: %d rows do not split into %d ranks x %d pieces", N, P, K);
+}
+/* the stochastic-rounding stream of segment k of an exchange */
+static inline uint64_t sp_stream(uint64_t stream, int k) { return stream ^ ((uint64_t)k << 56); }
 
 /* Segments [k0, k1) of the reduce-scatter / all-gather of rows on host fp32
  * buffers over comm: full[N, C], local[N/P, C] as above. The piece of
@@ -48,20 +52,6 @@ void sp_reduce_scatter_host(MPI_Comm comm, int K, const CompressParams* p, const
                             int C, int k0, int k1, uint64_t stream, CollScratch* s, CollStats* st);
 void sp_all_gather_host(MPI_Comm comm, int K, const CompressParams* p, const float* local, float* full, int N, int C,
                         int k0, int k1, uint64_t stream, CollScratch* s, CollStats* st);
-uint64_t sp_stream(uint64_t stream, int k);
-
-/* The same on backend memory over c's TP group, all K = c->policy.sp_chunks
- * segments (the GPU build: comm/collectives_cuda.h on the device, in stream
- * order on the ops stream). */
-void sp_reduce_scatter(Comm* c, const CompressParams* p, const floatX* full, floatX* local, int N, int C,
-                       uint64_t stream, CollStats* st);
-void sp_all_gather(Comm* c, const CompressParams* p, const floatX* local, floatX* full, int N, int C, uint64_t stream,
-                   CollStats* st);
-
-#ifdef OPS_BF16
-/* The device collectives' scratch of c, made on first use (comm/sites.c). */
-struct CollScratchDev* comm_dev_scratch(Comm* c);
-#endif
 
 #ifdef __cplusplus
 }
