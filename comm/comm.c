@@ -19,6 +19,7 @@
 #ifdef OPS_BF16
 #include "comm/collectives_cuda.h"
 #include "comm/comm_nccl.h"
+#include "comm/sp_cuda.h"
 #endif
 
 void comm_init(Comm* c, int tp, int dp) {
@@ -48,6 +49,7 @@ void comm_free(Comm* c) {
 #ifdef OPS_BF16
     ops_free(c->dev_f32);
     if (c->dscratch) coll_scratch_dev_free(c->dscratch);
+    sp_side_free(c->sp_side);
     free(c->dscratch);
     comm_nccl_free(c);
 #endif

@@ -438,59 +438,146 @@ static void auto_decide(Comm* c) {
     free(v);
 }
 
-/* One exchange at a site: the input in[rows_in, cols] (for an all-reduce in
- * == out, in place), the output out; the full tensor has `rows` rows. */
+/* ---- one exchange at a site, whole or in segments ----------------------------
+ * site_begin takes the site's decisions (calibrated group size, delayed
+ * scales, stream, what to record), site_run does the exchange at once,
+ * site_end records it. An all-reduce works in place, so what is recorded of
+ * its input is taken in site_begin; a reduce-scatter or all-gather leaves its
+ * input alone, so that waits for site_end, when a segmented exchange has its
+ * whole input (the reduce-scatter's comes one GEMM piece at a time). */
+
+static size_t seg_n_in(const Comm* c, const TpSeg* x) {
+    const size_t n = (size_t)x->rows * x->cols;
+    return x->op == OP_AG ? n / (size_t)c->tp_size : n;
+}
+static size_t seg_n_out(const Comm* c, const TpSeg* x) {
+    const size_t n = (size_t)x->rows * x->cols;
+    return x->op == OP_RS ? n / (size_t)c->tp_size : n;
+}
+
+/* the dump, the calibration score and the exact reference of the error, from the input */
+static void site_record_input(Comm* c, TpSeg* x) {
+    if (!(x->dump || x->calibrate || x->sample)) return;
+    CommSite* s = &c->sites[x->si];
+    const size_t n_in = seg_n_in(c, x);
+    float* h = stage_to_host(c, x->in, n_in);
+    if (x->dump) {
+        mkdir(c->policy.dump_dir, 0755);
+        char path[700];
+        snprintf(path, sizeof(path), "%s/%s.step%d.rank%d.npy", c->policy.dump_dir, s->name, c->step, c->world_rank);
+        dump_npy(path, h, (int)(n_in / (size_t)x->cols), x->cols);
+    }
+    if (x->calibrate) calibrate_score(c, s, h, n_in);
+    if (x->sample) collective_exact_host(c, (SiteOp)x->op, h, c->host_ref, x->rows, x->cols);
+}
+
+static void site_begin(Comm* c, TpSeg* x, SiteKind kind, int layer, const floatX* in, floatX* out, int rows, int cols) {
+    memset(x, 0, sizeof(*x));
+    const double t0 = MPI_Wtime();
+    x->si = comm_site_index(c, kind, layer);
+    x->op = (int)KIND_OP[kind];
+    x->in = in;
+    x->out = out;
+    x->rows = rows;
+    x->cols = cols;
+    CommSite* s = &c->sites[x->si];
+    wd_set_site(s->name);   /* what a watchdog report names; cleared in site_end */
+    x->dump = c->train_mode && c->step == c->policy.dump_step && c->policy.dump_sites[0] && site_selected(c->policy.dump_sites, s->name);
+    x->trial = c->train_mode && s->auto_pending; /* compress.method "auto": timed on both paths */
+    x->sample = c->train_mode && s->compressed && !x->trial && c->policy.stats_every > 0 && c->step % c->policy.stats_every == 0;
+    if (s->calibrating && c->train_mode) {
+        if (c->step < c->policy.calib_steps) x->calibrate = 1;
+        else calibrate_decide(c, s);   /* before anything is compressed with the group size */
+    }
+    comm_host_buffer(c, (size_t)rows * cols);   /* room for input and output, before stage_to_host points into it */
+    if (x->op == OP_AR) site_record_input(c, x);
+    x->p_rs = s->p;
+    x->p_ag = s->p;
+    x->p_rs.delayed_amax = hist_max(s, 0);
+    x->p_ag.delayed_amax = hist_max(s, 1);
+    x->stream = ((uint64_t)c->step << 20) ^ ((uint64_t)x->si << 4) ^ (uint64_t)s->calls;
+    x->K = x->op == OP_AR ? 1 : c->policy.sp_chunks;
+    x->overlap = c->policy.overlap && x->op != OP_AR && !x->trial && x->K > 1;
+    x->busy = MPI_Wtime() - t0;
+}
+
+static void site_run(Comm* c, TpSeg* x) {
+    if (x->trial) auto_trial(c, &c->sites[x->si], (SiteOp)x->op, x->in, x->out, seg_n_out(c, x), x->rows, x->cols,
+                             x->stream, &x->st);
+    else collective(c, (SiteOp)x->op, &x->p_rs, &x->p_ag, x->in, x->out, x->rows, x->cols, x->stream, &x->st);
+}
+
+static void site_end(Comm* c, TpSeg* x) {
+    const double t0 = MPI_Wtime();
+    CommSite* s = &c->sites[x->si];
+    if (x->op != OP_AR) site_record_input(c, x);
+    if (s->compressed && c->train_mode && !x->trial) hist_push(s, x->st.amax_rs, x->st.amax_ag);
+    if (x->sample) s->rel_err = rel_error(stage_to_host(c, x->out, seg_n_out(c, x)), c->host_ref, seg_n_out(c, x));
+    if (c->train_mode) {
+        s->bytes += x->st.bytes_sent;
+        s->saturated += x->st.saturated;
+        s->nonfinite += x->st.nonfinite;
+        s->calls++;
+        c->step_bytes += x->st.bytes_sent;
+        c->step_ms += (x->busy + MPI_Wtime() - t0) * 1e3;   /* the time in the exchange's calls, not the GEMMs' between */
+    }
+    wd_set_site(NULL);
+}
+
+/* segment k of a segmented exchange, now (comm.overlap): on the host in the
+ * CPU build; on the side stream in the GPU build, after the compute stream's
+ * mark k (a reduce-scatter: its GEMM piece is written) or mark 0 (an
+ * all-gather: its rows are) */
+static void site_segment(Comm* c, TpSeg* x, int k) {
+#ifdef OPS_BF16
+    SpSide* sd = sp_side_get(&c->sp_side);
+    sp_side_follow(sd, x->op == OP_RS ? k : 0, sd->side);
+    if (x->op == OP_RS)
+        sp_reduce_scatter_dev(c->tp_comm, x->K, &x->p_rs, x->in, x->out, x->rows, x->cols, k, k + 1, x->stream,
+                              comm_dev_scratch(c), &x->st, sd->side);
+    else
+        sp_all_gather_dev(c->tp_comm, x->K, &x->p_ag, x->in, x->out, x->rows, x->cols, k, k + 1, x->stream,
+                          comm_dev_scratch(c), &x->st, sd->side);
+#else
+    if (x->op == OP_RS)
+        sp_reduce_scatter_host(c->tp_comm, x->K, &x->p_rs, x->in, x->out, x->rows, x->cols, k, k + 1, x->stream,
+                               &c->scratch, &x->st);
+    else
+        sp_all_gather_host(c->tp_comm, x->K, &x->p_ag, x->in, x->out, x->rows, x->cols, k, k + 1, x->stream,
+                           &c->scratch, &x->st);
+#endif
+}
+
+/* GPU build, comm.overlap: mark i of the compute stream, for the side stream to follow */
+static void compute_mark(Comm* c, int i) {
+#ifdef OPS_BF16
+    sp_side_mark(sp_side_get(&c->sp_side), i, (cudaStream_t)ops_cuda_stream());
+#else
+    (void)c;
+    (void)i;
+#endif
+}
+
+/* GPU build, comm.overlap: the compute stream waits for what the side stream has queued */
+static void compute_follow_side(Comm* c) {
+#ifdef OPS_BF16
+    SpSide* sd = sp_side_get(&c->sp_side);
+    sp_side_mark(sd, SP_SIDE_DONE, sd->side);
+    sp_side_follow(sd, SP_SIDE_DONE, (cudaStream_t)ops_cuda_stream());
+#else
+    (void)c;
+#endif
+}
+
 static void site_exchange(Comm* c, SiteKind kind, int layer, const floatX* in, floatX* out, int rows, int cols) {
     if (c->tp_size == 1) {
         if (in != out) ops_copy(out, in, (size_t)rows * cols * sizeof(floatX)); /* P = 1: local = full */
         return;
     }
-    double t0 = MPI_Wtime();
-    const int si = comm_site_index(c, kind, layer);
-    CommSite* s = &c->sites[si];
-    const SiteOp op = KIND_OP[kind];
-    const size_t n = (size_t)rows * cols, n_loc = n / (size_t)c->tp_size;
-    const size_t n_in = op == OP_AG ? n_loc : n, n_out = op == OP_RS ? n_loc : n;
-    wd_set_site(s->name);   /* what a watchdog report names; cleared below */
-
-    int dump = c->train_mode && c->step == c->policy.dump_step && c->policy.dump_sites[0] && site_selected(c->policy.dump_sites, s->name);
-    int calibrate = s->calibrating && c->train_mode;
-    int trial = c->train_mode && s->auto_pending; /* compress.method "auto": timed on both paths */
-    int sample = c->train_mode && s->compressed && !trial && c->policy.stats_every > 0 && c->step % c->policy.stats_every == 0;
-    comm_host_buffer(c, n);   /* room for input and output of every op before h points into it */
-    float* h = (dump || calibrate || sample) ? stage_to_host(c, in, n_in) : NULL;
-
-    if (dump) {
-        mkdir(c->policy.dump_dir, 0755);
-        char path[700];
-        snprintf(path, sizeof(path), "%s/%s.step%d.rank%d.npy", c->policy.dump_dir, s->name, c->step, c->world_rank);
-        dump_npy(path, h, (int)(n_in / (size_t)cols), cols);
-    }
-    if (calibrate) {
-        if (c->step < c->policy.calib_steps) calibrate_score(c, s, h, n_in);
-        else calibrate_decide(c, s);
-    }
-    if (sample) collective_exact_host(c, op, h, c->host_ref, rows, cols); /* the reference of this exchange's error */
-
-    CompressParams p_rs = s->p, p_ag = s->p;
-    p_rs.delayed_amax = hist_max(s, 0);
-    p_ag.delayed_amax = hist_max(s, 1);
-    CollStats st = {0};
-    uint64_t stream = ((uint64_t)c->step << 20) ^ ((uint64_t)si << 4) ^ (uint64_t)s->calls;
-    if (trial) auto_trial(c, s, op, in, out, n_out, rows, cols, stream, &st);
-    else collective(c, op, &p_rs, &p_ag, in, out, rows, cols, stream, &st);
-    if (s->compressed && c->train_mode && !trial) hist_push(s, st.amax_rs, st.amax_ag);
-    if (sample) s->rel_err = rel_error(stage_to_host(c, out, n_out), c->host_ref, n_out);
-
-    if (c->train_mode) {
-        s->bytes += st.bytes_sent;
-        s->saturated += st.saturated;
-        s->nonfinite += st.nonfinite;
-        s->calls++;
-        c->step_bytes += st.bytes_sent;
-        c->step_ms += (MPI_Wtime() - t0) * 1e3;
-    }
-    wd_set_site(NULL);
+    TpSeg x;
+    site_begin(c, &x, kind, layer, in, out, rows, cols);
+    site_run(c, &x);
+    site_end(c, &x);
 }
 
 void tp_exchange(Comm* c, SiteKind kind, int layer, floatX* x, int rows, int cols) {
@@ -505,6 +592,48 @@ void tp_reduce_scatter(Comm* c, SiteKind kind, int layer, const floatX* full, fl
 void tp_all_gather(Comm* c, SiteKind kind, int layer, const floatX* local, floatX* full, int rows, int cols) {
     site_exchange(c, kind, layer, local, full, rows, cols);
 }
+
+int tp_segments(const Comm* c) { return c->tp_size > 1 && c->policy.sp ? c->policy.sp_chunks : 1; }
+
+void tp_rs_begin(Comm* c, TpSeg* x, SiteKind kind, int layer, const floatX* full, floatX* local, int rows, int cols) {
+    site_begin(c, x, kind, layer, full, local, rows, cols);
+}
+
+void tp_rs_ready(Comm* c, TpSeg* x, int k) {
+    if (x->overlap) compute_mark(c, k);
+}
+
+void tp_rs_post(Comm* c, TpSeg* x, int k) {
+    const double t0 = MPI_Wtime();
+    if (x->overlap) site_segment(c, x, k);
+    x->busy += MPI_Wtime() - t0;
+}
+
+void tp_rs_end(Comm* c, TpSeg* x) {
+    const double t0 = MPI_Wtime();
+    if (x->overlap) compute_follow_side(c);
+    else site_run(c, x);
+    x->busy += MPI_Wtime() - t0;
+    site_end(c, x);
+}
+
+void tp_ag_begin(Comm* c, TpSeg* x, SiteKind kind, int layer, const floatX* local, floatX* full, int rows, int cols) {
+    site_begin(c, x, kind, layer, local, full, rows, cols);
+    if (x->overlap) compute_mark(c, 0);
+}
+
+void tp_ag_wait(Comm* c, TpSeg* x, int k) {
+    const double t0 = MPI_Wtime();
+    if (x->overlap) {
+        site_segment(c, x, k);
+        compute_follow_side(c);
+    } else if (k == 0) {
+        site_run(c, x);
+    }
+    x->busy += MPI_Wtime() - t0;
+}
+
+void tp_ag_end(Comm* c, TpSeg* x) { site_end(c, x); }
 
 /* ---- logging and state ------------------------------------------------------ */
 

@@ -101,6 +101,42 @@ void tp_exchange(Comm* c, SiteKind kind, int layer, floatX* x, int rows, int col
 void tp_reduce_scatter(Comm* c, SiteKind kind, int layer, const floatX* full, floatX* local, int rows, int cols);
 void tp_all_gather(Comm* c, SiteKind kind, int layer, const floatX* local, floatX* full, int rows, int cols);
 
+/* The same exchanges in K = tp_segments(c) segments of N/K rows (comm/sp.h),
+ * so that they can overlap the GEMMs that produce or consume them:
+ *
+ *   reduce-scatter after a row-parallel GEMM         all-gather before a column-parallel GEMM
+ *     tp_rs_begin(c, &x, kind, l, full, local, N, C)   tp_ag_begin(c, &x, kind, l, local, full, N, C)
+ *     for k: GEMM rows of segment k -> full            for k: tp_ag_wait(c, &x, k)
+ *            tp_rs_ready(c, &x, k)                            GEMM on full's segment k
+ *            tp_rs_post(c, &x, k - 1)  (k >= 1)        tp_ag_end(c, &x)
+ *     tp_rs_post(c, &x, K - 1); tp_rs_end(c, &x)
+ *
+ * With comm.overlap, post k sends segment k (in the GPU build on a side
+ * stream, while the compute stream runs the GEMM of segment k + 1) and wait
+ * k brings segment k in (while the GEMM of segment k - 1 runs); without it
+ * the whole exchange runs in tp_rs_end / tp_ag_wait(0). Every piece is its
+ * own compression unit either way (comm/sp.h): the two give the same bits.
+ * The GEMMs must be cut the same way whether or not overlap is on. */
+typedef struct {
+    int si, op, K, overlap;           /* for comm/ only */
+    int dump, calibrate, trial, sample;
+    const floatX* in;
+    floatX* out;
+    int rows, cols;
+    CompressParams p_rs, p_ag;
+    uint64_t stream;
+    CollStats st;
+    double busy;                      /* seconds spent in the exchange's calls */
+} TpSeg;
+int tp_segments(const Comm* c);
+void tp_rs_begin(Comm* c, TpSeg* x, SiteKind kind, int layer, const floatX* full, floatX* local, int rows, int cols);
+void tp_rs_ready(Comm* c, TpSeg* x, int k);
+void tp_rs_post(Comm* c, TpSeg* x, int k);
+void tp_rs_end(Comm* c, TpSeg* x);
+void tp_ag_begin(Comm* c, TpSeg* x, SiteKind kind, int layer, const floatX* local, floatX* full, int rows, int cols);
+void tp_ag_wait(Comm* c, TpSeg* x, int k);
+void tp_ag_end(Comm* c, TpSeg* x);
+
 /* The site index of (kind, layer). */
 int comm_site_index(const Comm* c, SiteKind kind, int layer);
 /* Appends the per-site stats of this step as a JSON object member

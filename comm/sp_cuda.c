@@ -8,11 +8,15 @@
  * sp_*_host on float(x) rounded to bf16 (tests/test_coll_gpu.c). The
  * reduce-scatter writes the bf16 sum of this rank's piece; the all-gather
  * decodes every piece, this rank's included, from the gathered bytes.
+ * Also the side stream of comm.overlap (SpSide).
  */
 #include "comm/sp_cuda.h"
 
+#include <stdlib.h>
+
 #include "comm/sp.h"
 #include "common/check.h"
+#include "common/cuda_check.h"
 
 void sp_reduce_scatter_dev(MPI_Comm comm, int K, const CompressParams* p, const uint16_t* full, uint16_t* local, int N,
                            int C, int k0, int k1, uint64_t stream, CollScratchDev* s, CollStats* st, cudaStream_t cs) {
@@ -34,4 +38,24 @@ void sp_all_gather_dev(MPI_Comm comm, int K, const CompressParams* p, const uint
     for (int k = k0; k < k1; k++)
         coll_all_gather_unit_dev(comm, p, local + (size_t)k * piece, 1, seg, piece, full + (size_t)k * seg,
                                  sp_stream(stream, k), s, st, cs);
+}
+
+SpSide* sp_side_get(SpSide** slot) {
+    if (*slot) return *slot;
+    SpSide* s = callocCheck(1, sizeof(SpSide));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&s->side, cudaStreamNonBlocking));
+    for (int i = 0; i <= SP_SIDE_DONE; i++) CUDA_CHECK(cudaEventCreateWithFlags(&s->ev[i], cudaEventDisableTiming));
+    *slot = s;
+    return s;
+}
+
+void sp_side_mark(SpSide* s, int i, cudaStream_t on) { CUDA_CHECK(cudaEventRecord(s->ev[i], on)); }
+
+void sp_side_follow(SpSide* s, int i, cudaStream_t waiter) { CUDA_CHECK(cudaStreamWaitEvent(waiter, s->ev[i], 0)); }
+
+void sp_side_free(SpSide* s) {
+    if (!s) return;
+    for (int i = 0; i <= SP_SIDE_DONE; i++) CUDA_CHECK(cudaEventDestroy(s->ev[i]));
+    CUDA_CHECK(cudaStreamDestroy(s->side));
+    free(s);
 }

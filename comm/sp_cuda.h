@@ -20,6 +20,21 @@ void sp_reduce_scatter_dev(MPI_Comm comm, int K, const CompressParams* p, const 
 void sp_all_gather_dev(MPI_Comm comm, int K, const CompressParams* p, const uint16_t* local, uint16_t* full, int N,
                        int C, int k0, int k1, uint64_t stream, CollScratchDev* s, CollStats* st, cudaStream_t cs);
 
+/* comm.overlap's second stream: segment exchanges run on `side` while the
+ * compute stream runs the GEMMs; the events order the two. Mark i of a
+ * stream (i < SP_SIDE_DONE: a segment's input is ready; SP_SIDE_DONE: all
+ * queued segments are done) is waited for by the other. */
+#define SP_SIDE_DONE 64 /* comm.sp_chunks is at most 64 */
+typedef struct SpSide {
+    cudaStream_t side;
+    cudaEvent_t ev[SP_SIDE_DONE + 1];
+} SpSide;
+/* *slot, created on the first call */
+SpSide* sp_side_get(SpSide** slot);
+void sp_side_mark(SpSide* s, int i, cudaStream_t on);
+void sp_side_follow(SpSide* s, int i, cudaStream_t waiter);
+void sp_side_free(SpSide* s);
+
 #ifdef __cplusplus
 }
 #endif

@@ -233,28 +233,23 @@ float gpt_forward(GPT* m, Comm* c, const int* inputs, const int* targets) {
         LayerActs* a = &m->acts[l];
         floatX* x = l == 0 ? m->x0 : m->acts[l - 1].res3;
         layernorm_forward(gpt_norm_out(m, a->ln1), a->ln1_mean, a->ln1_rstd, x, LAYER(P, P_LN1W, l), LAYER(P, P_LN1B, l), R, C);
-        gpt_gather(m, c, SITE_ATTN_AG, l, a->ln1);
-        matmul_forward(a->qkv, a->ln1, LAYER(P, P_QKVW, l), LAYER(P, P_QKVB, l), N, C, 3 * m->Cr);
+        gpt_colpar_forward(m, c, SITE_ATTN_AG, l, a->qkv, a->ln1, LAYER(P, P_QKVW, l), LAYER(P, P_QKVB, l), 3 * m->Cr);
         attention_forward(a->atty, a->lse, a->qkv, B, T, m->NHr, m->hs);
-        matmul_forward(gpt_partial(m, a->attproj), a->atty, LAYER(P, P_ATTPROJW, l), NULL, N, m->Cr, C);
-        gpt_reduce(m, c, SITE_ATTN_FWD, SITE_ATTN_RS, l, a->attproj);
+        gpt_rowpar_forward(m, c, SITE_ATTN_FWD, SITE_ATTN_RS, l, a->attproj, a->atty, LAYER(P, P_ATTPROJW, l), m->Cr);
         bias_forward(a->attproj, LAYER(P, P_ATTPROJB, l), R, C);
         residual_forward(a->res2, x, a->attproj, (size_t)R * C);
 
         layernorm_forward(gpt_norm_out(m, a->ln2), a->ln2_mean, a->ln2_rstd, a->res2, LAYER(P, P_LN2W, l), LAYER(P, P_LN2B, l), R, C);
-        gpt_gather(m, c, SITE_MLP_AG, l, a->ln2);
-        matmul_forward(a->fch, a->ln2, LAYER(P, P_FCW, l), LAYER(P, P_FCB, l), N, C, m->Fr);
+        gpt_colpar_forward(m, c, SITE_MLP_AG, l, a->fch, a->ln2, LAYER(P, P_FCW, l), LAYER(P, P_FCB, l), m->Fr);
         gelu_forward(a->fch_gelu, a->fch, (size_t)N * m->Fr);
-        matmul_forward(gpt_partial(m, a->fcproj), a->fch_gelu, LAYER(P, P_FCPROJW, l), NULL, N, m->Fr, C);
-        gpt_reduce(m, c, SITE_MLP_FWD, SITE_MLP_RS, l, a->fcproj);
+        gpt_rowpar_forward(m, c, SITE_MLP_FWD, SITE_MLP_RS, l, a->fcproj, a->fch_gelu, LAYER(P, P_FCPROJW, l), m->Fr);
         bias_forward(a->fcproj, LAYER(P, P_FCPROJB, l), R, C);
         residual_forward(a->res3, a->res2, a->fcproj, (size_t)R * C);
     }
 
     floatX* last = m->acts[s->L - 1].res3;
     layernorm_forward(gpt_norm_out(m, m->lnf), m->lnf_mean, m->lnf_rstd, last, TENSOR(P, P_LNFW), TENSOR(P, P_LNFB), R, C);
-    gpt_gather(m, c, SITE_LMHEAD_AG, -1, m->lnf);
-    matmul_forward(m->logits, m->lnf, TENSOR(P, P_WTE), NULL, N, C, m->Vr);
+    gpt_colpar_forward(m, c, SITE_LMHEAD_AG, -1, m->logits, m->lnf, TENSOR(P, P_WTE), NULL, m->Vr);
     return gpt_head_loss(m, c, targets);
 }
 
@@ -296,20 +291,20 @@ void gpt_backward(GPT* m, Comm* c) {
         floatX* x = l == 0 ? m->x0 : m->acts[l - 1].res3;
         /* MLP: res3 = res2 + fcproj + fcprojb */
         bias_backward(LAYER(G, P_FCPROJB, l), m->dres, R, C);
-        matmul_backward(m->dfch_gelu, LAYER(G, P_FCPROJW, l), NULL, gpt_grad_in(m, c, SITE_MLP_RS_BWD, l), a->fch_gelu,
-                        LAYER(P, P_FCPROJW, l), N, m->Fr, C);
+        gpt_rowpar_backward(m, c, SITE_MLP_RS_BWD, l, m->dfch_gelu, LAYER(G, P_FCPROJW, l), a->fch_gelu,
+                            LAYER(P, P_FCPROJW, l), m->Fr);
         gelu_backward(m->dfch, a->fch, m->dfch_gelu, (size_t)N * m->Fr);
-        matmul_backward(m->dln, LAYER(G, P_FCW, l), LAYER(G, P_FCB, l), m->dfch, a->ln2, LAYER(P, P_FCW, l), N, C, m->Fr);
-        dl = gpt_grad_reduce(m, c, SITE_MLP_BWD, SITE_MLP_AG_BWD, l);
+        dl = gpt_colpar_backward(m, c, SITE_MLP_BWD, SITE_MLP_AG_BWD, l, LAYER(G, P_FCW, l), LAYER(G, P_FCB, l), m->dfch,
+                                 a->ln2, LAYER(P, P_FCW, l), m->Fr);
         layernorm_backward(m->dres, LAYER(G, P_LN2W, l), LAYER(G, P_LN2B, l), dl, a->res2, LAYER(P, P_LN2W, l),
                            a->ln2_mean, a->ln2_rstd, R, C);
         /* attention: res2 = x + attproj + attprojb */
         bias_backward(LAYER(G, P_ATTPROJB, l), m->dres, R, C);
-        matmul_backward(m->datty, LAYER(G, P_ATTPROJW, l), NULL, gpt_grad_in(m, c, SITE_ATTN_RS_BWD, l), a->atty,
-                        LAYER(P, P_ATTPROJW, l), N, m->Cr, C);
+        gpt_rowpar_backward(m, c, SITE_ATTN_RS_BWD, l, m->datty, LAYER(G, P_ATTPROJW, l), a->atty,
+                            LAYER(P, P_ATTPROJW, l), m->Cr);
         attention_backward(m->dqkv, m->datty, a->qkv, a->atty, a->lse, B, T, m->NHr, m->hs);
-        matmul_backward(m->dln, LAYER(G, P_QKVW, l), LAYER(G, P_QKVB, l), m->dqkv, a->ln1, LAYER(P, P_QKVW, l), N, C, 3 * m->Cr);
-        dl = gpt_grad_reduce(m, c, SITE_ATTN_BWD, SITE_ATTN_AG_BWD, l);
+        dl = gpt_colpar_backward(m, c, SITE_ATTN_BWD, SITE_ATTN_AG_BWD, l, LAYER(G, P_QKVW, l), LAYER(G, P_QKVB, l),
+                                 m->dqkv, a->ln1, LAYER(P, P_QKVW, l), 3 * m->Cr);
         layernorm_backward(m->dres, LAYER(G, P_LN1W, l), LAYER(G, P_LN1B, l), dl, x, LAYER(P, P_LN1W, l),
                            a->ln1_mean, a->ln1_rstd, R, C);
     }
@@ -327,9 +322,9 @@ void gpt_embed_forward(GPT* m, Comm* c, const int* inputs, const floatX* wte) {
 }
 
 const floatX* gpt_head_backward(GPT* m, Comm* c, const floatX* W, float* dW) {
-    const int N = m->B * m->T, C = m->pl.s.C;
-    matmul_backward(m->dln, dW, NULL, m->logits, m->lnf, W, N, C, m->Vr);
-    const floatX* dl = gpt_grad_reduce(m, c, SITE_LMHEAD_BWD, SITE_LMHEAD_AG_BWD, -1);
+    const int C = m->pl.s.C;
+    const floatX* dl = gpt_colpar_backward(m, c, SITE_LMHEAD_BWD, SITE_LMHEAD_AG_BWD, -1, dW, NULL, m->logits, m->lnf, W,
+                                           m->Vr);
     ops_zero(m->dres, (size_t)m->R * C * sizeof(floatX));
     return dl;
 }
@@ -342,13 +337,17 @@ const floatX* gpt_head_backward(GPT* m, Comm* c, const floatX* W, float* dW) {
  * into the GEMM's input; a row-parallel GEMM writes m->xfull, reduce-
  * scattered into the rows; the backward gathers the residual gradient
  * before a row-parallel GEMM's backward and reduce-scatters a
- * column-parallel one's input gradient. */
+ * column-parallel one's input gradient.
+ *
+ * With sp the GEMMs next to an exchange run in K = tp_segments(c) pieces of
+ * N/K rows (comm/sites.h shows the loops), whether or not comm.overlap lets
+ * the exchange of one piece run beside the GEMM of the next: so the GEMM
+ * calls, and their bits, are the same either way (a GEMM library may pick
+ * another kernel for another row count). Each output row depends on its
+ * own input row only, and a weight gradient accumulates the pieces in row
+ * order. */
 
 floatX* gpt_norm_out(GPT* m, floatX* full) { return m->sp ? m->xloc : full; }
-
-void gpt_gather(GPT* m, Comm* c, SiteKind kind, int layer, floatX* full) {
-    if (m->sp) tp_all_gather(c, kind, layer, m->xloc, full, m->B * m->T, m->pl.s.C);
-}
 
 floatX* gpt_partial(GPT* m, floatX* out) { return m->sp ? m->xfull : out; }
 
@@ -363,12 +362,82 @@ const floatX* gpt_grad_in(GPT* m, Comm* c, SiteKind kind, int layer) {
     return m->xfull;
 }
 
-floatX* gpt_grad_reduce(GPT* m, Comm* c, SiteKind ar, SiteKind rs, int layer) {
+void gpt_colpar_forward(GPT* m, Comm* c, SiteKind ag, int layer, floatX* out, floatX* in, const floatX* W,
+                        const floatX* b, int OC) {
+    const int N = m->B * m->T, C = m->pl.s.C;
     if (!m->sp) {
-        tp_exchange(c, ar, layer, m->dln, m->B * m->T, m->pl.s.C);
+        matmul_forward(out, in, W, b, N, C, OC);
+        return;
+    }
+    TpSeg x;
+    const int K = tp_segments(c);
+    const size_t rows = (size_t)(N / K);
+    tp_ag_begin(c, &x, ag, layer, m->xloc, in, N, C);
+    for (int k = 0; k < K; k++) {
+        tp_ag_wait(c, &x, k);
+        matmul_forward(out + k * rows * OC, in + k * rows * C, W, b, (int)rows, C, OC);
+    }
+    tp_ag_end(c, &x);
+}
+
+void gpt_rowpar_forward(GPT* m, Comm* c, SiteKind ar, SiteKind rs, int layer, floatX* out, const floatX* in,
+                        const floatX* W, int IC) {
+    const int N = m->B * m->T, C = m->pl.s.C;
+    if (!m->sp) {
+        matmul_forward(out, in, W, NULL, N, IC, C);
+        tp_exchange(c, ar, layer, out, N, C);
+        return;
+    }
+    TpSeg x;
+    const int K = tp_segments(c);
+    const size_t rows = (size_t)(N / K);
+    tp_rs_begin(c, &x, rs, layer, m->xfull, out, N, C);
+    for (int k = 0; k < K; k++) {
+        matmul_forward(m->xfull + k * rows * C, in + k * rows * IC, W, NULL, (int)rows, IC, C);
+        tp_rs_ready(c, &x, k);
+        if (k > 0) tp_rs_post(c, &x, k - 1);   /* piece k - 1 travels while piece k computes */
+    }
+    tp_rs_post(c, &x, K - 1);
+    tp_rs_end(c, &x);
+}
+
+void gpt_rowpar_backward(GPT* m, Comm* c, SiteKind ag, int layer, floatX* din, float* dW, const floatX* in,
+                         const floatX* W, int IC) {
+    const int N = m->B * m->T, C = m->pl.s.C;
+    if (!m->sp) {
+        matmul_backward(din, dW, NULL, m->dres, in, W, N, IC, C);
+        return;
+    }
+    TpSeg x;
+    const int K = tp_segments(c);
+    const size_t rows = (size_t)(N / K);
+    tp_ag_begin(c, &x, ag, layer, m->dres, m->xfull, N, C);
+    for (int k = 0; k < K; k++) {
+        tp_ag_wait(c, &x, k);
+        matmul_backward(din + k * rows * IC, dW, NULL, m->xfull + k * rows * C, in + k * rows * IC, W, (int)rows, IC, C);
+    }
+    tp_ag_end(c, &x);
+}
+
+const floatX* gpt_colpar_backward(GPT* m, Comm* c, SiteKind ar, SiteKind rs, int layer, float* dW, float* db,
+                                  const floatX* dout, const floatX* in, const floatX* W, int OC) {
+    const int N = m->B * m->T, C = m->pl.s.C;
+    if (!m->sp) {
+        matmul_backward(m->dln, dW, db, dout, in, W, N, C, OC);
+        tp_exchange(c, ar, layer, m->dln, N, C);
         return m->dln;
     }
-    tp_reduce_scatter(c, rs, layer, m->dln, m->dloc, m->B * m->T, m->pl.s.C);
+    TpSeg x;
+    const int K = tp_segments(c);
+    const size_t rows = (size_t)(N / K);
+    tp_rs_begin(c, &x, rs, layer, m->dln, m->dloc, N, C);
+    for (int k = 0; k < K; k++) {
+        matmul_backward(m->dln + k * rows * C, dW, db, dout + k * rows * OC, in + k * rows * C, W, (int)rows, C, OC);
+        tp_rs_ready(c, &x, k);
+        if (k > 0) tp_rs_post(c, &x, k - 1);
+    }
+    tp_rs_post(c, &x, K - 1);
+    tp_rs_end(c, &x);
     return m->dloc;
 }
 

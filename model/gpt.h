@@ -118,14 +118,27 @@ void gpt_embed_forward(GPT* m, Comm* c, const int* inputs, const floatX* wte);
  * backward to add into. W / dW: the LM
  * head's weights and gradient (wte's when tied). */
 const floatX* gpt_head_backward(GPT* m, Comm* c, const floatX* W, float* dW);
-/* Shared: the exchanges around the norm and residual region, for both
- * layouts (model/gpt.c says what each does with and without sp). */
+/* Shared: the GEMMs and exchanges around the norm and residual region, for
+ * both layouts (model/gpt.c says what each does with and without sp):
+ * norm_out is where a norm writes its output bound for the column-parallel
+ * GEMM whose input is `full`; partial / reduce write and sum the
+ * embedding's partial sums; grad_in is the residual gradient over all N
+ * rows (the embedding's backward). The GEMMs: column-parallel out[N,OC] =
+ * in[N,C] W^T + b after the gather into in; row-parallel out = in[N,IC]
+ * W^T, summed into out (R rows); their backwards, the column-parallel one
+ * returning the summed input gradient's R rows. */
 floatX* gpt_norm_out(GPT* m, floatX* full);
-void gpt_gather(GPT* m, Comm* c, SiteKind kind, int layer, floatX* full);
 floatX* gpt_partial(GPT* m, floatX* out);
 void gpt_reduce(GPT* m, Comm* c, SiteKind ar, SiteKind rs, int layer, floatX* out);
 const floatX* gpt_grad_in(GPT* m, Comm* c, SiteKind kind, int layer);
-floatX* gpt_grad_reduce(GPT* m, Comm* c, SiteKind ar, SiteKind rs, int layer);
+void gpt_colpar_forward(GPT* m, Comm* c, SiteKind ag, int layer, floatX* out, floatX* in, const floatX* W,
+                        const floatX* b, int OC);
+void gpt_rowpar_forward(GPT* m, Comm* c, SiteKind ar, SiteKind rs, int layer, floatX* out, const floatX* in,
+                        const floatX* W, int IC);
+void gpt_rowpar_backward(GPT* m, Comm* c, SiteKind ag, int layer, floatX* din, float* dW, const floatX* in,
+                         const floatX* W, int IC);
+const floatX* gpt_colpar_backward(GPT* m, Comm* c, SiteKind ar, SiteKind rs, int layer, float* dW, float* db,
+                                  const floatX* dout, const floatX* in, const floatX* W, int OC);
 /* sp: the replicated tensors' gradients summed over TP (each rank's are
  * over its rows); nothing without sp */
 void gpt_replicated_grads(GPT* m, Comm* c);

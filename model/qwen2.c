@@ -65,27 +65,22 @@ float qwen2_forward(GPT* m, Comm* c, const int* inputs, const int* targets) {
         LayerActs* a = &m->acts[l];
         floatX* x = l == 0 ? m->x0 : m->acts[l - 1].res3;
         rmsnorm_forward(gpt_norm_out(m, a->ln1), a->ln1_rstd, x, LAYER(P, Q_LN1W, l), R, C, s->norm_eps);
-        gpt_gather(m, c, SITE_ATTN_AG, l, a->ln1);
-        matmul_forward(a->qkv, a->ln1, LAYER(P, Q_QKVW, l), LAYER(P, Q_QKVB, l), N, C, m->QKVr);
+        gpt_colpar_forward(m, c, SITE_ATTN_AG, l, a->qkv, a->ln1, LAYER(P, Q_QKVW, l), LAYER(P, Q_QKVB, l), m->QKVr);
         rope_forward(a->qkv, B, T, m->QKVr, m->NHr + m->KVr, m->hs, s->rope_theta);   /* q heads, then k heads */
         attention_gqa_forward(a->atty, a->lse, a->qkv, B, T, m->NHr, m->KVr, m->hs);
-        matmul_forward(gpt_partial(m, a->attproj), a->atty, LAYER(P, Q_OPROJW, l), NULL, N, m->Cr, C);
-        gpt_reduce(m, c, SITE_ATTN_FWD, SITE_ATTN_RS, l, a->attproj);
+        gpt_rowpar_forward(m, c, SITE_ATTN_FWD, SITE_ATTN_RS, l, a->attproj, a->atty, LAYER(P, Q_OPROJW, l), m->Cr);
         residual_forward(a->res2, x, a->attproj, (size_t)R * C);
 
         rmsnorm_forward(gpt_norm_out(m, a->ln2), a->ln2_rstd, a->res2, LAYER(P, Q_LN2W, l), R, C, s->norm_eps);
-        gpt_gather(m, c, SITE_MLP_AG, l, a->ln2);
-        matmul_forward(a->fch, a->ln2, LAYER(P, Q_GATEUPW, l), NULL, N, C, m->FCr);
+        gpt_colpar_forward(m, c, SITE_MLP_AG, l, a->fch, a->ln2, LAYER(P, Q_GATEUPW, l), NULL, m->FCr);
         swiglu_forward(a->fch_gelu, a->fch, N, m->Fr);
-        matmul_forward(gpt_partial(m, a->fcproj), a->fch_gelu, LAYER(P, Q_DOWNW, l), NULL, N, m->Fr, C);
-        gpt_reduce(m, c, SITE_MLP_FWD, SITE_MLP_RS, l, a->fcproj);
+        gpt_rowpar_forward(m, c, SITE_MLP_FWD, SITE_MLP_RS, l, a->fcproj, a->fch_gelu, LAYER(P, Q_DOWNW, l), m->Fr);
         residual_forward(a->res3, a->res2, a->fcproj, (size_t)R * C);
     }
 
     floatX* last = m->acts[s->L - 1].res3;
     rmsnorm_forward(gpt_norm_out(m, m->lnf), m->lnf_rstd, last, TENSOR(P, Q_NORMW), R, C, s->norm_eps);
-    gpt_gather(m, c, SITE_LMHEAD_AG, -1, m->lnf);
-    matmul_forward(m->logits, m->lnf, head_weights(m, P), NULL, N, C, m->Vr);
+    gpt_colpar_forward(m, c, SITE_LMHEAD_AG, -1, m->logits, m->lnf, head_weights(m, P), NULL, m->Vr);
     return gpt_head_loss(m, c, targets);
 }
 
@@ -103,20 +98,19 @@ void qwen2_backward(GPT* m, Comm* c) {
         LayerActs* a = &m->acts[l];
         floatX* x = l == 0 ? m->x0 : m->acts[l - 1].res3;
         /* MLP: res3 = res2 + down(silu(gate) * up) */
-        matmul_backward(m->dfch_gelu, LAYER(G, Q_DOWNW, l), NULL, gpt_grad_in(m, c, SITE_MLP_RS_BWD, l), a->fch_gelu,
-                        LAYER(P, Q_DOWNW, l), N, m->Fr, C);
+        gpt_rowpar_backward(m, c, SITE_MLP_RS_BWD, l, m->dfch_gelu, LAYER(G, Q_DOWNW, l), a->fch_gelu, LAYER(P, Q_DOWNW, l),
+                            m->Fr);
         swiglu_backward(m->dfch, a->fch, m->dfch_gelu, N, m->Fr);
-        matmul_backward(m->dln, LAYER(G, Q_GATEUPW, l), NULL, m->dfch, a->ln2, LAYER(P, Q_GATEUPW, l), N, C, m->FCr);
-        dl = gpt_grad_reduce(m, c, SITE_MLP_BWD, SITE_MLP_AG_BWD, l);
+        dl = gpt_colpar_backward(m, c, SITE_MLP_BWD, SITE_MLP_AG_BWD, l, LAYER(G, Q_GATEUPW, l), NULL, m->dfch, a->ln2,
+                                 LAYER(P, Q_GATEUPW, l), m->FCr);
         rmsnorm_backward(m->dres, LAYER(G, Q_LN2W, l), dl, a->res2, LAYER(P, Q_LN2W, l), a->ln2_rstd, R, C);
         /* attention: res2 = x + oproj(attention(rope(qkv))) */
-        matmul_backward(m->datty, LAYER(G, Q_OPROJW, l), NULL, gpt_grad_in(m, c, SITE_ATTN_RS_BWD, l), a->atty,
-                        LAYER(P, Q_OPROJW, l), N, m->Cr, C);
+        gpt_rowpar_backward(m, c, SITE_ATTN_RS_BWD, l, m->datty, LAYER(G, Q_OPROJW, l), a->atty, LAYER(P, Q_OPROJW, l),
+                            m->Cr);
         attention_gqa_backward(m->dqkv, m->datty, a->qkv, a->atty, a->lse, B, T, m->NHr, m->KVr, m->hs);
         rope_backward(m->dqkv, B, T, m->QKVr, m->NHr + m->KVr, m->hs, s->rope_theta);
-        matmul_backward(m->dln, LAYER(G, Q_QKVW, l), LAYER(G, Q_QKVB, l), m->dqkv, a->ln1, LAYER(P, Q_QKVW, l), N, C,
-                        m->QKVr);
-        dl = gpt_grad_reduce(m, c, SITE_ATTN_BWD, SITE_ATTN_AG_BWD, l);
+        dl = gpt_colpar_backward(m, c, SITE_ATTN_BWD, SITE_ATTN_AG_BWD, l, LAYER(G, Q_QKVW, l), LAYER(G, Q_QKVB, l), m->dqkv,
+                                 a->ln1, LAYER(P, Q_QKVW, l), m->QKVr);
         rmsnorm_backward(m->dres, LAYER(G, Q_LN1W, l), dl, x, LAYER(P, Q_LN1W, l), a->ln1_rstd, R, C);
     }
     encoder_backward(TENSOR(G, Q_WTE), gpt_grad_in(m, c, SITE_EMBED_RS_BWD, -1), m->tok, N, C, m->v0, m->Vr);

@@ -70,6 +70,7 @@ static void run_case(const char* label, GPTShape s, int P, double h, int sp) {
     const int B = 2, T = 8;
     pol.sp = sp;
     pol.sp_chunks = 2;   /* B T = 16 rows: 2 pieces per rank at P = 4, rows 3 pieces apart */
+    pol.overlap = sp;    /* the exchanges piece by piece between the GEMMs */
     if (rank == 0) printf("%s%s\n", label, sp ? " (sequence parallel)" : "");
     Comm ctp, c1;
     comm_init(&ctp, P, 1);                      /* all ranks: one TP group */

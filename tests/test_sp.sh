@@ -87,7 +87,27 @@ t_sp_config_errors() {
     echo "$out" | grep -q "comm.overlap: true needs parallel.sp: true" || { echo "$out"; return 1; }
 }
 
+# comm.overlap: each piece's exchange between the GEMMs of the pieces, instead
+# of one exchange after (before) all of them: the same bits, with taco (its
+# chunk scales are per piece either way), stochastic rounding and delayed
+# scaling, at TP=2 and 4, and for qwen2
+t_sp_overlap() {
+    local b=("${SPB[@]}" --set train.steps=10 --set compress.method=taco --set compress.stats_every=3)
+    local cases=("2 --set compress.scale=delayed" "4 --set compress.rounding=stochastic" "2 ${QWEN[*]}")
+    for i in 0 1 2; do
+        local tp=${cases[$i]%% *} extra=(${cases[$i]#* })
+        for ov in false true; do
+            $TRAIN -np $tp build/train "${b[@]}" --set parallel.tp=$tp "${extra[@]}" --set comm.overlap=$ov \
+                --set log.dir=$T/sp_ov${i}_$ov > /dev/null || return 1
+        done
+        python3 tests/compare_logs.py $T/sp_ov${i}_true/log.jsonl $T/sp_ov${i}_false/log.jsonl --exact || return 1
+        python3 tests/compare_logs.py $T/sp_ov${i}_true/log.jsonl $T/sp_ov${i}_false/log.jsonl --key grad_norm --exact || return 1
+        cmp <(grep -o '"sites".*' $T/sp_ov${i}_true/log.jsonl) <(grep -o '"sites".*' $T/sp_ov${i}_false/log.jsonl) || return 1
+    done
+}
+
 run sp_equivalence t_sp_equivalence
+run sp_overlap t_sp_overlap
 run sp_taco t_sp_taco
 run sp_resume t_sp_resume
 run sp_config_errors t_sp_config_errors
