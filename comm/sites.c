@@ -576,7 +576,9 @@ static void site_exchange(Comm* c, SiteKind kind, int layer, const floatX* in, f
     }
     TpSeg x;
     site_begin(c, &x, kind, layer, in, out, rows, cols);
+    const double t0 = MPI_Wtime();
     site_run(c, &x);
+    x.busy += MPI_Wtime() - t0;
     site_end(c, &x);
 }
 

@@ -119,3 +119,22 @@ int memcheck_run(GPTShape s, const Comm* c, int B, int T, char* err, size_t errl
     }
     return 0;
 }
+
+void memcheck_sample(size_t* peak) {
+    size_t dfree = 0, dtotal = 0;
+    int dev = -1;
+    if (ops_mem_info(&dfree, &dtotal, &dev) && dtotal - dfree > *peak) *peak = dtotal - dfree;
+}
+
+void memcheck_report(GPTShape s, const Comm* c, int B, int T, size_t peak) {
+    MemEstimate e;
+    memcheck_estimate(&e, s, c, B, T, peak > 0);
+    unsigned long long mine[2] = {peak, e.acts}, most[2];
+    wd_allreduce(mine, most, 2, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD, "the memory report");
+    if (c->world_rank != 0) return;
+    const double MIB = 1024.0 * 1024.0;
+    if (most[0]) printf("memory (measured): device high-water %.1f MiB per rank (max over ranks); ", (double)most[0] / MIB);
+    else printf("memory (measured): ");
+    printf("activations %.1f MiB per rank (exact: the buffers the model allocated)\n", (double)most[1] / MIB);
+    fflush(stdout);
+}
