@@ -23,24 +23,27 @@ void sp_piece(int N, int P, int K, int r, int k, int* g0, int* rows) {
     *rows = rs;
 }
 
-void sp_reduce_scatter_host(MPI_Comm comm, int K, const CompressParams* p, const float* full, float* local, int N,
-                            int C, int k0, int k1, uint64_t stream, CollScratch* s, CollStats* st) {
+void sp_sizes(MPI_Comm comm, int N, int C, int K, size_t* seg, size_t* piece) {
     int P;
     MPI_CHECK(MPI_Comm_size(comm, &P));
-    sp_check_rows(N, P, K);
-    const size_t seg = (size_t)(N / K) * C, piece = seg / (size_t)P;
+    if (K < 1 || N % (P * K) != 0)   /* the config refuses such runs first; this is for callers that skipped it */
+        FATAL("sequence parallelism: %d rows do not split into %d ranks x %d pieces", N, P, K);
+    *seg = (size_t)(N / K) * C;
+    *piece = *seg / (size_t)P;
+}
+
+void sp_reduce_scatter_host(MPI_Comm comm, int K, const CompressParams* p, const float* full, float* local, int N,
+                            int C, int k0, int k1, uint64_t stream, CollScratch* s, CollStats* st) {
+    size_t seg, piece;
+    sp_sizes(comm, N, C, K, &seg, &piece);
     for (int k = k0; k < k1; k++)
-        coll_reduce_scatter_unit(comm, p, full + (size_t)k * seg, seg, piece, local + (size_t)k * piece,
-                                 sp_stream(stream, k), s, st);
+        coll_reduce_scatter_unit(comm, p, full + k * seg, seg, piece, local + k * piece, sp_stream(stream, k), s, st);
 }
 
 void sp_all_gather_host(MPI_Comm comm, int K, const CompressParams* p, const float* local, float* full, int N, int C,
                         int k0, int k1, uint64_t stream, CollScratch* s, CollStats* st) {
-    int P;
-    MPI_CHECK(MPI_Comm_size(comm, &P));
-    sp_check_rows(N, P, K);
-    const size_t seg = (size_t)(N / K) * C, piece = seg / (size_t)P;
+    size_t seg, piece;
+    sp_sizes(comm, N, C, K, &seg, &piece);
     for (int k = k0; k < k1; k++)
-        coll_all_gather_unit(comm, p, local + (size_t)k * piece, seg, piece, full + (size_t)k * seg,
-                             sp_stream(stream, k), s, st);
+        coll_all_gather_unit(comm, p, local + k * piece, seg, piece, full + k * seg, sp_stream(stream, k), s, st);
 }

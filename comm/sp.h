@@ -27,7 +27,6 @@
 #include <stdint.h>
 
 #include "comm/collectives.h"
-#include "common/check.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -36,12 +35,9 @@ extern "C" {
 /* The rows of piece k of rank r (of P ranks, K pieces, N rows): the first
  * global row and the count. */
 void sp_piece(int N, int P, int K, int r, int k, int* g0, int* rows);
-/* Stops with a message unless N rows split into P ranks x K pieces (the
- * config refuses such runs first; this is for callers that skipped it). */
-static inline void sp_check_rows(int N, int P, int K) {
-    if (K < 1 || P < 1 || N % (P * K) != 0)
-        FATAL("sequence parallelism: %d rows do not split into %d ranks x %d pieces", N, P, K);
-}
+/* The elements of a segment and of a piece of [N, C] over comm's ranks;
+ * stops with a message unless N rows split into P ranks x K pieces. */
+void sp_sizes(MPI_Comm comm, int N, int C, int K, size_t* seg, size_t* piece);
 /* the stochastic-rounding stream of segment k of an exchange */
 static inline uint64_t sp_stream(uint64_t stream, int k) { return stream ^ ((uint64_t)k << 56); }
 

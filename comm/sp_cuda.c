@@ -20,24 +20,20 @@
 
 void sp_reduce_scatter_dev(MPI_Comm comm, int K, const CompressParams* p, const uint16_t* full, uint16_t* local, int N,
                            int C, int k0, int k1, uint64_t stream, CollScratchDev* s, CollStats* st, cudaStream_t cs) {
-    int P;
-    MPI_CHECK(MPI_Comm_size(comm, &P));
-    sp_check_rows(N, P, K);
-    const size_t seg = (size_t)(N / K) * C, piece = seg / (size_t)P;
+    size_t seg, piece;
+    sp_sizes(comm, N, C, K, &seg, &piece);
     for (int k = k0; k < k1; k++)
-        coll_reduce_scatter_unit_dev(comm, p, full + (size_t)k * seg, seg, piece, local + (size_t)k * piece, 1,
-                                     sp_stream(stream, k), s, st, cs);
+        coll_reduce_scatter_unit_dev(comm, p, full + k * seg, seg, piece, local + k * piece, 1, sp_stream(stream, k), s,
+                                     st, cs);
 }
 
 void sp_all_gather_dev(MPI_Comm comm, int K, const CompressParams* p, const uint16_t* local, uint16_t* full, int N,
                        int C, int k0, int k1, uint64_t stream, CollScratchDev* s, CollStats* st, cudaStream_t cs) {
-    int P;
-    MPI_CHECK(MPI_Comm_size(comm, &P));
-    sp_check_rows(N, P, K);
-    const size_t seg = (size_t)(N / K) * C, piece = seg / (size_t)P;
+    size_t seg, piece;
+    sp_sizes(comm, N, C, K, &seg, &piece);
     for (int k = k0; k < k1; k++)
-        coll_all_gather_unit_dev(comm, p, local + (size_t)k * piece, 1, seg, piece, full + (size_t)k * seg,
-                                 sp_stream(stream, k), s, st, cs);
+        coll_all_gather_unit_dev(comm, p, local + k * piece, 1, seg, piece, full + k * seg, sp_stream(stream, k), s, st,
+                                 cs);
 }
 
 SpSide* sp_side_get(SpSide** slot) {

@@ -362,83 +362,87 @@ const floatX* gpt_grad_in(GPT* m, Comm* c, SiteKind kind, int layer) {
     return m->xfull;
 }
 
-void gpt_colpar_forward(GPT* m, Comm* c, SiteKind ag, int layer, floatX* out, floatX* in, const floatX* W,
-                        const floatX* b, int OC) {
-    const int N = m->B * m->T, C = m->pl.s.C;
-    if (!m->sp) {
-        matmul_forward(out, in, W, b, N, C, OC);
-        return;
-    }
-    TpSeg x;
-    const int K = tp_segments(c);
-    const size_t rows = (size_t)(N / K);
-    tp_ag_begin(c, &x, ag, layer, m->xloc, in, N, C);
-    for (int k = 0; k < K; k++) {
-        tp_ag_wait(c, &x, k);
-        matmul_forward(out + k * rows * OC, in + k * rows * C, W, b, (int)rows, C, OC);
-    }
-    tp_ag_end(c, &x);
+/* A GEMM beside an exchange, on rows [r0, r0 + n): forward out[N,OC] =
+ * in[N,IC] W^T + b; backward out = din[N,IC] = dout[N,OC] W, dW +=
+ * dout^T in, db += colsum(dout) (db may be NULL) */
+typedef struct {
+    int bwd;
+    floatX* out;
+    const floatX *in, *W, *b, *dout;
+    float *dW, *db;
+    int IC, OC;
+} Gemm;
+
+static void gemm_rows(const Gemm* g, size_t r0, int n) {
+    if (!g->bwd) matmul_forward(g->out + r0 * g->OC, g->in + r0 * g->IC, g->W, g->b, n, g->IC, g->OC);
+    else matmul_backward(g->out + r0 * g->IC, g->dW, g->db, g->dout + r0 * g->OC, g->in + r0 * g->IC, g->W, n, g->IC, g->OC);
 }
 
-void gpt_rowpar_forward(GPT* m, Comm* c, SiteKind ar, SiteKind rs, int layer, floatX* out, const floatX* in,
-                        const floatX* W, int IC) {
-    const int N = m->B * m->T, C = m->pl.s.C;
-    if (!m->sp) {
-        matmul_forward(out, in, W, NULL, N, IC, C);
-        tp_exchange(c, ar, layer, out, N, C);
-        return;
-    }
+/* sp: the GEMM writes partial sums [N, C] into g->out piece by piece, which
+ * are reduce-scattered into local (piece k - 1 travels while piece k computes) */
+static void gemm_reduce_scatter(GPT* m, Comm* c, SiteKind rs, int layer, const Gemm* g, floatX* local) {
+    const int N = m->B * m->T, K = tp_segments(c), rows = N / K;
     TpSeg x;
-    const int K = tp_segments(c);
-    const size_t rows = (size_t)(N / K);
-    tp_rs_begin(c, &x, rs, layer, m->xfull, out, N, C);
+    tp_rs_begin(c, &x, rs, layer, g->out, local, N, m->pl.s.C);
     for (int k = 0; k < K; k++) {
-        matmul_forward(m->xfull + k * rows * C, in + k * rows * IC, W, NULL, (int)rows, IC, C);
-        tp_rs_ready(c, &x, k);
-        if (k > 0) tp_rs_post(c, &x, k - 1);   /* piece k - 1 travels while piece k computes */
-    }
-    tp_rs_post(c, &x, K - 1);
-    tp_rs_end(c, &x);
-}
-
-void gpt_rowpar_backward(GPT* m, Comm* c, SiteKind ag, int layer, floatX* din, float* dW, const floatX* in,
-                         const floatX* W, int IC) {
-    const int N = m->B * m->T, C = m->pl.s.C;
-    if (!m->sp) {
-        matmul_backward(din, dW, NULL, m->dres, in, W, N, IC, C);
-        return;
-    }
-    TpSeg x;
-    const int K = tp_segments(c);
-    const size_t rows = (size_t)(N / K);
-    tp_ag_begin(c, &x, ag, layer, m->dres, m->xfull, N, C);
-    for (int k = 0; k < K; k++) {
-        tp_ag_wait(c, &x, k);
-        matmul_backward(din + k * rows * IC, dW, NULL, m->xfull + k * rows * C, in + k * rows * IC, W, (int)rows, IC, C);
-    }
-    tp_ag_end(c, &x);
-}
-
-const floatX* gpt_colpar_backward(GPT* m, Comm* c, SiteKind ar, SiteKind rs, int layer, float* dW, float* db,
-                                  const floatX* dout, const floatX* in, const floatX* W, int OC) {
-    const int N = m->B * m->T, C = m->pl.s.C;
-    if (!m->sp) {
-        matmul_backward(m->dln, dW, db, dout, in, W, N, C, OC);
-        tp_exchange(c, ar, layer, m->dln, N, C);
-        return m->dln;
-    }
-    TpSeg x;
-    const int K = tp_segments(c);
-    const size_t rows = (size_t)(N / K);
-    tp_rs_begin(c, &x, rs, layer, m->dln, m->dloc, N, C);
-    for (int k = 0; k < K; k++) {
-        matmul_backward(m->dln + k * rows * C, dW, db, dout + k * rows * OC, in + k * rows * C, W, (int)rows, C, OC);
+        gemm_rows(g, (size_t)k * rows, rows);
         tp_rs_ready(c, &x, k);
         if (k > 0) tp_rs_post(c, &x, k - 1);
     }
     tp_rs_post(c, &x, K - 1);
     tp_rs_end(c, &x);
-    return m->dloc;
+}
+
+/* sp: local's rows gathered into full ([N, C], the GEMM's input or its
+ * dout), the GEMM running on each piece once it is in */
+static void all_gather_gemm(GPT* m, Comm* c, SiteKind ag, int layer, const floatX* local, floatX* full, const Gemm* g) {
+    const int N = m->B * m->T, K = tp_segments(c), rows = N / K;
+    TpSeg x;
+    tp_ag_begin(c, &x, ag, layer, local, full, N, m->pl.s.C);
+    for (int k = 0; k < K; k++) {
+        tp_ag_wait(c, &x, k);
+        gemm_rows(g, (size_t)k * rows, rows);
+    }
+    tp_ag_end(c, &x);
+}
+
+void gpt_colpar_forward(GPT* m, Comm* c, SiteKind ag, int layer, floatX* out, floatX* in, const floatX* W,
+                        const floatX* b, int OC) {
+    const Gemm g = {.out = out, .in = in, .W = W, .b = b, .IC = m->pl.s.C, .OC = OC};
+    if (m->sp) all_gather_gemm(m, c, ag, layer, m->xloc, in, &g);
+    else gemm_rows(&g, 0, m->B * m->T);
+}
+
+void gpt_rowpar_forward(GPT* m, Comm* c, SiteKind ar, SiteKind rs, int layer, floatX* out, const floatX* in,
+                        const floatX* W, int IC) {
+    const Gemm g = {.out = gpt_partial(m, out), .in = in, .W = W, .IC = IC, .OC = m->pl.s.C};
+    if (m->sp) {
+        gemm_reduce_scatter(m, c, rs, layer, &g, out);
+        return;
+    }
+    gemm_rows(&g, 0, m->B * m->T);
+    tp_exchange(c, ar, layer, out, m->B * m->T, m->pl.s.C);
+}
+
+void gpt_rowpar_backward(GPT* m, Comm* c, SiteKind ag, int layer, floatX* din, float* dW, const floatX* in,
+                         const floatX* W, int IC) {
+    const Gemm g = {.bwd = 1, .out = din, .in = in, .W = W, .dout = m->sp ? m->xfull : m->dres, .dW = dW,
+                    .IC = IC, .OC = m->pl.s.C};
+    if (m->sp) all_gather_gemm(m, c, ag, layer, m->dres, m->xfull, &g);
+    else gemm_rows(&g, 0, m->B * m->T);
+}
+
+const floatX* gpt_colpar_backward(GPT* m, Comm* c, SiteKind ar, SiteKind rs, int layer, float* dW, float* db,
+                                  const floatX* dout, const floatX* in, const floatX* W, int OC) {
+    const Gemm g = {.bwd = 1, .out = m->dln, .in = in, .W = W, .dout = dout, .dW = dW, .db = db,
+                    .IC = m->pl.s.C, .OC = OC};
+    if (m->sp) {
+        gemm_reduce_scatter(m, c, rs, layer, &g, m->dloc);
+        return m->dloc;
+    }
+    gemm_rows(&g, 0, m->B * m->T);
+    tp_exchange(c, ar, layer, m->dln, m->B * m->T, m->pl.s.C);
+    return m->dln;
 }
 
 void gpt_replicated_grads(GPT* m, Comm* c) {
