@@ -52,6 +52,33 @@ print("%d sp sites, rel_err %.3g..%.3g" % (len(sites), min(s["rel_err"] for s in
 PY
 }
 
+# compress.method=auto and the dumps with sp: the trials run on the row
+# exchanges (none compress under an impossible bound: the exact bits; all of
+# them without one), and a dump holds the site's local input (rs: [N, C], ag: [N/P, C])
+t_sp_auto_dumps() {
+    local b=("${SPB[@]}" --set train.steps=8 --set parallel.tp=2)
+    $TRAIN -np 2 build/train "${b[@]}" --set compress.method=auto --set compress.auto_max_err=0 \
+        --set log.dir=$T/sp_auto0 > $T/sp_auto0.out || return 1
+    grep -q "^auto: 0 of 20 sites compress" $T/sp_auto0.out || return 1
+    $TRAIN -np 2 build/train "${b[@]}" --set log.dir=$T/sp_none8 > /dev/null || return 1
+    python3 tests/compare_logs.py $T/sp_auto0/log.jsonl $T/sp_none8/log.jsonl --exact || return 1
+    $TRAIN -np 2 build/train "${b[@]}" --set compress.method=auto --set compress.auto_min_speedup=0 --set compress.auto_max_err=1 \
+        --set compress.auto_steps=2 --set comm.overlap=true --set log.dir=$T/sp_auto1 > $T/sp_auto1.out || return 1
+    grep -q "^auto: 20 of 20 sites compress" $T/sp_auto1.out || return 1
+    $TRAIN -np 2 build/train "${b[@]}" --set compress.method=taco --set compress.dump_step=2 \
+        --set compress.dump_sites=L0.attn.rs,lm_head.ag --set log.dir=$T/sp_dump > /dev/null || return 1
+    python3 - $T/sp_dump <<'PY'
+import ast, sys
+def shape(path):
+    head = open(path, "rb").read(128)
+    return ast.literal_eval(head[10:head.index(b"\n")].decode())["shape"]
+d = sys.argv[1]
+got = {n: shape(f"{d}/{n}.step2.rank1.npy") for n in ("L0.attn.rs", "lm_head.ag")}
+print(got)
+assert got == {"L0.attn.rs": (128, 64), "lm_head.ag": (64, 64)}, got
+PY
+}
+
 # a checkpoint written without sp resumes with it and vice versa (exact path:
 # the resumed steps track the uninterrupted run of the other layout); with
 # taco and calibrated group sizes the sites' state carries over, with a note
@@ -109,5 +136,6 @@ t_sp_overlap() {
 run sp_equivalence t_sp_equivalence
 run sp_overlap t_sp_overlap
 run sp_taco t_sp_taco
+run sp_auto_and_dumps t_sp_auto_dumps
 run sp_resume t_sp_resume
 run sp_config_errors t_sp_config_errors
