@@ -21,7 +21,10 @@
  *     over the last SITE_HISTORY exchanges predicts the next chunk scale.
  *
  * Sites: embed.fwd, L<l>.attn.fwd, L<l>.mlp.fwd, L<l>.attn.bwd, L<l>.mlp.bwd,
- * lm_head.bwd.
+ * lm_head.bwd; with sequence parallelism (policy.sp) the reduce-scatters and
+ * all-gathers of rows of comm/sp.h instead (sites.h lists them), each a
+ * site with all of the above, whole (tp_reduce_scatter, tp_all_gather) or
+ * piece by piece between the GEMMs (tp_rs_*, tp_ag_*: comm.overlap).
  */
 #include <math.h>
 #include <stdio.h>

@@ -21,6 +21,13 @@
  * forward (embed.fwd) and the LM head's input gradient backward
  * (lm_head.bwd); the cross-entropy needs three small exact all-reduces.
  * That is 4 big exchanges per layer per step, all visible below.
+ *
+ * With sequence parallelism (parallel.sp) the norm / residual / bias rows
+ * are split over the ranks (R = N/P each): every all-reduce above becomes a
+ * reduce-scatter into this rank's rows, an all-gather of the norm's rows
+ * precedes each column-parallel GEMM, and the backward mirrors them (8 row
+ * exchanges per layer, the same bytes); the helpers at the end of this file
+ * hold both layouts, so the passes below are written once.
  */
 #include "model/gpt.h"
 
