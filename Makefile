@@ -37,7 +37,7 @@ endif
 # sources shared by every binary that trains; floatX-agnostic code is compiled
 # once per backend (CPU: float, GPU: -DOPS_BF16)
 COMPRESS_SRC = $(wildcard compress/*.c)
-CORE_SRC = common/check.c common/crc32c.c $(COMPRESS_SRC) comm/comm.c comm/collectives.c comm/sites.c \
+CORE_SRC = common/check.c common/crc32c.c $(COMPRESS_SRC) comm/comm.c comm/collectives.c comm/sites.c comm/sp.c \
            comm/watchdog.c model/params.c model/gpt.c model/qwen2.c model/safetensors.c model/hf.c data/shard.c data/tokenizer.c \
            train/config.c train/config_model.c train/log.c train/checkpoint.c train/state.c train/agree.c train/signals.c \
            train/memcheck.c
@@ -71,7 +71,7 @@ NVCCFLAGS ?= -O3 -std=c++17 $(CUDA_ARCH) -DOPS_BF16 -I. $(MPI_CFLAGS) -Xcompiler
 CUDA_LIBS  = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart
 OPS_CU_OBJ = $(patsubst %.cu,$(BUILD)/gpu/%.o,$(wildcard ops/*.cu))
 GPU_CU_OBJ = $(patsubst %.cu,$(BUILD)/gpu/%.o,$(wildcard ops/*.cu compress/*.cu comm/*.cu model/*.cu))
-GPU_CORE   = $(patsubst %.c,$(BUILD)/gpuc/%.o,$(CORE_SRC) comm/collectives_cuda.c comm/oneshot_cuda.c comm/comm_nccl.c) $(GPU_CU_OBJ)
+GPU_CORE   = $(patsubst %.c,$(BUILD)/gpuc/%.o,$(CORE_SRC) comm/collectives_cuda.c comm/oneshot_cuda.c comm/sp_cuda.c comm/comm_nccl.c) $(GPU_CU_OBJ)
 GPU_LIBS   = $(CUDA_LIBS) -lnccl -lstdc++
 
 $(BUILD)/gpuc/%.o: %.c

@@ -173,6 +173,7 @@ typedef struct {
     const CompressParams* p_rs;
     const CompressParams* p_ag;
     size_t n;
+    size_t unit;          /* the chunk cut's unit: coll_align of the method, or a caller's (the *_unit calls) */
     uint64_t stream;
     const uint16_t* x_rs; /* RS input (bf16) */
     void* rs_out;         /* RS only: my chunk's sum */
@@ -630,7 +631,7 @@ static void coll_run(Call* C, CollStats* st) {
     CollScratchDev* s = C->s;
     int P = C->P, r = C->r;
     const CompressParams* pl = C->do_rs ? C->p_rs : C->p_ag;
-    size_t align = coll_align(pl);
+    size_t align = C->unit ? C->unit : coll_align(pl);
     if (C->do_rs && C->do_ag && coll_align(C->p_ag) != align)
         FATAL("all-reduce halves use different group sizes (%zu vs %zu)", align, coll_align(C->p_ag));
     if (P > COMPRESS_DEV_MAX_IN) FATAL("device collectives support up to %d ranks per group, not %d", COMPRESS_DEV_MAX_IN, P);
@@ -735,8 +736,15 @@ void coll_allreduce_dev(MPI_Comm comm, const CompressParams* p_rs, const Compres
 
 void coll_reduce_scatter_dev(MPI_Comm comm, const CompressParams* p, const uint16_t* x, size_t n, void* out,
                              int out_is_bf16, uint64_t stream, CollScratchDev* s, CollStats* st, cudaStream_t cs) {
+    coll_reduce_scatter_unit_dev(comm, p, x, n, 0, out, out_is_bf16, stream, s, st, cs);
+}
+
+void coll_reduce_scatter_unit_dev(MPI_Comm comm, const CompressParams* p, const uint16_t* x, size_t n, size_t unit,
+                                  void* out, int out_is_bf16, uint64_t stream, CollScratchDev* s, CollStats* st,
+                                  cudaStream_t cs) {
     Call C;
     call_init(&C, comm, s, n, stream, cs);
+    C.unit = unit;
     C.do_rs = 1;
     C.p_rs = p;
     C.x_rs = x;
@@ -747,8 +755,15 @@ void coll_reduce_scatter_dev(MPI_Comm comm, const CompressParams* p, const uint1
 
 void coll_all_gather_dev(MPI_Comm comm, const CompressParams* p, const void* mine, int mine_is_bf16, size_t n,
                          uint16_t* out, uint64_t stream, CollScratchDev* s, CollStats* st, cudaStream_t cs) {
+    coll_all_gather_unit_dev(comm, p, mine, mine_is_bf16, n, 0, out, stream, s, st, cs);
+}
+
+void coll_all_gather_unit_dev(MPI_Comm comm, const CompressParams* p, const void* mine, int mine_is_bf16, size_t n,
+                              size_t unit, uint16_t* out, uint64_t stream, CollScratchDev* s, CollStats* st,
+                              cudaStream_t cs) {
     Call C;
     call_init(&C, comm, s, n, stream, cs);
+    C.unit = unit;
     C.do_ag = 1;
     C.p_ag = p;
     C.ag_in = mine;

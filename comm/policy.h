@@ -49,6 +49,11 @@ typedef struct {
     double auto_min_speedup, auto_max_err;
     /* the all-reduce's shape (both backends) */
     int one_shot;                 /* 1: one phase (gather every rank's tensor, sum); 0: reduce-scatter + all-gather */
+    /* sequence parallelism (comm/sp.h): the sites are reduce-scatters and
+     * all-gathers of rows instead of all-reduces */
+    int sp;
+    int sp_chunks;                /* K: every rank's rows in K pieces, each its own compression unit */
+    int overlap;                  /* 1: piece k's exchange runs while the GEMM of piece k+1 computes */
 } CommPolicy;
 
 /* Every site exact, nothing recorded: the policy of tests and tools that

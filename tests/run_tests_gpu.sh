@@ -15,6 +15,7 @@
 #                       build/train from the same weights, 10 steps within bf16 tolerance
 #   qwen2_gpu_tp        qwen2 at TP=2 vs TP=1, bit-identical reruns, a Hugging Face
 #                       checkpoint resumed bit for bit, the device init at TP=1 and 2
+#   gpu_sequence_parallel  parallel.sp vs not at TP=2, activations per rank, comm.overlap on == off
 #   (and the compression kernels' tests when they are built)
 #   the NCCL backend (tests/test_nccl_gpu.sh): with 2+ GPUs bit-identical to MPI
 # `tests/run_tests_gpu.sh nccl` runs only the NCCL part.
@@ -130,6 +131,38 @@ t_qwen2_gpu_tp() {
     python3 tests/compare_logs.py $T/q_dev2/log.jsonl $T/q_dev1/log.jsonl --key loss --rtol 1e-2
 }
 
+# parallel.sp at TP=2 (two ranks, sharing the GPU or one each): the exact path
+# tracks the non-sp run within the bf16 tolerance of gpu_tp (the GEMMs beside
+# the exchanges run in comm.sp_chunks pieces, and cuBLAS may pick another kernel
+# for another row count; the replicated gradients are summed in another order);
+# the activations per rank shrink; comm.overlap on == off bit for bit with taco
+# (and with the NCCL backend on 2+ GPUs, the MPI backend's bits)
+t_gpu_sp() {
+    local b=("${GPT[@]}" --set parallel.tp=2)
+    timeout 600 $MPIRUN -np 2 build/train_gpu "${b[@]}" --set log.dir=$T/gpu_nosp2 > $T/gpu_nosp2.out || return 1
+    timeout 600 $MPIRUN -np 2 build/train_gpu "${b[@]}" --set parallel.sp=true --set log.dir=$T/gpu_sp2 > $T/gpu_sp2.out || return 1
+    grep "^memory (measured)" $T/gpu_nosp2.out $T/gpu_sp2.out
+    python3 tests/compare_logs.py $T/gpu_sp2/log.jsonl $T/gpu_nosp2/log.jsonl --key loss --rtol 1e-2 || return 1
+    python3 - $T/gpu_nosp2.out $T/gpu_sp2.out <<'PY' || return 1
+import re, sys
+act = [float(re.search(r"activations ([0-9.]+) MiB", open(p).read()).group(1)) for p in sys.argv[1:]]
+print("activations per rank: %.1f MiB without sp, %.1f MiB with sp" % tuple(act))
+sys.exit(0 if act[1] < 0.95 * act[0] else 1)
+PY
+    local ngpu backends=(mpi)
+    ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
+    [ "$ngpu" -ge 2 ] && backends+=(nccl)
+    for be in "${backends[@]}"; do
+        for ov in false true; do
+            timeout 600 $MPIRUN -np 2 build/train_gpu "${b[@]}" --set parallel.sp=true --set compress.method=taco \
+                --set comm.overlap=$ov --set comm.backend=$be --set log.dir=$T/gpu_sp_${be}_$ov > /dev/null || return 1
+        done
+        python3 tests/compare_logs.py $T/gpu_sp_${be}_true/log.jsonl $T/gpu_sp_${be}_false/log.jsonl --exact || return 1
+        python3 tests/compare_logs.py $T/gpu_sp_${be}_true/log.jsonl $T/gpu_sp_${be}_false/log.jsonl --key grad_norm --exact || return 1
+        python3 tests/compare_logs.py $T/gpu_sp_${be}_true/log.jsonl $T/gpu_sp_mpi_true/log.jsonl --exact || return 1
+    done
+}
+
 if [ "${1:-}" = nccl ]; then  # only the NCCL backend's tests (a multi-GPU session's first command)
     source tests/test_nccl_gpu.sh
     summary
@@ -144,6 +177,7 @@ run gpu_vs_cpu t_gpu_vs_cpu
 run gpu_tp_equivalence t_gpu_tp
 run gpu_determinism t_gpu_determinism
 run gpu_taco_tracks_none t_gpu_taco
+run gpu_sequence_parallel t_gpu_sp
 run gpu_memory_refusal t_gpu_memory_refusal
 # the stop tests of the CPU suite on the GPU build, ranks sharing the GPU (staged exchanges):
 # SIGTERM/SIGINT/SIGUSR1 then a bit-identical resume; a SIGSTOPped rank caught by the watchdog

@@ -15,7 +15,12 @@
  *   all-gather      from fp32 and from bf16 input == the host's, rounded;
  *   one-shot        coll_allreduce_one_shot_dev == bf16(coll_allreduce_one_shot),
  *                   the same statistics, identical on every rank, and with
- *                   the exact wires the two-shot all-reduce's bits.
+ *                   the exact wires the two-shot all-reduce's bits;
+ *   sp rows         the sequence-parallel reduce-scatter and all-gather of
+ *                   rows (comm/sp_cuda.h) == bf16 of the host's
+ *                   (comm/sp.h), the same statistics, the all-gather
+ *                   identical on every rank, one segment per call == all in
+ *                   one call (what keeps comm.overlap bit-identical).
  * min_sub is set small so that small tensors are pipelined too. Rank 0
  * prints one row per method pair; exit status 0 iff all pass on all ranks.
  * Options: --quick (fewer sizes, for the emulator); --nccl (the messages go
@@ -34,6 +39,8 @@
 #include "comm/collectives_cuda.h"
 #include "comm/comm.h"
 #include "comm/nccl_util.h"
+#include "comm/sp.h"
+#include "comm/sp_cuda.h"
 #include "common/bf16.h"
 #include "common/check.h"
 #include "compress/compress.h"
@@ -349,6 +356,56 @@ int main(int argc, char** argv) {
                     free(mine_f);
                 }
             }
+        }
+    }
+
+    /* sp rows: [N, C] = [P K rs, C] with K pieces per rank, every pair */
+    const int sp_shapes[][3] = {{3, 37, 2}, {2, 64, 4}, {5, 100, 1}};   /* rows per piece, C, K */
+    for (int pi = 0; pi < np; pi++) {
+        const Pair* pr = &pairs[pi];
+        for (size_t si = 0; si < sizeof(sp_shapes) / sizeof(sp_shapes[0]); si++) {
+            const int rs = sp_shapes[si][0], C = sp_shapes[si][1], K = sp_shapes[si][2], N = P * K * rs;
+            const size_t n = (size_t)N * C, nl = n / (size_t)P;
+            CollScratchDev* s = &ds[0][1];
+            char what[160], msg[200] = "";
+            snprintf(what, sizeof(what), "%s N=%d C=%d K=%d", pr->name, N, C, K);
+            fill(xf, n, rank, salt++, pr->nonfinite);
+            for (size_t i = 0; i < n; i++) {
+                xb[i] = bf16_from_f32(xf[i]);
+                xf[i] = bf16_to_f32(xb[i]);
+            }
+            CollStats sh = {0}, sd = {0};
+            sp_reduce_scatter_host(MPI_COMM_WORLD, K, &pr->rs, xf, hout, N, C, 0, K, 41, &hs, &sh);
+            for (size_t i = 0; i < nl; i++) ref[i] = bf16_from_f32(hout[i]);
+            copy_sync(d_x, xb, n * 2, cudaMemcpyHostToDevice, cs);
+            sp_reduce_scatter_dev(MPI_COMM_WORLD, K, &pr->rs, d_x, (uint16_t*)d_out, N, C, 0, K, 41, s, &sd, cs);
+            copy_sync(got, d_out, nl * 2, cudaMemcpyDeviceToHost, cs);
+            long e = diff_bf16(ref, got, nl);
+            if (e >= 0) snprintf(msg, sizeof(msg), "rank %d element %ld: host 0x%04x device 0x%04x", rank, e, ref[e], got[e]);
+            else if (!stats_equal(&sh, &sd)) stats_diff(msg, sizeof(msg), rank, &sh, &sd);
+            record("sp reduce-scatter", e < 0 && stats_equal(&sh, &sd), msg, what);
+            for (int k = 0; k < K; k++)
+                sp_reduce_scatter_dev(MPI_COMM_WORLD, K, &pr->rs, d_x, (uint16_t*)d_mine, N, C, k, k + 1, 41, s, NULL, cs);
+            copy_sync(two, d_mine, nl * 2, cudaMemcpyDeviceToHost, cs);
+            record("sp rs by segment", memcmp(two, got, nl * 2) == 0, "one segment per call differs", what);
+
+            /* the all-gather of the bf16 rows the reduce-scatter left */
+            for (size_t i = 0; i < nl; i++) xh[i] = bf16_to_f32(got[i]);
+            CollStats gh = {0}, gd = {0};
+            sp_all_gather_host(MPI_COMM_WORLD, K, &pr->ag, xh, hout, N, C, 0, K, 42, &hs, &gh);
+            for (size_t i = 0; i < n; i++) ref[i] = bf16_from_f32(hout[i]);
+            sp_all_gather_dev(MPI_COMM_WORLD, K, &pr->ag, (const uint16_t*)d_out, d_x, N, C, 0, K, 42, s, &gd, cs);
+            copy_sync(got, d_x, n * 2, cudaMemcpyDeviceToHost, cs);
+            e = diff_bf16(ref, got, n);
+            msg[0] = '\0';
+            if (e >= 0) snprintf(msg, sizeof(msg), "rank %d element %ld: host 0x%04x device 0x%04x", rank, e, ref[e], got[e]);
+            else if (!stats_equal(&gh, &gd)) stats_diff(msg, sizeof(msg), rank, &gh, &gd);
+            record("sp all-gather", e < 0 && stats_equal(&gh, &gd), msg, what);
+            record("sp ag (ranks identical)", same_on_all_ranks(got, n * 2), "outputs differ across ranks", what);
+            for (int k = 0; k < K; k++)
+                sp_all_gather_dev(MPI_COMM_WORLD, K, &pr->ag, (const uint16_t*)d_out, d_x, N, C, k, k + 1, 42, s, NULL, cs);
+            copy_sync(two, d_x, n * 2, cudaMemcpyDeviceToHost, cs);
+            record("sp ag by segment", memcmp(two, got, n * 2) == 0, "one segment per call differs", what);
         }
     }
 

@@ -275,7 +275,7 @@ static void test_values(void) {
  * fills the bf16 working weights from the master. */
 static void test_gpt_small(void) {
     GPT m;
-    gpt_init(&m, small_shape(2), 2, 1, 2, 16);
+    gpt_init(&m, small_shape(2), 2, 1, 2, 16, 0);
     size_t n = m.pl.total;
     float* master = (float*)mallocCheck(n * sizeof(float));
     const char* how = gpt_init_random(&m, "auto", SEED);
@@ -310,7 +310,7 @@ static void test_gpt_small(void) {
 static void test_gpt_350m(void) {
     GPTShape s = gpt2_shape(1024, 50257, params_padded_vocab(50257, 1), 24, 16, 1024);
     GPT m;
-    gpt_init(&m, s, 1, 0, 1, 64);
+    gpt_init(&m, s, 1, 0, 1, 64, 0);
     const ParamLayout* pl = &m.pl;
     double t0 = now_s();
     const char* how = gpt_init_random(&m, "auto", SEED);

@@ -63,6 +63,25 @@ int config_check_arch(const Config* c, char* err, size_t errlen) {
     return 0;
 }
 
+int config_check_sp(const Config* c, char* err, size_t errlen) {
+    if (c->comm.overlap && !c->parallel.sp) {
+        return check_errorf(err, errlen, "config error: comm.overlap: true needs parallel.sp: true (it overlaps the "
+                        "sequence-parallel exchanges with the GEMMs)");
+    }
+    if (c->comm.overlap && c->comm.sp_chunks < 2) {
+        return check_errorf(err, errlen, "config error: comm.overlap: true needs comm.sp_chunks >= 2 (the pieces "
+                        "that overlap), not %d", c->comm.sp_chunks);
+    }
+    long long N = (long long)c->train.batch_size * c->train.seq_len, d = (long long)c->parallel.tp * c->comm.sp_chunks;
+    if (c->parallel.sp && N % d != 0) {
+        return check_errorf(err, errlen, "config error: parallel.sp: the %lld rows of a batch (train.batch_size %d x "
+                        "train.seq_len %d) do not divide by parallel.tp x comm.sp_chunks = %d x %d; change the batch, "
+                        "or comm.sp_chunks", N, c->train.batch_size, c->train.seq_len, c->parallel.tp,
+                        c->comm.sp_chunks);
+    }
+    return 0;
+}
+
 void config_comm_policy(const Config* c, CommPolicy* p) {
     comm_policy_default(p);
     p->auto_select = strcmp(c->compress.method, "auto") == 0;
@@ -95,5 +114,8 @@ void config_comm_policy(const Config* c, CommPolicy* p) {
     p->pipeline_depth = c->comm.pipeline_depth;
     p->fuse = c->comm.fuse;
     p->one_shot = strcmp(c->comm.allreduce, "one_shot") == 0;
+    p->sp = c->parallel.sp;
+    p->sp_chunks = c->comm.sp_chunks;
+    p->overlap = c->comm.overlap;
 }
 
