@@ -186,6 +186,9 @@ typedef struct {
     size_t* c;
     Msg* plan;
     CompressJobDev* jobs; /* P jobs */
+    const float* damax_rs; /* device delayed amax of each phase (CollDevSite), or NULL */
+    const float* damax_ag;
+    int host_stats;       /* the caller wants CollStats: copy the statistics to the host */
 } Call;
 
 static Msg* rs_send(const Call* C, int k, int q) { return &C->plan[(size_t)k * C->P + q]; }
@@ -208,6 +211,8 @@ static cudaEvent_t ev_ag_h2d(const Call* C, int k) { return C->s->ev[EV_FIXED + 
 
 static uint8_t* mpi_base(const Call* C) { return C->s->aware ? C->s->d_buf : C->s->h_buf; }
 
+/* (the progress loop's waits for device work: the transport's, counted in
+ * CollScratchDev.host_syncs by their callers) */
 static int event_done(cudaEvent_t e) {
     cudaError_t err = cudaEventQuery(e);
     if (err == cudaSuccess) return 1;
@@ -283,9 +288,12 @@ static void ag_job_from_sum(Call* C, int k, CompressJobDev* j) {
     j->out = wire_out_of(C->s->d_buf, m);
     j->stream = coll_stream_of(C->stream, C->r, C->r, 1);
     j->st = &C->s->d_st[C->P];
+    j->delayed_amax = C->damax_ag;
 }
 
+/* the statistics to the pinned host copy, when the caller asked for CollStats */
 static void stats_copy(Call* C) {
+    if (!C->host_stats) return;
     CUDA_CHECK(cudaMemcpyAsync(C->s->h_st, C->s->d_st, sizeof(CompressStatsDev) * (size_t)(C->P + 1),
                              cudaMemcpyDeviceToHost, C->cs));
     CUDA_CHECK(cudaEventRecord(C->s->ev[EV_STATS], C->cs));
@@ -458,6 +466,7 @@ static void rs_encode_k(Call* C, int k) {
         jb->out = wire_out_of(s->d_buf, m);
         jb->stream = coll_stream_of(C->stream, C->r, jc, 0);
         jb->st = &s->d_st[jc];
+        jb->delayed_amax = C->damax_rs;
     }
     compress_jobs_encode_dev(C->p_rs, 1, C->jobs, C->P, C->cs);
     CUDA_CHECK(cudaEventRecord(ev_rs(C, k), C->cs));
@@ -532,6 +541,7 @@ static void run_mpi(Call* C) {
     while (rs_sent < K || rs_done < K || ag_sent < K || ag_done < K) {
         int progress = 0;
         if (rs_sent < K && event_done(ev_rs(C, rs_sent))) {
+            s->host_syncs++;
             rs_send_k(C, rs_sent++);
             progress = 1;
         }
@@ -546,6 +556,7 @@ static void run_mpi(Call* C) {
             progress = 1;
         }
         if (ag_sent < ag_ready && event_done(ev_ag(C, ag_sent))) {
+            s->host_syncs++;
             ag_send_k(C, ag_sent++);
             progress = 1;
         }
@@ -566,6 +577,7 @@ static void run_mpi(Call* C) {
     CUDA_CHECK(cudaEventRecord(s->ev[EV_END], C->cs));
     if (!s->aware) CUDA_CHECK(cudaStreamSynchronize(s->s_h2d));
     else CUDA_CHECK(cudaStreamSynchronize(C->cs));
+    s->host_syncs++;
 }
 
 /* NCCL transport: sub-chunk k of phase ph (0 reduce-scatter, 1 all-gather)
@@ -626,7 +638,9 @@ static void run_nccl(Call* C) {
     CUDA_CHECK(cudaEventRecord(s->ev[EV_END], C->cs));
 }
 
-static void coll_run(Call* C, CollStats* st) {
+/* Runs the call; returns the bytes this rank sent. The host waits for the
+ * statistics only when st is given (the tests' and tools' CollStats). */
+static uint64_t coll_run(Call* C, CollStats* st, const CollDevSite* site) {
     CollScratchDev* s = C->s;
     int P = C->P, r = C->r;
     const CompressParams* pl = C->do_rs ? C->p_rs : C->p_ag;
@@ -684,11 +698,23 @@ static void coll_run(Call* C, CollStats* st) {
     CUDA_CHECK(cudaStreamWaitEvent(s->s_h2d, s->ev[EV_END], 0));
     compress_stats_dev_reset(s->d_st, P + 1, C->cs);
 
+    C->host_stats = st != NULL;
+    if (site && site->delayed_amax) {
+        C->damax_rs = &site->delayed_amax[0];
+        C->damax_ag = &site->delayed_amax[1];
+    }
     if (s->nccl) run_nccl(C);
     else run_mpi(C);
+    if (site && site->stats) coll_stats_fold_dev(site->stats, s->d_st, P, C->do_rs, C->do_ag, C->cs);
 
+    uint64_t bytes = 0;
+    if (C->do_rs)
+        for (int j = 0; j < P; j++)
+            if (j != r) bytes += compress_bound(C->p_rs, C->c[j]);
+    if (C->do_ag) bytes += (uint64_t)compress_bound(C->p_ag, C->c[r]) * (uint64_t)(P - 1);
     if (st) {
         wd_event_wait(s->ev[EV_STATS], C->comm, s->nccl ? "device exchange (NCCL)" : "device exchange");
+        s->host_syncs++;
         for (int j = 0; j <= P; j++) {
             if (j == P && !C->do_ag) break;
             if (j < P && !C->do_rs) continue;
@@ -700,13 +726,11 @@ static void coll_run(Call* C, CollStats* st) {
             float* dst = j < P ? &st->amax_rs : &st->amax_ag;
             if (a > *dst) *dst = a;
         }
-        if (C->do_rs)
-            for (int j = 0; j < P; j++)
-                if (j != r) st->bytes_sent += compress_bound(C->p_rs, C->c[j]);
-        if (C->do_ag) st->bytes_sent += (uint64_t)compress_bound(C->p_ag, C->c[r]) * (uint64_t)(P - 1);
+        st->bytes_sent += bytes;
     }
     free(C->b);
     free(C->jobs);
+    return bytes;
 }
 
 static void call_init(Call* C, MPI_Comm comm, CollScratchDev* s, size_t n, uint64_t stream, cudaStream_t cs) {
@@ -722,15 +746,24 @@ static void call_init(Call* C, MPI_Comm comm, CollScratchDev* s, size_t n, uint6
 
 void coll_allreduce_dev(MPI_Comm comm, const CompressParams* p_rs, const CompressParams* p_ag, uint16_t* x, size_t n,
                         uint64_t stream, CollScratchDev* s, CollStats* st, cudaStream_t cs) {
+    coll_allreduce_site_dev(comm, p_rs, p_ag, x, n, stream, s, NULL, st, cs);
+}
+
+uint64_t coll_allreduce_site_dev(MPI_Comm comm, const CompressParams* p_rs, const CompressParams* p_ag, uint16_t* x,
+                                 size_t n, uint64_t stream, CollScratchDev* s, const CollDevSite* site, CollStats* st,
+                                 cudaStream_t cs) {
     Call C;
     call_init(&C, comm, s, n, stream, cs);
-    if (C.P == 1) return; /* as coll_allreduce: nothing to exchange, nothing to compress */
+    if (C.P == 1) return 0; /* as coll_allreduce: nothing to exchange, nothing to compress */
+    /* a device amax replaces the host one: the host plans as for "no prediction yet" */
+    CompressParams prs = *p_rs, pag = *p_ag;
+    if (site && site->delayed_amax) prs.delayed_amax = pag.delayed_amax = 0.0f;
     C.do_rs = C.do_ag = 1;
-    C.p_rs = p_rs;
-    C.p_ag = p_ag;
+    C.p_rs = &prs;
+    C.p_ag = &pag;
     C.x_rs = x;
     C.ag_out = x;
-    coll_run(&C, st);
+    return coll_run(&C, st, site);
 }
 
 void coll_reduce_scatter_dev(MPI_Comm comm, const CompressParams* p, const uint16_t* x, size_t n, void* out,
@@ -742,7 +775,7 @@ void coll_reduce_scatter_dev(MPI_Comm comm, const CompressParams* p, const uint1
     C.x_rs = x;
     C.rs_out = out;
     C.rs_out_bf16 = out_is_bf16;
-    coll_run(&C, st);
+    coll_run(&C, st, NULL);
 }
 
 void coll_all_gather_dev(MPI_Comm comm, const CompressParams* p, const void* mine, int mine_is_bf16, size_t n,
@@ -754,5 +787,5 @@ void coll_all_gather_dev(MPI_Comm comm, const CompressParams* p, const void* min
     C.ag_in = mine;
     C.ag_in_bf16 = mine_is_bf16;
     C.ag_out = out;
-    coll_run(&C, st);
+    coll_run(&C, st, NULL);
 }

@@ -33,6 +33,7 @@
 #include <cuda_runtime_api.h>
 
 #include "comm/collectives.h"
+#include "comm/stats_cuda.h"
 #include "compress/compress_cuda.h"
 
 #ifdef __cplusplus
@@ -78,7 +79,22 @@ typedef struct CollScratchDev {
     CompressStatsDev* d_ost; /* its encode's statistics, and the pinned copy */
     CompressStatsDev* h_ost;
     cudaEvent_t ev_one;
+    /* what the calls cost the host, for the benchmark and the tests: times
+     * the host waited for device work (an event, a stream), counted since
+     * the scratch was made */
+    unsigned long long host_syncs;
 } CollScratchDev;
+
+/* Where a site's exchange keeps its state in device memory (comm/stats_cuda.h),
+ * so that the call never waits for the host: the kernels read the delayed
+ * amax of each phase when they run, and the call's statistics are added to
+ * a device record. Either pointer may be NULL. With delayed_amax set, the
+ * params' own delayed_amax is ignored (the device value, under the same
+ * rule, takes its place). */
+typedef struct {
+    const float* delayed_amax; /* device [2]: the reduce-scatter's and the all-gather's (one-shot: [0]) */
+    CollDevStats* stats;       /* device: this call's statistics are added here */
+} CollDevSite;
 
 void coll_scratch_dev_init(CollScratchDev* s);
 void coll_scratch_dev_free(CollScratchDev* s);
@@ -90,6 +106,14 @@ void coll_scratch_dev_free(CollScratchDev* s);
  * accumulates like CollStats in comm/collectives.h. */
 void coll_allreduce_dev(MPI_Comm comm, const CompressParams* p_rs, const CompressParams* p_ag, uint16_t* x,
                         size_t n, uint64_t stream, CollScratchDev* s, CollStats* st, cudaStream_t cs);
+/* The same for an exchange site: the scale and statistics in device memory
+ * (site, may be NULL). st may be NULL; when it is not, the host WAITS for
+ * the statistics (one synchronisation), as coll_allreduce_dev does. Returns
+ * the bytes this rank sent (what CollStats.bytes_sent adds), known without
+ * waiting. */
+uint64_t coll_allreduce_site_dev(MPI_Comm comm, const CompressParams* p_rs, const CompressParams* p_ag, uint16_t* x,
+                                 size_t n, uint64_t stream, CollScratchDev* s, const CollDevSite* site, CollStats* st,
+                                 cudaStream_t cs);
 /* x[n] (bf16) -> out[count of my chunk] (fp32, or bf16 if out_is_bf16): as
  * coll_reduce_scatter. */
 void coll_reduce_scatter_dev(MPI_Comm comm, const CompressParams* p, const uint16_t* x, size_t n, void* out,
@@ -107,6 +131,11 @@ void coll_all_gather_dev(MPI_Comm comm, const CompressParams* p, const void* min
  * path. The result is ready in stream order on cs. */
 void coll_allreduce_one_shot_dev(MPI_Comm comm, const CompressParams* p, uint16_t* x, size_t n, uint64_t stream,
                                  CollScratchDev* s, CollStats* st, cudaStream_t cs);
+/* ... for an exchange site, as coll_allreduce_site_dev (the one phase is the
+ * reduce-scatter's: site->delayed_amax[0], CollDevStats.amax_rs_bits). */
+uint64_t coll_allreduce_one_shot_site_dev(MPI_Comm comm, const CompressParams* p, uint16_t* x, size_t n,
+                                          uint64_t stream, CollScratchDev* s, const CollDevSite* site, CollStats* st,
+                                          cudaStream_t cs);
 
 /* 1 if this MPI takes device pointers (compile-time and run-time check). */
 int coll_mpi_cuda_aware(void);

@@ -20,6 +20,10 @@
  *   - delayed scaling: the amax of the transformed values seen by each phase
  *     over the last SITE_HISTORY exchanges predicts the next chunk scale.
  *
+ * In the GPU build the history and the statistics live on the device
+ * (comm/sites_dev.h): an exchange is queued and never waited for; the host
+ * reads the statistics when it logs them (comm_sites_read).
+ *
  * Sites: embed.fwd, L<l>.attn.fwd, L<l>.mlp.fwd, L<l>.attn.bwd, L<l>.mlp.bwd,
  * lm_head.bwd.
  */
@@ -34,8 +38,7 @@
 #include "common/check.h"
 #include "compress/methods.h"
 #ifdef OPS_BF16
-#include "comm/collectives_cuda.h"
-#include "ops/ops_cuda.h"
+#include "comm/sites_dev.h"
 #endif
 
 static const int CANDIDATE_G[SITE_NUM_CANDIDATES] = {16, 32, 64, 128, 256};
@@ -120,6 +123,9 @@ void comm_step_begin(Comm* c, int step) {
     c->step = step;
     c->step_bytes = 0;
     c->step_ms = 0.0;
+#ifdef OPS_BF16
+    if (c->tp_size > 1) sites_dev_step_begin(c);
+#endif
     for (int i = 0; i < c->nsites; i++) {
         CommSite* s = &c->sites[i];
         s->bytes = s->saturated = s->nonfinite = 0;
@@ -203,6 +209,7 @@ static float hist_max(const CommSite* s, int phase) {
     return m;
 }
 
+#ifndef OPS_BF16 /* the GPU build pushes on the device (comm/stats_cuda.cu) */
 static void hist_push(CommSite* s, float a_rs, float a_ag) {
     memmove(&s->amax_hist[0][1], &s->amax_hist[0][0], (SITE_HISTORY - 1) * sizeof(float));
     memmove(&s->amax_hist[1][1], &s->amax_hist[1][0], (SITE_HISTORY - 1) * sizeof(float));
@@ -210,6 +217,7 @@ static void hist_push(CommSite* s, float a_rs, float a_ag) {
     s->amax_hist[1][0] = a_ag;
     if (s->hist_len < SITE_HISTORY) s->hist_len++;
 }
+#endif
 
 static double rel_error(const float* y, const float* ref, size_t n) {
     double ne = 0.0, nr = 0.0;
@@ -243,20 +251,15 @@ static float* stage_to_host(Comm* c, const floatX* x, size_t n) {
  * bf16 tensor with the pipelined kernels of comm/collectives_cuda.c; two
  * phases (reduce-scatter with p_rs, all-gather with p_ag) or, with
  * comm.allreduce = one_shot, one (every rank's tensor compressed with p_rs,
- * gathered and summed). */
-static void allreduce(Comm* c, const CompressParams* p_rs, const CompressParams* p_ag, floatX* x, size_t n,
+ * gathered and summed). On the GPU the scale and the statistics are site
+ * `site`'s on the device, and st gets the bytes only. */
+static void allreduce(Comm* c, int site, const CompressParams* p_rs, const CompressParams* p_ag, floatX* x, size_t n,
                       uint64_t stream, CollStats* st) {
 #ifdef OPS_BF16
-    if (!c->dscratch) {
-        c->dscratch = callocCheck(1, sizeof(CollScratchDev));
-        coll_scratch_dev_init(c->dscratch);
-        c->dscratch->nccl = c->nccl_tp; /* NULL: MPI */
-        if (c->policy.pipeline_depth > 0) c->dscratch->K = c->policy.pipeline_depth;
-        c->dscratch->unfused = !c->policy.fuse;
-    }
-    if (c->policy.one_shot) coll_allreduce_one_shot_dev(c->tp_comm, p_rs, x, n, stream, c->dscratch, st, (cudaStream_t)ops_cuda_stream());
-    else coll_allreduce_dev(c->tp_comm, p_rs, p_ag, x, n, stream, c->dscratch, st, (cudaStream_t)ops_cuda_stream());
+    const uint64_t bytes = sites_dev_allreduce(c, site, p_rs, p_ag, x, n, stream);
+    if (st) st->bytes_sent += bytes;
 #else
+    (void)site;
     if (c->policy.one_shot) coll_allreduce_one_shot(c->tp_comm, p_rs, x, n, stream, &c->scratch, st);
     else coll_allreduce(c->tp_comm, p_rs, p_ag, x, n, stream, &c->scratch, st);
 #endif
@@ -273,16 +276,17 @@ static void allreduce(Comm* c, const CompressParams* p_rs, const CompressParams*
  * auto_decide then keeps the compressor where it is both fast enough and
  * faithful enough, on every rank alike. */
 
-static double timed_allreduce(Comm* c, const CompressParams* p, floatX* x, size_t n, uint64_t stream, CollStats* st) {
+static double timed_allreduce(Comm* c, int site, const CompressParams* p, floatX* x, size_t n, uint64_t stream,
+                              CollStats* st) {
     ops_sync();
     wd_barrier(c->tp_comm, "auto trial (barrier)");
     double t0 = MPI_Wtime();
-    allreduce(c, p, p, x, n, stream, st);
+    allreduce(c, site, p, p, x, n, stream, st);
     ops_sync();
     return MPI_Wtime() - t0;
 }
 
-static void auto_trial(Comm* c, CommSite* s, floatX* x, size_t n, uint64_t stream, CollStats* st) {
+static void auto_trial(Comm* c, CommSite* s, int site, floatX* x, size_t n, uint64_t stream, CollStats* st) {
     if (n > c->auto_cap) {
         ops_free(c->auto_x);
         c->auto_cap = n + n / 4;
@@ -291,9 +295,14 @@ static void auto_trial(Comm* c, CommSite* s, floatX* x, size_t n, uint64_t strea
     ops_copy(c->auto_x, x, n * sizeof(floatX));
     CompressParams exact;
     compress_params_default(&exact, EXACT_WIRE);
-    const double te = timed_allreduce(c, &exact, x, n, stream, st);
-    CollStats sc = {0};
-    const double tc = timed_allreduce(c, &s->p, c->auto_x, n, stream, &sc);
+    const double te = timed_allreduce(c, site, &exact, x, n, stream, st);
+#ifdef OPS_BF16
+    sites_dev_after(c, site, 1, 0); /* the exact run's statistics are the step's; the trial's are dropped */
+#endif
+    const double tc = timed_allreduce(c, site, &s->p, c->auto_x, n, stream, NULL);
+#ifdef OPS_BF16
+    sites_dev_after(c, site, 0, 0);
+#endif
     memcpy(c->host_ref, stage_to_host(c, x, n), n * sizeof(float));
     const double err = rel_error(stage_to_host(c, c->auto_x, n), c->host_ref, n);
     if (s->auto_calls == 0 || te < s->auto_t_exact) s->auto_t_exact = te;
@@ -346,8 +355,14 @@ static void auto_decide(Comm* c) {
 
 void tp_exchange(Comm* c, SiteKind kind, int layer, floatX* x, int rows, int cols) {
     if (c->tp_size == 1) return;
+#ifndef OPS_BF16
     double t0 = MPI_Wtime();
-    CommSite* s = &c->sites[comm_site_index(c, kind, layer)];
+#endif
+    const int si = comm_site_index(c, kind, layer);
+    CommSite* s = &c->sites[si];
+#ifdef OPS_BF16
+    if (c->train_mode) sites_dev_mark(c); /* the exchange's time is measured on the device */
+#endif
     size_t n = (size_t)rows * cols;
     wd_set_site(s->name);   /* what a watchdog report names; cleared below */
 
@@ -375,24 +390,49 @@ void tp_exchange(Comm* c, SiteKind kind, int layer, floatX* x, int rows, int col
     }
 
     CompressParams p_rs = s->p, p_ag = s->p;
-    p_rs.delayed_amax = hist_max(s, 0);
+    p_rs.delayed_amax = hist_max(s, 0); /* the GPU build's kernels read the device history instead */
     p_ag.delayed_amax = hist_max(s, 1);
     CollStats st = {0};
-    uint64_t stream = ((uint64_t)c->step << 20) ^ ((uint64_t)comm_site_index(c, kind, layer) << 4) ^ (uint64_t)s->calls;
-    if (trial) auto_trial(c, s, x, n, stream, &st);
-    else allreduce(c, &p_rs, &p_ag, x, n, stream, &st);
-    if (s->compressed && c->train_mode && !trial) hist_push(s, st.amax_rs, st.amax_ag);
+    uint64_t stream = ((uint64_t)c->step << 20) ^ ((uint64_t)si << 4) ^ (uint64_t)s->calls;
+    const int push = s->compressed && c->train_mode && !trial;
+    if (trial) auto_trial(c, s, si, x, n, stream, &st);
+    else allreduce(c, si, &p_rs, &p_ag, x, n, stream, &st);
+#ifdef OPS_BF16
+    if (!trial) sites_dev_after(c, si, c->train_mode, push);
+#else
+    if (push) hist_push(s, st.amax_rs, st.amax_ag);
+#endif
     if (sample) s->rel_err = rel_error(stage_to_host(c, x, n), c->host_ref, n);
 
     if (c->train_mode) {
         s->bytes += st.bytes_sent;
-        s->saturated += st.saturated;
+        s->saturated += st.saturated; /* (GPU: 0 here; comm_sites_read brings the device's) */
         s->nonfinite += st.nonfinite;
         s->calls++;
         c->step_bytes += st.bytes_sent;
+#ifdef OPS_BF16
+        sites_dev_mark(c);
+#else
         c->step_ms += (MPI_Wtime() - t0) * 1e3;
+#endif
     }
     wd_set_site(NULL);
+}
+
+void comm_sites_read(Comm* c) {
+#ifdef OPS_BF16
+    if (c->tp_size > 1 && c->nsites > 0) sites_dev_read(c);
+#else
+    (void)c;
+#endif
+}
+
+void comm_step_end(Comm* c) {
+#ifdef OPS_BF16
+    if (c->tp_size > 1) c->step_ms = sites_dev_step_ms(c);
+#else
+    (void)c;
+#endif
 }
 
 /* ---- logging and state ------------------------------------------------------ */
@@ -427,8 +467,17 @@ typedef struct {
 
 size_t comm_state_bytes(const Comm* c) { return (size_t)c->nsites * sizeof(SiteState); }
 
-void comm_state_save(const Comm* c, void* dst) {
+void comm_state_save(Comm* c, void* dst) {
     SiteState* out = dst;
+#ifdef OPS_BF16
+    SiteScaleDev* dev = c->tp_size > 1 ? mallocCheck(sizeof(SiteScaleDev) * (size_t)(c->nsites ? c->nsites : 1)) : NULL;
+    if (dev) sites_dev_scale_get(c, dev);
+    for (int i = 0; dev && i < c->nsites; i++) { /* the device holds the history of record */
+        c->sites[i].hist_len = dev[i].hist_len;
+        memcpy(c->sites[i].amax_hist, dev[i].amax_hist, sizeof(c->sites[i].amax_hist));
+    }
+    free(dev);
+#endif
     for (int i = 0; i < c->nsites; i++) {
         const CommSite* s = &c->sites[i];
         memset(&out[i], 0, sizeof(SiteState));
@@ -460,4 +509,17 @@ void comm_state_load(Comm* c, const void* src) {
         }
         memcpy(s->amax_hist, in[i].amax_hist, sizeof(s->amax_hist));
     }
+#ifdef OPS_BF16
+    if (c->tp_size == 1) return;
+    SiteScaleDev* dev = callocCheck((size_t)(c->nsites ? c->nsites : 1), sizeof(SiteScaleDev));
+    for (int i = 0; i < c->nsites; i++) {
+        const CommSite* s = &c->sites[i];
+        dev[i].hist_len = s->hist_len;
+        memcpy(dev[i].amax_hist, s->amax_hist, sizeof(s->amax_hist));
+        dev[i].delayed[0] = hist_max(s, 0); /* what the next exchange predicts, as the host would */
+        dev[i].delayed[1] = hist_max(s, 1);
+    }
+    sites_dev_scale_put(c, dev);
+    free(dev);
+#endif
 }

@@ -72,6 +72,14 @@ void comm_step_begin(Comm* c, int step);
  * on every TP rank) becomes the full sum on every TP rank. */
 void tp_exchange(Comm* c, SiteKind kind, int layer, floatX* x, int rows, int cols);
 
+/* The step's site statistics (saturated, nonfinite) to the host sites: on
+ * the GPU they accumulate on the device and this reads them (one copy, one
+ * wait); call it before comm_sites_json or before reading them. */
+void comm_sites_read(Comm* c);
+/* The step's work is done (the caller synchronised): step_ms from the
+ * device's exchange clock (GPU build; the CPU build times on the host). */
+void comm_step_end(Comm* c);
+
 /* The site index of (kind, layer). */
 int comm_site_index(const Comm* c, SiteKind kind, int layer);
 /* Appends the per-site stats of this step as a JSON object member
@@ -79,7 +87,8 @@ int comm_site_index(const Comm* c, SiteKind kind, int layer);
 int comm_sites_json(const Comm* c, char* buf, size_t cap);
 /* Site state that a bit-identical resume needs (calibration, amax history). */
 size_t comm_state_bytes(const Comm* c);
-void comm_state_save(const Comm* c, void* dst);
+/* (GPU build: copies the device history to the host first, and back on load) */
+void comm_state_save(Comm* c, void* dst);
 void comm_state_load(Comm* c, const void* src);
 
 #ifdef __cplusplus

@@ -132,6 +132,94 @@ static void record(const char* name, int ok_here, const char* fmt, const char* w
     }
 }
 
+/* ---- a site's delayed scale kept on the device ------------------------------------
+ * T calls of one exchange site in a row. The host keeps the amax history
+ * as comm/sites.c does and passes its maximum by value; the device keeps it
+ * in a SiteScaleDev that the kernels read when they run and that
+ * site_scale_push_dev updates after each call, with the statistics summed in
+ * a CollDevStats (comm/stats_cuda.h). Each call's result, the summed
+ * statistics and the final history must be the same bits, and the device
+ * calls must not wait for the host (host_syncs unchanged, staged transport
+ * excepted: its waits are the transport's). */
+typedef struct {
+    float* xf;
+    uint16_t *xb, *ref, *got, *d_x;
+} Bufs;
+
+static void site_history_case(const char* name, CompressParams p, int one_shot, size_t n, int T, CollScratchDev* s,
+                              CollScratch* hs, const Bufs* b, cudaStream_t cs) {
+    enum { H = SITE_DEV_HISTORY };
+    float ring[2][H]; /* the host's history: entry t % H is call t's */
+    int held = 0;
+    SiteScaleDev *d_h = NULL, h_end;
+    CollDevStats *d_call = NULL, *d_tot = NULL, tot;
+    CUDA_CHECK(cudaMalloc((void**)&d_h, sizeof(*d_h)));
+    CUDA_CHECK(cudaMalloc((void**)&d_call, sizeof(*d_call)));
+    CUDA_CHECK(cudaMalloc((void**)&d_tot, sizeof(*d_tot)));
+    CUDA_CHECK(cudaMemsetAsync(d_h, 0, sizeof(*d_h), cs));
+    CUDA_CHECK(cudaMemsetAsync(d_call, 0, sizeof(*d_call), cs));
+    CUDA_CHECK(cudaMemsetAsync(d_tot, 0, sizeof(*d_tot), cs));
+    CollStats sum = {0};
+    long bad_call = -1, bad_elem = -1;
+    const unsigned long long syncs0 = s->host_syncs;
+    p.delayed = 1;
+    for (int t = 0; t < T; t++) {
+        fill(b->xf, n, rank, 500 + t, 0);
+        const float scale = ldexpf(1.0f, t % 5 - 2); /* the amax moves: the prediction lags, and saturates */
+        for (size_t i = 0; i < n; i++) {
+            b->xb[i] = bf16_from_f32(b->xf[i] * scale);
+            b->xf[i] = bf16_to_f32(b->xb[i]);
+        }
+        CompressParams prs = p, pag = p;
+        prs.delayed_amax = pag.delayed_amax = 0.0f;
+        for (int i = 0; i < held; i++) {
+            if (ring[0][i] > prs.delayed_amax) prs.delayed_amax = ring[0][i];
+            if (ring[1][i] > pag.delayed_amax) pag.delayed_amax = ring[1][i];
+        }
+        CollStats st = {0};
+        if (one_shot) coll_allreduce_one_shot(MPI_COMM_WORLD, &prs, b->xf, n, (uint64_t)t, hs, &st);
+        else coll_allreduce(MPI_COMM_WORLD, &prs, &pag, b->xf, n, (uint64_t)t, hs, &st);
+        ring[0][t % H] = st.amax_rs;
+        ring[1][t % H] = st.amax_ag;
+        if (held < H) held++;
+        sum.saturated += st.saturated;
+        sum.nonfinite += st.nonfinite;
+        for (size_t i = 0; i < n; i++) b->ref[i] = bf16_from_f32(b->xf[i]);
+
+        CUDA_CHECK(cudaMemcpyAsync(b->d_x, b->xb, n * 2, cudaMemcpyHostToDevice, cs));
+        const CollDevSite site = {d_h->delayed, d_call};
+        if (one_shot) coll_allreduce_one_shot_site_dev(MPI_COMM_WORLD, &p, b->d_x, n, (uint64_t)t, s, &site, NULL, cs);
+        else coll_allreduce_site_dev(MPI_COMM_WORLD, &p, &p, b->d_x, n, (uint64_t)t, s, &site, NULL, cs);
+        site_scale_push_dev(d_h, d_call, d_tot, 1, cs);
+        CUDA_CHECK(cudaMemcpyAsync(b->got, b->d_x, n * 2, cudaMemcpyDeviceToHost, cs));
+        CUDA_CHECK(cudaStreamSynchronize(cs));
+        const long e = diff_bf16(b->ref, b->got, n);
+        if (e >= 0 && bad_call < 0) {
+            bad_call = t;
+            bad_elem = e;
+        }
+    }
+    const unsigned long long syncs = s->host_syncs - syncs0;
+    CUDA_CHECK(cudaMemcpyAsync(&h_end, d_h, sizeof(h_end), cudaMemcpyDeviceToHost, cs));
+    CUDA_CHECK(cudaMemcpyAsync(&tot, d_tot, sizeof(tot), cudaMemcpyDeviceToHost, cs));
+    CUDA_CHECK(cudaStreamSynchronize(cs));
+    int hist_ok = h_end.hist_len == held;
+    for (int i = 0; i < held && hist_ok; i++) /* newest first on the device */
+        for (int ph = 0; ph < 2; ph++)
+            hist_ok &= !memcmp(&h_end.amax_hist[ph][i], &ring[ph][(T - 1 - i) % H], sizeof(float));
+    const int stats_ok = tot.saturated == sum.saturated && tot.nonfinite == sum.nonfinite;
+    const int no_wait = s->nccl ? syncs == 0 : 1;
+    char msg[200], what[96];
+    snprintf(what, sizeof(what), "%s n=%zu %s", name, n, one_shot ? "one-shot" : "two-shot");
+    snprintf(msg, sizeof(msg), "rank %d: call %ld element %ld; history %s; saturated host %llu device %llu; host syncs %llu",
+             rank, bad_call, bad_elem, hist_ok ? "equal" : "differs", (unsigned long long)sum.saturated,
+             (unsigned long long)tot.saturated, syncs);
+    record("site scale on the device", bad_call < 0 && hist_ok && stats_ok && no_wait, msg, what);
+    CUDA_CHECK(cudaFree(d_h));
+    CUDA_CHECK(cudaFree(d_call));
+    CUDA_CHECK(cudaFree(d_tot));
+}
+
 /* ---- configurations ------------------------------------------------------------ */
 
 typedef struct {
@@ -374,6 +462,19 @@ int main(int argc, char** argv) {
         snprintf(msg, sizeof(msg), "rank %d element %ld; bytes fp32 %llu bf16 %llu", rank, e, (unsigned long long)s32.bytes_sent,
                  (unsigned long long)s16.bytes_sent);
         record("bf16 wire == fp32 wire", e < 0 && 2 * s16.bytes_sent == s32.bytes_sent, msg, what);
+    }
+
+    /* delayed scaling over more calls than the history holds */
+    {
+        const Bufs b = {xf, xb, ref, got, d_x};
+        const CompressParams taco = params(CM_TACO, 64, FP8_E4M3, 0, 0), tens = params(CM_FP8_TENSOR, 64, FP8_E4M3, 0, 0);
+        const CompressParams sr = params(CM_TACO, 32, FP8_E5M2, 1, 0);
+        const size_t n = quick ? 12345 : (1u << 18) + 3;
+        const int T = SITE_DEV_HISTORY + 5;
+        site_history_case("taco delayed", taco, 0, n, T, &ds[0][2], &hs, &b, cs);
+        site_history_case("fp8_tensor delayed", tens, 0, n, T, &ds[0][1], &hs, &b, cs);
+        site_history_case("taco sr delayed", sr, 0, n, T, &ds[0][0], &hs, &b, cs);
+        site_history_case("taco delayed", taco, 1, n, T, &ds[0][0], &hs, &b, cs);
     }
 
     int failed = 0;
