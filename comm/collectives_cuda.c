@@ -48,64 +48,14 @@
 #include <string.h>
 
 #include <mpi.h>
-#if defined(__has_include)
-#if __has_include(<mpi-ext.h>)
-#include <mpi-ext.h> /* Open MPI: MPIX_CUDA_AWARE_SUPPORT, MPIX_Query_cuda_support */
-#endif
-#endif
 
 #include "comm/collectives_cuda.h"
+#include "comm/ipc_cuda.h"
 #include "comm/watchdog.h"
 #include "comm/nccl_util.h"
 #include "common/check.h"
 
 enum { TAG_RS = 0x5100, TAG_AG = 0x5100 + COLL_DEV_MAX_K }; /* + sub-chunk index */
-
-int coll_mpi_cuda_aware(void) {
-#if defined(MPIX_CUDA_AWARE_SUPPORT) && MPIX_CUDA_AWARE_SUPPORT
-    return MPIX_Query_cuda_support() == 1;
-#else
-    return 0;
-#endif
-}
-
-void coll_scratch_dev_init(CollScratchDev* s) {
-    memset(s, 0, sizeof(*s));
-    s->K = COLL_DEV_DEFAULT_K;
-    s->min_sub = 65536;
-    s->cuda_aware = -1;
-}
-
-void coll_scratch_dev_free(CollScratchDev* s) {
-    if (s->d_buf) CUDA_CHECK(cudaFree(s->d_buf));
-    if (s->h_buf) CUDA_CHECK(cudaFreeHost(s->h_buf));
-    if (s->d_acc) CUDA_CHECK(cudaFree(s->d_acc));
-    if (s->d_st) compress_stats_dev_free(s->d_st);
-    if (s->h_st) CUDA_CHECK(cudaFreeHost(s->h_st));
-    if (s->s_d2h) CUDA_CHECK(cudaStreamDestroy(s->s_d2h));
-    if (s->s_h2d) CUDA_CHECK(cudaStreamDestroy(s->s_h2d));
-    if (s->s_net) CUDA_CHECK(cudaStreamDestroy(s->s_net));
-    for (int i = 0; i < s->ev_cap; i++) CUDA_CHECK(cudaEventDestroy(s->ev[i]));
-    free(s->ev);
-    free(s->req);
-    free(s->plan);
-    if (s->d_one) CUDA_CHECK(cudaFree(s->d_one));
-    if (s->h_one) CUDA_CHECK(cudaFreeHost(s->h_one));
-    if (s->d_ost) compress_stats_dev_free(s->d_ost);
-    if (s->h_ost) CUDA_CHECK(cudaFreeHost(s->h_ost));
-    if (s->ev_one) CUDA_CHECK(cudaEventDestroy(s->ev_one));
-    int K = s->K;
-    size_t min_sub = s->min_sub;
-    int aware = s->cuda_aware;
-    void* nccl = s->nccl;
-    int unfused = s->unfused;
-    memset(s, 0, sizeof(*s));
-    s->unfused = unfused;
-    s->K = K; /* keep the settings: the struct can be used again */
-    s->min_sub = min_sub;
-    s->cuda_aware = aware;
-    s->nccl = nccl;
-}
 
 /* ------------------------------------------------------------------------ */
 /* the plan: where each message of a call lives                              */
@@ -638,6 +588,16 @@ static void run_nccl(Call* C) {
     CUDA_CHECK(cudaEventRecord(s->ev[EV_END], C->cs));
 }
 
+/* IPC transport: the peers read what this rank encodes where it lies
+ * (comm/ipc_cuda.c); the same arithmetic, so the same bits */
+static void run_ipc(Call* C) {
+    CollIpcCall a = {C->do_rs, C->do_ag, C->p_rs, C->p_ag, C->n, C->stream, C->x_rs, C->rs_out, C->rs_out_bf16,
+                     C->ag_in, C->ag_in_bf16, C->ag_out, C->damax_rs, C->damax_ag};
+    coll_ipc_two_shot(C->comm, &a, C->s, C->cs);
+    stats_copy(C);
+    CUDA_CHECK(cudaEventRecord(C->s->ev[EV_END], C->cs));
+}
+
 /* Runs the call; returns the bytes this rank sent. The host waits for the
  * statistics only when st is given (the tests' and tools' CollStats). */
 static uint64_t coll_run(Call* C, CollStats* st, const CollDevSite* site) {
@@ -678,18 +638,18 @@ static uint64_t coll_run(Call* C, CollStats* st, const CollDevSite* site) {
         C->ag_src = AG_FROM_MINE;
     }
 
-    /* lay out every message */
-    int nplan = 3 * K * P;
+    /* lay out every message (the IPC transport has a layout of its own) */
+    int nplan = s->ipc ? 0 : 3 * K * P;
     ensure_state(s, P, K, 0, 0, nplan);
     C->plan = s->plan;
     size_t cursor = 0;
-    for (int k = 0; k < K && C->do_rs; k++)
+    for (int k = 0; k < K && C->do_rs && !s->ipc; k++)
         for (int q = 0; q < P; q++) place(&cursor, rs_send(C, k, q), &l_rs, C->c[rank_at(C, q)], K, k);
-    for (int k = 0; k < K && C->do_rs; k++)
+    for (int k = 0; k < K && C->do_rs && !s->ipc; k++)
         for (int q = 0; q < P - 1; q++) place(&cursor, rs_recv(C, k, q), &l_rs, C->c[r], K, k);
-    for (int k = 0; k < K && C->do_ag; k++)
+    for (int k = 0; k < K && C->do_ag && !s->ipc; k++)
         for (int q = 0; q < P; q++) place(&cursor, ag_msg(C, k, q), &l_ag, C->c[rank_at(C, q)], K, k);
-    ensure_state(s, P, K, cursor, C->ag_src == AG_VIA_F32 ? C->c[r] : 0, nplan);
+    if (!s->ipc) ensure_state(s, P, K, cursor, C->ag_src == AG_VIA_F32 ? C->c[r] : 0, nplan);
     C->plan = s->plan;
     C->jobs = callocCheck((size_t)P + 1, sizeof(CompressJobDev));
 
@@ -703,7 +663,8 @@ static uint64_t coll_run(Call* C, CollStats* st, const CollDevSite* site) {
         C->damax_rs = &site->delayed_amax[0];
         C->damax_ag = &site->delayed_amax[1];
     }
-    if (s->nccl) run_nccl(C);
+    if (s->ipc) run_ipc(C);
+    else if (s->nccl) run_nccl(C);
     else run_mpi(C);
     if (site && site->stats) coll_stats_fold_dev(site->stats, s->d_st, P, C->do_rs, C->do_ag, C->cs);
 

@@ -55,6 +55,7 @@ typedef struct CollScratchDev {
                            separate pass, never fused into the reduce (for the benchmark) */
     void* nccl;         /* NULL: MPI moves the messages; else an ncclComm_t of the same group
                            with the same rank order: NCCL send/recv of device buffers */
+    int ipc;            /* 1: the CUDA IPC transport (comm/ipc_cuda.h; the group on one node) */
     /* state (owned by the collectives; zero it or call coll_scratch_dev_init) */
     int initialized, aware;
     uint8_t* d_buf;     /* device: every message of a call, laid out by the plan */
@@ -83,6 +84,7 @@ typedef struct CollScratchDev {
      * the host waited for device work (an event, a stream), counted since
      * the scratch was made */
     unsigned long long host_syncs;
+    struct CollIpc* ipc_state; /* the IPC transport's buffers, events and tokens (comm/ipc_cuda.c) */
 } CollScratchDev;
 
 /* Where a site's exchange keeps its state in device memory (comm/stats_cuda.h),
@@ -97,6 +99,7 @@ typedef struct {
 } CollDevSite;
 
 void coll_scratch_dev_init(CollScratchDev* s);
+/* (collective over the group when the IPC transport was used) */
 void coll_scratch_dev_free(CollScratchDev* s);
 
 /* In place: x (bf16, device) = sum over ranks, reduce-scatter with p_rs then

@@ -72,6 +72,7 @@ $(E)/test_ops_gpu_emu: $(E)/tests/test_ops_gpu.o $(OPS_OBJS) $(EMU_RT) $(E)/ops_
 $(E)/test_compress_gpu_emu: $(E)/tests/test_compress_gpu.o $(CMP_OBJ) $(EMU_RT) $(EMU_REF)
 	$(LINK) -o $@ $^ $(LIBS)
 $(E)/test_coll_gpu_emu: $(E)/tests/test_coll_gpu.o $(E)/comm/collectives_cuda.o $(E)/comm/oneshot_cuda.o $(E)/comm/stats_cuda.o \
+                        $(E)/comm/ipc_cuda.o $(E)/comm/scratch_cuda.o \
                         $(CMP_OBJ) $(EMU_RT) \
                         $(E)/tests/emu/nccl_emu.o $(EMU_REF)
 	$(LINK) -o $@ $^ $(LIBS)
