@@ -49,7 +49,14 @@ typedef struct {
     double auto_min_speedup, auto_max_err;
     /* the all-reduce's shape (both backends) */
     int one_shot;                 /* 1: one phase (gather every rank's tensor, sum); 0: reduce-scatter + all-gather */
+    /* how the GPU build's TP exchanges move (comm/sites_dev.c): AUTO is NCCL
+     * under comm.backend "nccl", else IPC when the TP group is on one node
+     * (comm/ipc_cuda.h), else STAGED (MPI, through pinned host memory or
+     * device pointers when MPI is CUDA-aware) */
+    int transport;                /* CommTransport */
 } CommPolicy;
+
+typedef enum { COMM_TRANSPORT_AUTO = 0, COMM_TRANSPORT_STAGED, COMM_TRANSPORT_IPC, COMM_TRANSPORT_NCCL } CommTransport;
 
 /* Every site exact, nothing recorded: the policy of tests and tools that
  * only need the exact exchange; fill what differs after the call. */

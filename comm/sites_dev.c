@@ -4,12 +4,14 @@
  * on the compute stream with nothing for the host to wait for, and the few
  * points where the host does read: the log, the exchange clock, checkpoints.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <cuda_runtime_api.h>
 
 #include "comm/collectives_cuda.h"
+#include "comm/ipc_cuda.h"
 #include "comm/sites.h"
 #include "comm/sites_dev.h"
 #include "comm/nccl_util.h" /* wd_stream_wait */
@@ -48,11 +50,30 @@ static SitesDev* sites_dev(Comm* c) {
     return d;
 }
 
+/* comm.transport: which one moves the TP exchanges (CommPolicy.transport).
+ * Collective over the TP group (the IPC check), the same answer everywhere. */
+static int pick_ipc(Comm* c) {
+    const int t = c->policy.transport;
+    if (t == COMM_TRANSPORT_NCCL && !c->nccl_tp)
+        FATAL("comm.transport \"nccl\" needs comm.backend \"nccl\" (it makes the NCCL communicators)");
+    if (t == COMM_TRANSPORT_STAGED || t == COMM_TRANSPORT_NCCL) return 0;
+    if (t == COMM_TRANSPORT_AUTO && c->nccl_tp) return 0;
+    const int ok = coll_ipc_usable(c->tp_comm);
+    if (t == COMM_TRANSPORT_IPC && !ok)
+        FATAL("comm.transport \"ipc\": the ranks of a tensor-parallel group must share a node and be on one GPU or on GPUs "
+              "with peer access. Use comm.transport \"staged\" (or \"nccl\" with comm.backend \"nccl\")");
+    return ok;
+}
+
 CollScratchDev* sites_dev_scratch(Comm* c) {
     if (!c->dscratch) {
+        const int ipc = pick_ipc(c);
         c->dscratch = callocCheck(1, sizeof(CollScratchDev));
         coll_scratch_dev_init(c->dscratch);
-        c->dscratch->nccl = c->nccl_tp; /* NULL: MPI */
+        c->dscratch->ipc = ipc;
+        c->dscratch->nccl = ipc ? NULL : c->nccl_tp; /* NULL: MPI */
+        if (c->world_rank == 0)
+            printf("comm: TP exchanges by %s\n", ipc ? "CUDA IPC" : c->nccl_tp ? "NCCL" : "MPI (staged)");
         if (c->policy.pipeline_depth > 0) c->dscratch->K = c->policy.pipeline_depth;
         c->dscratch->unfused = !c->policy.fuse;
     }

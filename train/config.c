@@ -132,6 +132,7 @@ static const CfgKey cfg_keys[] = {
     K_INT(comm.pipeline_depth, 4, 1, 64),
     K_BOOL(comm.fuse, 1),
     K_ENUM(comm.allreduce, "two_shot", "two_shot|one_shot"),
+    { CFG_AT(comm.transport), .type = CFG_ENUM, .sdef = "auto", .choices = "auto|staged|ipc|nccl", .gpu_only = "ipc|nccl" },
     K_FLOAT(comm.timeout_s, 600, 0, FLT_MAX, 0), /* 0 = no watchdog */
     K_STR(log.dir, "runs/default"),
     K_INT(log.every, 1, 1, NOMAX),

@@ -99,5 +99,9 @@ void config_comm_policy(const Config* c, CommPolicy* p) {
     p->pipeline_depth = c->comm.pipeline_depth;
     p->fuse = c->comm.fuse;
     p->one_shot = strcmp(c->comm.allreduce, "one_shot") == 0;
+    p->transport = !strcmp(c->comm.transport, "staged") ? COMM_TRANSPORT_STAGED
+                 : !strcmp(c->comm.transport, "ipc")    ? COMM_TRANSPORT_IPC
+                 : !strcmp(c->comm.transport, "nccl")   ? COMM_TRANSPORT_NCCL
+                                                        : COMM_TRANSPORT_AUTO;
 }
 
