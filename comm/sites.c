@@ -62,6 +62,7 @@ void comm_policy_default(CommPolicy* p) {
     p->hadamard = p->adaptive_scale = p->dual_scale = 1;
     p->dump_step = -1;
     p->fuse = 1;
+    p->one_shot_extra_bytes = (long long)COMM_ONE_SHOT_EXTRA_KB_DEFAULT * 1024;
 }
 
 /* The wire of the sites that are not compressed: fp32 on the CPU build.
@@ -255,12 +256,16 @@ static float* stage_to_host(Comm* c, const floatX* x, size_t n) {
  * `site`'s on the device, and st gets the bytes only. */
 static void allreduce(Comm* c, int site, const CompressParams* p_rs, const CompressParams* p_ag, floatX* x, size_t n,
                       uint64_t stream, CollStats* st) {
+    /* comm.allreduce "auto" (policy.h): one phase while its extra bytes are few; the same choice on every rank */
+    const double extra = (double)n * sizeof(floatX) * (c->tp_size - 1) * (c->tp_size - 2) / c->tp_size;
+    const int one_shot = c->policy.one_shot == COMM_ALLREDUCE_AUTO ? extra <= (double)c->policy.one_shot_extra_bytes
+                                                                   : c->policy.one_shot;
 #ifdef OPS_BF16
-    const uint64_t bytes = sites_dev_allreduce(c, site, p_rs, p_ag, x, n, stream);
+    const uint64_t bytes = sites_dev_allreduce(c, site, one_shot, p_rs, p_ag, x, n, stream);
     if (st) st->bytes_sent += bytes;
 #else
     (void)site;
-    if (c->policy.one_shot) coll_allreduce_one_shot(c->tp_comm, p_rs, x, n, stream, &c->scratch, st);
+    if (one_shot) coll_allreduce_one_shot(c->tp_comm, p_rs, x, n, stream, &c->scratch, st);
     else coll_allreduce(c->tp_comm, p_rs, p_ag, x, n, stream, &c->scratch, st);
 #endif
 }

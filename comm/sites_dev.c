@@ -80,13 +80,13 @@ CollScratchDev* sites_dev_scratch(Comm* c) {
     return c->dscratch;
 }
 
-uint64_t sites_dev_allreduce(Comm* c, int site, const CompressParams* p_rs, const CompressParams* p_ag, void* x,
-                             size_t n, uint64_t stream) {
+uint64_t sites_dev_allreduce(Comm* c, int site, int one_shot, const CompressParams* p_rs, const CompressParams* p_ag,
+                             void* x, size_t n, uint64_t stream) {
     SitesDev* d = sites_dev(c);
     if (site < 0 || site >= d->nsites) FATAL("internal: site %d of %d", site, d->nsites);
     CollDevSite ds = {d->d_scale[site].delayed, d->d_call};
     CollScratchDev* s = sites_dev_scratch(c);
-    if (c->policy.one_shot) return coll_allreduce_one_shot_site_dev(c->tp_comm, p_rs, x, n, stream, s, &ds, NULL, cs_of());
+    if (one_shot) return coll_allreduce_one_shot_site_dev(c->tp_comm, p_rs, x, n, stream, s, &ds, NULL, cs_of());
     return coll_allreduce_site_dev(c->tp_comm, p_rs, p_ag, x, n, stream, s, &ds, NULL, cs_of());
 }
 

@@ -28,11 +28,11 @@ extern "C" {
 /* The device scratch of c's TP exchanges (made on first use, from the policy). */
 struct CollScratchDev* sites_dev_scratch(Comm* c);
 
-/* One all-reduce of site `site` on the compute stream: two-shot or one-shot
- * as the policy says, its scale from the site's device history, its
- * statistics added to the site's current call. Returns the bytes sent. */
-uint64_t sites_dev_allreduce(Comm* c, int site, const CompressParams* p_rs, const CompressParams* p_ag, void* x,
-                             size_t n, uint64_t stream);
+/* One all-reduce of site `site` on the compute stream: one-shot or two-shot,
+ * its scale from the site's device history, its statistics added to the
+ * site's current call. Returns the bytes sent. */
+uint64_t sites_dev_allreduce(Comm* c, int site, int one_shot, const CompressParams* p_rs, const CompressParams* p_ag,
+                             void* x, size_t n, uint64_t stream);
 /* After a site's exchange (or its "auto" trial): its current call's
  * statistics into the step totals (keep), the amaxes into the history (push). */
 void sites_dev_after(Comm* c, int site, int keep, int push);

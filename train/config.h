@@ -81,7 +81,8 @@ typedef struct {
         char backend[16]; /* "mpi" | "nccl" */
         int pipeline_depth; /* GPU exchanges: sub-chunks per rank chunk in flight (1 = no overlap) */
         int fuse;           /* GPU all-reduce: decode + sum + re-encode in one kernel (0: via an fp32 sum) */
-        char allreduce[16]; /* "two_shot" (reduce-scatter + all-gather) | "one_shot" */
+        char allreduce[16]; /* "two_shot" (reduce-scatter + all-gather) | "one_shot" | "auto" (by size) */
+        int one_shot_extra_kb; /* "auto": one-shot while it moves at most this many KB more than two-shot */
         char transport[16]; /* GPU TP exchanges: "auto" | "staged" (MPI) | "ipc" (CUDA IPC, one node) | "nccl" */
         float timeout_s;    /* watchdog: a collective not done in this many seconds ends the job; 0 = off */
     } comm;
