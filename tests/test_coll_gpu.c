@@ -3,10 +3,12 @@
  * against the host collectives (comm/collectives.c), bit for bit, under
  * mpirun -np 2 / -np 4 (several ranks may share one GPU).
  *
- * For every method pair, size and pipeline depth K (and both transports:
- * pinned-host staging, and device pointers handed to MPI when it is
- * CUDA-aware - or always under the CPU emulator, whose device memory is host
- * memory):
+ * For every method pair, size and pipeline depth K (and every transport:
+ * pinned-host staging; device pointers handed to MPI when it is CUDA-aware -
+ * or always under the CPU emulator, whose device memory is host memory; and
+ * CUDA IPC (comm/ipc_cuda.h) when the ranks share a node and a GPU or peer
+ * access - the emulator maps the ranks' blocks through shared memory; it
+ * cuts no sub-chunks, so once per size):
  *   all-reduce      coll_allreduce_dev(bf16 x) == bf16(coll_allreduce(float(x)))
  *                   (round to nearest even; NaN equals NaN), the CollStats
  *                   (bytes, saturated, nonfinite, both amaxes) are equal, and
@@ -15,12 +17,18 @@
  *   all-gather      from fp32 and from bf16 input == the host's, rounded;
  *   one-shot        coll_allreduce_one_shot_dev == bf16(coll_allreduce_one_shot),
  *                   the same statistics, identical on every rank, and with
- *                   the exact wires the two-shot all-reduce's bits.
+ *                   the exact wires the two-shot all-reduce's bits;
+ *   site scale      a site's delayed-scale history kept on the device
+ *                   (comm/stats_cuda.h) against the host's over 21 calls: the
+ *                   same bits each call, the same history and statistics, and
+ *                   no host waits on the NCCL and IPC transports.
  * min_sub is set small so that small tensors are pipelined too. Rank 0
  * prints one row per method pair; exit status 0 iff all pass on all ranks.
  * Options: --quick (fewer sizes, for the emulator); --nccl (the messages go
  * by NCCL send/recv instead of MPI: needs one GPU per rank, or the emulator,
- * whose NCCL is tests/emu/nccl_emu.c).
+ * whose NCCL is tests/emu/nccl_emu.c; IPC is tested beside it); --ipc (the
+ * IPC transport only: its bits against the host's, which the other runs tie
+ * to the staged transport's).
  */
 #include <math.h>
 #include <mpi.h>
@@ -247,11 +255,12 @@ int main(int argc, char** argv) {
     MPI_CHECK(MPI_Init(&argc, &argv));
     MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
     MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &P));
-    int quick = 0, use_nccl = 0;
+    int quick = 0, use_nccl = 0, only_ipc = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--nccl")) use_nccl = 1;
-        else FATAL("unknown option %s (use --quick, --nccl)", argv[i]);
+        else if (!strcmp(argv[i], "--ipc")) only_ipc = 1;
+        else FATAL("unknown option %s (use --quick, --nccl, --ipc)", argv[i]);
     }
     int ndev = 0;
     CUDA_CHECK(cudaGetDeviceCount(&ndev));
@@ -268,11 +277,12 @@ int main(int argc, char** argv) {
     if (use_nccl) nccl = nccl_comm_over(MPI_COMM_WORLD);
     /* the IPC transport (comm/ipc_cuda.h): ranks sharing a GPU, or GPUs with peer access; the emulator
      * maps the ranks' blocks into each other through shared memory */
-    const int ipc_ok = !use_nccl && coll_ipc_usable(MPI_COMM_WORLD);
+    const int ipc_ok = coll_ipc_usable(MPI_COMM_WORLD);
+    if (only_ipc && !ipc_ok) FATAL("--ipc: the CUDA IPC transport is not usable for these ranks (one node, one GPU or peer access)");
     if (rank == 0)
         printf("test_coll_gpu: %d ranks, %d device(s), transport %s%s\n", P, ndev,
                use_nccl ? "NCCL send/recv" : coll_mpi_cuda_aware() ? "MPI, CUDA-aware" : "MPI (device-pointer mode tested only under the emulator)",
-               ipc_ok ? ", and CUDA IPC" : use_nccl ? "" : " (CUDA IPC not usable here: not tested)");
+               ipc_ok ? ", and CUDA IPC" : " (CUDA IPC not usable here: not tested)");
 
     Pair pairs[24];
     int np = 0;
@@ -337,7 +347,7 @@ int main(int argc, char** argv) {
         for (int si = 0; si < nsizes; si++) {
             size_t n = sizes[si];
             for (int a = 0; a < 3; a++) {
-                if ((a == 1 && !aware_ok) || (a == 2 && !ipc_ok)) continue;
+                if ((a == 1 && !aware_ok) || (a == 2 && !ipc_ok) || (only_ipc && a != 2)) continue;
                 for (int ki = 0; ki < 4; ki++) {
                     if (n > 100000 && ki != 2 && ki != 0) continue; /* big sizes: K = 1 and 4 */
                     if (a == 2 && ki != 0) continue; /* IPC does not cut sub-chunks: K plays no part */
@@ -481,10 +491,12 @@ int main(int argc, char** argv) {
         const CompressParams sr = params(CM_TACO, 32, FP8_E5M2, 1, 0);
         const size_t n = quick ? 12345 : (1u << 18) + 3;
         const int T = SITE_DEV_HISTORY + 5;
-        site_history_case("taco delayed", taco, 0, n, T, &ds[0][2], &hs, &b, cs);
-        site_history_case("fp8_tensor delayed", tens, 0, n, T, &ds[0][1], &hs, &b, cs);
-        site_history_case("taco sr delayed", sr, 0, n, T, &ds[0][0], &hs, &b, cs);
-        site_history_case("taco delayed", taco, 1, n, T, &ds[0][0], &hs, &b, cs);
+        if (!only_ipc) {
+            site_history_case("taco delayed", taco, 0, n, T, &ds[0][2], &hs, &b, cs);
+            site_history_case("fp8_tensor delayed", tens, 0, n, T, &ds[0][1], &hs, &b, cs);
+            site_history_case("taco sr delayed", sr, 0, n, T, &ds[0][0], &hs, &b, cs);
+            site_history_case("taco delayed", taco, 1, n, T, &ds[0][0], &hs, &b, cs);
+        }
         if (ipc_ok) {
             site_history_case("taco delayed ipc", taco, 0, n, T, &ds[2][0], &hs, &b, cs);
             site_history_case("fp8_tensor delayed ipc", tens, 0, n, T, &ds[2][0], &hs, &b, cs);

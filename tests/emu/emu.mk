@@ -5,8 +5,9 @@
 #                          vs the fp32 CPU ops: tests/test_ops_gpu.cu
 #   test_compress_gpu_emu  the compression kernels (every compress/*.cu) vs the CPU
 #                          reference, bit for bit: tests/test_compress_gpu.cu (--quick in CI)
-#   test_coll_gpu_emu      the device collectives (comm/collectives_cuda.c) vs the host ones:
-#                          tests/test_coll_gpu.c under mpirun (--quick; --nccl: NCCL = nccl_emu.c)
+#   test_coll_gpu_emu      the device collectives (comm/collectives_cuda.c, the IPC transport of
+#                          comm/ipc_cuda.c) vs the host ones: tests/test_coll_gpu.c under mpirun
+#                          (--quick; --nccl: NCCL = nccl_emu.c; --ipc: the IPC transport only)
 # Standalone (not included by the top Makefile; tests/run_tests.sh calls it for `make test`):
 #   make -f tests/emu/emu.mk [-j2]        build the three
 #   make -f tests/emu/emu.mk run          build, then run them as `make test` does
@@ -83,5 +84,6 @@ run: $(TESTS)
 	$(E)/test_compress_gpu_emu --quick
 	OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np 2 $(E)/test_coll_gpu_emu --quick
 	OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np 3 $(E)/test_coll_gpu_emu --quick --nccl
+	OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np 4 $(E)/test_coll_gpu_emu --quick --ipc
 
 -include $(shell find $(E) -name '*.dep' 2>/dev/null)
