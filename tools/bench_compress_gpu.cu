@@ -273,6 +273,19 @@ static int bench_kernels(std::vector<int> sizes, int reps, const char* csv, cons
 
 /* ---- MPI mode ----------------------------------------------------------------------------- */
 
+/* one call of op on every rank, timed from a barrier to the end of its work on
+ * s: the slowest rank's seconds (what a step waits for) */
+static double slowest_s(const std::function<void()>& op, cudaStream_t s) {
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    MPI_Barrier(MPI_COMM_WORLD);
+    const double t0 = MPI_Wtime();
+    op();
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    double dt = MPI_Wtime() - t0, mx = 0.0;
+    MPI_Allreduce(&dt, &mx, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    return mx;
+}
+
 static int bench_mpi(std::vector<int> sizes, int reps, int K, int use_nccl) {
     int rank, P, ndev;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -314,13 +327,7 @@ static int bench_mpi(std::vector<int> sizes, int reps, int K, int use_nccl) {
             for (int r = 0; r < reps + 2; r++) {
                 k_fill<<<1024, 256, 0, s>>>(x, n, (unsigned)(rank * 1000 + r));
                 CUDA_CHECK_LAUNCH("k_fill");
-                CUDA_CHECK(cudaStreamSynchronize(s));
-                MPI_Barrier(MPI_COMM_WORLD);
-                double t0 = MPI_Wtime();
-                op();
-                CUDA_CHECK(cudaStreamSynchronize(s));
-                double dt = MPI_Wtime() - t0, mx = 0.0;
-                MPI_Allreduce(&dt, &mx, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+                const double mx = slowest_s(op, s);
                 if (r >= 2) t.push_back(mx * 1e3);
             }
             return median(t);
@@ -405,22 +412,16 @@ static int bench_transports(const char* kb_list, int reps) {
         CUDA_CHECK(cudaMalloc((void**)&y, n * 2));
         k_fill<<<1024, 256, 0, s>>>(x, n, (unsigned)rank);
         CUDA_CHECK_LAUNCH("k_fill");
+        /* median us over reps (after 2 warm-ups); *syncs: the scratch's host waits per call */
         auto timed = [&](const std::function<void()>& op, double* syncs, CollScratchDev* c) {
             std::vector<double> t;
-            const unsigned long long s0 = c ? c->host_syncs : 0;
+            unsigned long long before = 0;
             for (int r = 0; r < reps + 2; r++) {
-                CUDA_CHECK(cudaStreamSynchronize(s));
-                MPI_Barrier(MPI_COMM_WORLD);
-                if (r == 2 && c) *syncs = (double)c->host_syncs;
-                double t0 = MPI_Wtime();
-                op();
-                CUDA_CHECK(cudaStreamSynchronize(s));
-                double dt = MPI_Wtime() - t0, mx = 0.0;
-                MPI_Allreduce(&dt, &mx, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-                if (r >= 2) t.push_back(mx * 1e6);
+                if (r == 2 && c) before = c->host_syncs;
+                t.push_back(slowest_s(op, s) * 1e6);
             }
-            if (c) *syncs = ((double)c->host_syncs - *syncs) / reps;
-            (void)s0;
+            if (c) *syncs = (double)(c->host_syncs - before) / reps;
+            t.erase(t.begin(), t.begin() + 2);
             return median(t);
         };
         double none = 0.0;
