@@ -16,7 +16,11 @@
  * is needed first, so the all-gather starts after the reduce-scatter).
  * Device pointers go to MPI directly when it is CUDA-aware
  * (MPIX_Query_cuda_support), otherwise through pinned host buffers; or the
- * messages go by NCCL send/recv when the scratch holds an NCCL communicator.
+ * messages go by NCCL send/recv when the scratch holds an NCCL communicator,
+ * or (CollScratchDev.ipc) the ranks of a node read each other's device
+ * buffers through CUDA IPC (comm/ipc_cuda.h: whole chunks, no sub-chunks).
+ * The _site_ variants keep the scale and the statistics in device memory, so
+ * that only the staged transport's own progress ever waits for the device.
  * Design and measurements: compress/CUDA.md.
  */
 #ifndef COLLECTIVES_CUDA_H
