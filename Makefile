@@ -37,7 +37,7 @@ endif
 # sources shared by every binary that trains; floatX-agnostic code is compiled
 # once per backend (CPU: float, GPU: -DOPS_BF16)
 COMPRESS_SRC = $(wildcard compress/*.c)
-CORE_SRC = common/check.c common/crc32c.c $(COMPRESS_SRC) comm/comm.c comm/collectives.c comm/sites.c \
+CORE_SRC = common/check.c common/crc32c.c $(COMPRESS_SRC) comm/comm.c comm/collectives.c comm/sites.c comm/sp.c \
            comm/watchdog.c model/params.c model/gpt.c model/qwen2.c model/safetensors.c model/hf.c data/shard.c data/tokenizer.c \
            train/config.c train/config_model.c train/log.c train/checkpoint.c train/state.c train/agree.c train/signals.c \
            train/memcheck.c
@@ -71,7 +71,7 @@ NVCCFLAGS ?= -O3 -std=c++17 $(CUDA_ARCH) -DOPS_BF16 -I. $(MPI_CFLAGS) -Xcompiler
 CUDA_LIBS  = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart
 OPS_CU_OBJ = $(patsubst %.cu,$(BUILD)/gpu/%.o,$(wildcard ops/*.cu))
 GPU_CU_OBJ = $(patsubst %.cu,$(BUILD)/gpu/%.o,$(wildcard ops/*.cu compress/*.cu comm/*.cu model/*.cu))
-GPU_CORE   = $(patsubst %.c,$(BUILD)/gpuc/%.o,$(CORE_SRC) comm/collectives_cuda.c comm/oneshot_cuda.c comm/comm_nccl.c \
+GPU_CORE   = $(patsubst %.c,$(BUILD)/gpuc/%.o,$(CORE_SRC) comm/collectives_cuda.c comm/oneshot_cuda.c comm/sp_cuda.c comm/comm_nccl.c \
                                                comm/sites_dev.c comm/ipc_cuda.c comm/scratch_cuda.c) $(GPU_CU_OBJ)
 GPU_LIBS   = $(CUDA_LIBS) -lnccl -lstdc++
 
@@ -87,11 +87,13 @@ $(BUILD)/gpu/%.o: %.cu
 $(BUILD)/train_gpu: $(BUILD)/gpuc/train/main.o $(GPU_CORE)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDFLAGS) $(GPU_LIBS) $(LDLIBS)
 
-# The fp32 CPU ops with every ops.h function F renamed cpu_F (tests/ops_ref.syms), the
+# The fp32 CPU ops (both files, one object) with every ops.h function F renamed cpu_F (tests/ops_ref.syms), the
 # reference the CUDA op test links beside the CUDA ops.
-$(BUILD)/gpu/ops_cpu_ref.o: ops/ops_cpu.c ops/ops.h tests/ops_ref.syms
+$(BUILD)/gpu/ops_cpu_ref.o: ops/ops_cpu.c ops/ops_cpu_qwen2.c ops/ops.h tests/ops_ref.syms
 	@mkdir -p $(dir $@)
-	gcc -O2 -fopenmp -Wall -Wextra -I. -c ops/ops_cpu.c -o $(BUILD)/gpu/ops_cpu_plain.o
+	gcc -O2 -fopenmp -Wall -Wextra -I. -c ops/ops_cpu.c -o $(BUILD)/gpu/ops_cpu_gpt2.o
+	gcc -O2 -fopenmp -Wall -Wextra -I. -c ops/ops_cpu_qwen2.c -o $(BUILD)/gpu/ops_cpu_qwen2.o
+	ld -r $(BUILD)/gpu/ops_cpu_gpt2.o $(BUILD)/gpu/ops_cpu_qwen2.o -o $(BUILD)/gpu/ops_cpu_plain.o
 	objcopy --redefine-syms=tests/ops_ref.syms $(BUILD)/gpu/ops_cpu_plain.o $@
 	@left=$$(nm -g --defined-only $@ | awk '{print $$3}' | grep -v "^cpu_" || true); \
 	  [ -z "$$left" ] || { echo "not renamed (update tests/ops_ref.syms): $$left"; exit 1; }
@@ -99,7 +101,7 @@ $(BUILD)/gpu/ops_cpu_ref.o: ops/ops_cpu.c ops/ops.h tests/ops_ref.syms
 # GPU tests and benchmarks. Each .cu test is compiled by nvcc and linked with mpicc
 # against what it exercises: the op backend alone (test_ops_gpu, bench_ops_gpu), or
 # the trainer's objects (the rest).
-$(BUILD)/gpu/test_ops_gpu: $(BUILD)/gpu/tests/test_ops_gpu.o $(OPS_CU_OBJ) $(BUILD)/gpu/ops_cpu_ref.o $(BUILD)/cpu/common/check.o
+$(BUILD)/gpu/test_ops_gpu: $(BUILD)/gpu/tests/test_ops_gpu.o $(BUILD)/gpu/tests/test_ops_gpu_qwen2.o $(OPS_CU_OBJ) $(BUILD)/gpu/ops_cpu_ref.o $(BUILD)/cpu/common/check.o
 	$(CC) $(CFLAGS) $^ -o $@ $(CUDA_LIBS) -lstdc++ -lm
 $(BUILD)/gpu/bench_ops_gpu: $(BUILD)/gpu/tools/bench_ops_gpu.o $(OPS_CU_OBJ) $(BUILD)/cpu/common/check.o
 	$(CC) $(CFLAGS) $^ -o $@ $(CUDA_LIBS) -lstdc++ -lm

@@ -72,10 +72,14 @@ static void stats_add(CollStats* st, const CompressStats* cs, int phase) {
 
 void coll_reduce_scatter(MPI_Comm comm, const CompressParams* p, const float* x, size_t n, float* out,
                          uint64_t stream, CollScratch* s, CollStats* st) {
+    coll_reduce_scatter_unit(comm, p, x, n, coll_align(p), out, stream, s, st);
+}
+
+void coll_reduce_scatter_unit(MPI_Comm comm, const CompressParams* p, const float* x, size_t n, size_t align,
+                              float* out, uint64_t stream, CollScratch* s, CollStats* st) {
     int P, r;
     MPI_CHECK(MPI_Comm_size(comm, &P));
     MPI_CHECK(MPI_Comm_rank(comm, &r));
-    size_t align = coll_align(p);
     int* scount = mallocCheck(4 * sizeof(int) * (size_t)P);
     int* sdispl = scount + P;
     int* rcount = sdispl + P;
@@ -126,10 +130,14 @@ void coll_reduce_scatter(MPI_Comm comm, const CompressParams* p, const float* x,
 
 void coll_all_gather(MPI_Comm comm, const CompressParams* p, const float* mine, size_t n, float* out,
                      uint64_t stream, CollScratch* s, CollStats* st) {
+    coll_all_gather_unit(comm, p, mine, n, coll_align(p), out, stream, s, st);
+}
+
+void coll_all_gather_unit(MPI_Comm comm, const CompressParams* p, const float* mine, size_t n, size_t align,
+                          float* out, uint64_t stream, CollScratch* s, CollStats* st) {
     int P, r;
     MPI_CHECK(MPI_Comm_size(comm, &P));
     MPI_CHECK(MPI_Comm_rank(comm, &r));
-    size_t align = coll_align(p);
     int* rcount = mallocCheck(2 * sizeof(int) * (size_t)P);
     int* rdispl = rcount + P;
 

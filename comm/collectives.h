@@ -57,6 +57,15 @@ void coll_reduce_scatter(MPI_Comm comm, const CompressParams* p, const float* x,
  * included). */
 void coll_all_gather(MPI_Comm comm, const CompressParams* p, const float* mine, size_t n, float* out,
                      uint64_t stream, CollScratch* s, CollStats* st);
+/* The two halves with the chunks cut on multiples of `align` elements
+ * instead of the group size: with n = P * align, chunk j is elements
+ * [j align, (j+1) align), e.g. rank j's rows under sequence parallelism
+ * (comm/sp.c). Each chunk is compressed from its own start, so its groups
+ * never straddle two chunks. */
+void coll_reduce_scatter_unit(MPI_Comm comm, const CompressParams* p, const float* x, size_t n, size_t align,
+                              float* out, uint64_t stream, CollScratch* s, CollStats* st);
+void coll_all_gather_unit(MPI_Comm comm, const CompressParams* p, const float* mine, size_t n, size_t align,
+                          float* out, uint64_t stream, CollScratch* s, CollStats* st);
 /* In place: x = sum over ranks, by reduce-scatter (p_rs) + all-gather (p_ag).
  * Deterministic, identical on every rank, exact when both methods are none. */
 void coll_allreduce(MPI_Comm comm, const CompressParams* p_rs, const CompressParams* p_ag, float* x,

@@ -123,6 +123,7 @@ typedef struct {
     const CompressParams* p_rs;
     const CompressParams* p_ag;
     size_t n;
+    size_t unit;          /* the chunk cut's unit: coll_align of the method, or a caller's (the *_unit calls) */
     uint64_t stream;
     const uint16_t* x_rs; /* RS input (bf16) */
     void* rs_out;         /* RS only: my chunk's sum */
@@ -591,7 +592,7 @@ static void run_nccl(Call* C) {
 /* IPC transport: the peers read what this rank encodes where it lies
  * (comm/ipc_cuda.c); the same arithmetic, so the same bits */
 static void run_ipc(Call* C) {
-    CollIpcCall a = {C->do_rs, C->do_ag, C->p_rs, C->p_ag, C->n, C->stream, C->x_rs, C->rs_out, C->rs_out_bf16,
+    CollIpcCall a = {C->do_rs, C->do_ag, C->p_rs, C->p_ag, C->n, C->unit, C->stream, C->x_rs, C->rs_out, C->rs_out_bf16,
                      C->ag_in, C->ag_in_bf16, C->ag_out, C->damax_rs, C->damax_ag};
     coll_ipc_two_shot(C->comm, &a, C->s, C->cs);
     stats_copy(C);
@@ -604,7 +605,7 @@ static uint64_t coll_run(Call* C, CollStats* st, const CollDevSite* site) {
     CollScratchDev* s = C->s;
     int P = C->P, r = C->r;
     const CompressParams* pl = C->do_rs ? C->p_rs : C->p_ag;
-    size_t align = coll_align(pl);
+    size_t align = C->unit ? C->unit : coll_align(pl);
     if (C->do_rs && C->do_ag && coll_align(C->p_ag) != align)
         FATAL("all-reduce halves use different group sizes (%zu vs %zu)", align, coll_align(C->p_ag));
     if (P > COMPRESS_DEV_MAX_IN) FATAL("device collectives support up to %d ranks per group, not %d", COMPRESS_DEV_MAX_IN, P);
@@ -729,24 +730,42 @@ uint64_t coll_allreduce_site_dev(MPI_Comm comm, const CompressParams* p_rs, cons
 
 void coll_reduce_scatter_dev(MPI_Comm comm, const CompressParams* p, const uint16_t* x, size_t n, void* out,
                              int out_is_bf16, uint64_t stream, CollScratchDev* s, CollStats* st, cudaStream_t cs) {
+    coll_reduce_scatter_unit_dev(comm, p, x, n, 0, out, out_is_bf16, stream, s, NULL, st, cs);
+}
+
+uint64_t coll_reduce_scatter_unit_dev(MPI_Comm comm, const CompressParams* p, const uint16_t* x, size_t n, size_t unit,
+                                      void* out, int out_is_bf16, uint64_t stream, CollScratchDev* s,
+                                      const CollDevSite* site, CollStats* st, cudaStream_t cs) {
     Call C;
     call_init(&C, comm, s, n, stream, cs);
+    CompressParams pd = *p; /* a device amax replaces the host one (coll_allreduce_site_dev) */
+    if (site && site->delayed_amax) pd.delayed_amax = 0.0f;
+    C.unit = unit;
     C.do_rs = 1;
-    C.p_rs = p;
+    C.p_rs = &pd;
     C.x_rs = x;
     C.rs_out = out;
     C.rs_out_bf16 = out_is_bf16;
-    coll_run(&C, st, NULL);
+    return coll_run(&C, st, site);
 }
 
 void coll_all_gather_dev(MPI_Comm comm, const CompressParams* p, const void* mine, int mine_is_bf16, size_t n,
                          uint16_t* out, uint64_t stream, CollScratchDev* s, CollStats* st, cudaStream_t cs) {
+    coll_all_gather_unit_dev(comm, p, mine, mine_is_bf16, n, 0, out, stream, s, NULL, st, cs);
+}
+
+uint64_t coll_all_gather_unit_dev(MPI_Comm comm, const CompressParams* p, const void* mine, int mine_is_bf16, size_t n,
+                                  size_t unit, uint16_t* out, uint64_t stream, CollScratchDev* s,
+                                  const CollDevSite* site, CollStats* st, cudaStream_t cs) {
     Call C;
     call_init(&C, comm, s, n, stream, cs);
+    CompressParams pd = *p;
+    if (site && site->delayed_amax) pd.delayed_amax = 0.0f;
+    C.unit = unit;
     C.do_ag = 1;
-    C.p_ag = p;
+    C.p_ag = &pd;
     C.ag_in = mine;
     C.ag_in_bf16 = mine_is_bf16;
     C.ag_out = out;
-    coll_run(&C, st, NULL);
+    return coll_run(&C, st, site);
 }

@@ -131,6 +131,19 @@ void coll_reduce_scatter_dev(MPI_Comm comm, const CompressParams* p, const uint1
 void coll_all_gather_dev(MPI_Comm comm, const CompressParams* p, const void* mine, int mine_is_bf16, size_t n,
                          uint16_t* out, uint64_t stream, CollScratchDev* s, CollStats* st, cudaStream_t cs);
 
+/* The two halves with the chunks cut on multiples of `unit` elements (0:
+ * the group size), as coll_reduce_scatter_unit / coll_all_gather_unit: the
+ * row cut of sequence parallelism (comm/sp.c). site (may be NULL): the
+ * scale and statistics in device memory, as coll_allreduce_site_dev (the
+ * reduce-scatter's phase is [0], the all-gather's [1]). Return the bytes
+ * this rank sent. */
+uint64_t coll_reduce_scatter_unit_dev(MPI_Comm comm, const CompressParams* p, const uint16_t* x, size_t n, size_t unit,
+                                      void* out, int out_is_bf16, uint64_t stream, CollScratchDev* s,
+                                      const CollDevSite* site, CollStats* st, cudaStream_t cs);
+uint64_t coll_all_gather_unit_dev(MPI_Comm comm, const CompressParams* p, const void* mine, int mine_is_bf16, size_t n,
+                                  size_t unit, uint16_t* out, uint64_t stream, CollScratchDev* s,
+                                  const CollDevSite* site, CollStats* st, cudaStream_t cs);
+
 /* In place, in one phase, as coll_allreduce_one_shot (comm/collectives.h):
  * every rank compresses x once with p, the wires are gathered, every rank
  * sums the P copies in rank order. Bit-identical to the host version on

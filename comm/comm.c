@@ -20,6 +20,7 @@
 #include "comm/collectives_cuda.h"
 #include "comm/comm_nccl.h"
 #include "comm/sites_dev.h"
+#include "comm/sp_cuda.h"
 #endif
 
 void comm_init(Comm* c, int tp, int dp) {
@@ -50,6 +51,7 @@ void comm_free(Comm* c) {
     ops_free(c->dev_f32);
     sites_dev_free(c);
     if (c->dscratch) coll_scratch_dev_free(c->dscratch);
+    sp_side_free(c->sp_side);
     free(c->dscratch);
     comm_nccl_free(c);
 #endif
@@ -119,14 +121,10 @@ double comm_sum_double(MPI_Comm comm, double v) {
     return v;
 }
 
-void dp_allreduce_mean(Comm* c, float* x, size_t n) {
-    if (c->dp_size == 1) return;
-#ifdef OPS_BF16
-    if (c->nccl_dp) {
-        comm_nccl_dp_mean(c, x, n);
-        return;
-    }
-#endif
+/* x (fp32, backend memory) = its exact sum over comm, times scale: the
+ * "none" all-reduce of collectives.c on host memory (rank-order sums,
+ * identical on every rank) */
+static void exact_sum(Comm* c, MPI_Comm comm, float* x, size_t n, float scale) {
     CompressParams exact;
     compress_params_default(&exact, CM_NONE);
 #ifdef OPS_BF16
@@ -135,10 +133,26 @@ void dp_allreduce_mean(Comm* c, float* x, size_t n) {
 #else
     float* h = x;
 #endif
-    coll_allreduce(c->dp_comm, &exact, &exact, h, n, 0, &c->scratch, NULL);
-    float inv = 1.0f / (float)c->dp_size;
-    for (size_t i = 0; i < n; i++) h[i] *= inv;
+    coll_allreduce(comm, &exact, &exact, h, n, 0, &c->scratch, NULL);
+    if (scale != 1.0f)
+        for (size_t i = 0; i < n; i++) h[i] *= scale;
 #ifdef OPS_BF16
     ops_from_host(x, h, n * sizeof(float));
 #endif
+}
+
+void dp_allreduce_mean(Comm* c, float* x, size_t n) {
+    if (c->dp_size == 1) return;
+#ifdef OPS_BF16
+    if (c->nccl_dp) {
+        comm_nccl_dp_mean(c, x, n);
+        return;
+    }
+#endif
+    exact_sum(c, c->dp_comm, x, n, 1.0f / (float)c->dp_size);
+}
+
+void tp_allreduce_sum(Comm* c, float* x, size_t n) {
+    if (c->tp_size == 1) return;
+    exact_sum(c, c->tp_comm, x, n, 1.0f);
 }

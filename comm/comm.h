@@ -56,6 +56,7 @@ typedef struct {
     size_t dev_cap;
     struct CollScratchDev* dscratch; /* the device collectives' buffers and streams */
     struct SitesDev* sdev;           /* the sites' scales and statistics on the device (comm/sites_dev.h) */
+    struct SpSide* sp_side;          /* comm.overlap's second stream (comm/sp_cuda.h) */
     struct ncclComm* nccl_tp;        /* comm.backend "nccl" (comm_nccl_init): the groups' */
     struct ncclComm* nccl_dp;        /* NCCL communicators; NULL with the MPI backend */
     float* dev_gather;               /* device scratch of the NCCL backend's reductions */
@@ -76,6 +77,10 @@ void comm_free(Comm* c);
 void tp_allreduce_small(Comm* c, float* x, size_t n, MPI_Op op);
 /* Exact mean over DP of an fp32 buffer in backend memory (gradients). */
 void dp_allreduce_mean(Comm* c, float* x, size_t n);
+/* Exact sum over TP of an fp32 buffer in backend memory, identical on every
+ * TP rank (the replicated tensors' gradients under sequence parallelism);
+ * staged through host memory with either backend. */
+void tp_allreduce_sum(Comm* c, float* x, size_t n);
 /* Host staging buffer of at least n floats, reused (c->host). */
 float* comm_host_buffer(Comm* c, size_t n);
 /* Sum of a host double over a communicator (losses, norms). */

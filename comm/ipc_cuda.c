@@ -248,7 +248,7 @@ void coll_ipc_two_shot(MPI_Comm comm, const CollIpcCall* a, CollScratchDev* s, c
     const int P = g->P, r = g->r;
     if (P > COMPRESS_DEV_MAX_IN) FATAL("the IPC transport supports up to %d ranks per group, not %d", COMPRESS_DEV_MAX_IN, P);
     const CompressParams* pl = a->do_rs ? a->p_rs : a->p_ag;
-    const size_t align = coll_align(pl);
+    const size_t align = a->unit ? a->unit : coll_align(pl); /* sequence parallelism's row cut, or coll_chunk's */
     Layout L;
     size_t cursor = 0;
     for (int j = 0; j < P; j++) coll_chunk(a->n, P, j, align, &L.b[j], &L.c[j]);

@@ -57,6 +57,7 @@ typedef struct {
     const CompressParams* p_rs;
     const CompressParams* p_ag;
     size_t n;
+    size_t unit;             /* the chunks' cut: multiples of it (0: the group size; coll_run's) */
     uint64_t stream;
     const uint16_t* x_rs;    /* RS input (bf16) */
     void* rs_out;            /* RS only: my chunk's sum (fp32, or bf16 if rs_out_bf16) */

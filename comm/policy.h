@@ -50,13 +50,20 @@ typedef struct {
     /* the all-reduce's shape (both backends) */
     int one_shot;                 /* 1: one phase (gather every rank's tensor, sum); 0: reduce-scatter + all-gather;
                                      COMM_ALLREDUCE_AUTO: one phase where the bytes it moves beyond two-shot's,
-                                     (P - 1)(P - 2) / P times the tensor's, are at most one_shot_extra_bytes */
+                                     (P - 1)(P - 2) / P times the tensor's, are at most one_shot_extra_bytes
+                                     (the all-reduce sites only: sequence parallelism's row exchanges are one phase each) */
     long long one_shot_extra_bytes;
     /* how the GPU build's TP exchanges move (comm/sites_dev.c): AUTO is NCCL
      * under comm.backend "nccl", else IPC when the TP group is on one node
      * (comm/ipc_cuda.h), else STAGED (MPI, through pinned host memory or
-     * device pointers when MPI is CUDA-aware) */
+     * device pointers when MPI is CUDA-aware); the same for the all-reduces
+     * and for sequence parallelism's reduce-scatters and all-gathers */
     int transport;                /* CommTransport */
+    /* sequence parallelism (comm/sp.h): the sites are reduce-scatters and
+     * all-gathers of rows instead of all-reduces */
+    int sp;
+    int sp_chunks;                /* K: every rank's rows in K pieces, each its own compression unit */
+    int overlap;                  /* 1: piece k's exchange runs while the GEMM of piece k+1 computes */
 } CommPolicy;
 
 enum { COMM_ALLREDUCE_AUTO = 2 };

@@ -21,11 +21,15 @@
  *     over the last SITE_HISTORY exchanges predicts the next chunk scale.
  *
  * In the GPU build the history and the statistics live on the device
- * (comm/sites_dev.h): an exchange is queued and never waited for; the host
- * reads the statistics when it logs them (comm_sites_read).
+ * (comm/sites_dev.h), for the all-reduces and the row exchanges alike: an
+ * exchange is queued and never waited for; the host reads the statistics
+ * when it logs them (comm_sites_read).
  *
  * Sites: embed.fwd, L<l>.attn.fwd, L<l>.mlp.fwd, L<l>.attn.bwd, L<l>.mlp.bwd,
- * lm_head.bwd.
+ * lm_head.bwd; with sequence parallelism (policy.sp) the reduce-scatters and
+ * all-gathers of rows of comm/sp.h instead (sites.h lists them), each a
+ * site with all of the above, whole (tp_reduce_scatter, tp_all_gather) or
+ * piece by piece between the GEMMs (tp_rs_*, tp_ag_*: comm.overlap).
  */
 #include <math.h>
 #include <stdio.h>
@@ -34,22 +38,61 @@
 #include <sys/stat.h>
 
 #include "comm/sites.h"
+#include "comm/sp.h"
 #include "comm/watchdog.h"
 #include "common/check.h"
 #include "compress/methods.h"
 #ifdef OPS_BF16
 #include "comm/sites_dev.h"
+#include "comm/sp_cuda.h"
+#include "ops/ops_cuda.h"
 #endif
 
 static const int CANDIDATE_G[SITE_NUM_CANDIDATES] = {16, 32, 64, 128, 256};
-static const char* KIND_NAME[SITE_KINDS] = {"embed.fwd", "attn.fwd", "mlp.fwd", "attn.bwd", "mlp.bwd", "lm_head.bwd"};
+static const char* KIND_NAME[SITE_KINDS] = {
+    "embed.fwd", "attn.fwd", "mlp.fwd", "attn.bwd", "mlp.bwd", "lm_head.bwd",
+    "embed.rs", "attn.ag", "attn.rs", "mlp.ag", "mlp.rs", "attn.ag.bwd", "attn.rs.bwd", "mlp.ag.bwd", "mlp.rs.bwd",
+    "lm_head.ag", "lm_head.ag.bwd", "embed.rs.bwd"};
+/* what a kind's exchange is, and whether it belongs to the backward pass */
+typedef enum { OP_AR, OP_RS, OP_AG } SiteOp;
+static const SiteOp KIND_OP[SITE_KINDS] = {OP_AR, OP_AR, OP_AR, OP_AR, OP_AR, OP_AR, OP_RS, OP_AG, OP_RS,
+                                           OP_AG, OP_RS, OP_RS, OP_AG, OP_RS, OP_AG, OP_AG, OP_RS, OP_AG};
+static const char KIND_BWD[SITE_KINDS] = {0, 0, 0, 1, 1, 1, 0, 0, 0, 0, 0, 1, 1, 1, 1, 0, 1, 1};
+/* the layer sites of one layer, in table order, from this kind on */
+#define LAYER_KINDS(sp) ((sp) ? 8 : 4)
+#define FIRST_LAYER_KIND(sp) ((sp) ? SITE_ATTN_AG : SITE_ATTN_FWD)
+
+/* the table index of (kind, layer) in the layout sp of an L-layer model */
+static int site_index_in(int sp, int L, SiteKind kind, int layer) {
+    const int per = LAYER_KINDS(sp);
+    switch (kind) {
+    case SITE_EMBED_FWD:
+    case SITE_EMBED_RS: return 0;
+    case SITE_LMHEAD_BWD:
+    case SITE_LMHEAD_AG: return 1 + per * L;
+    case SITE_LMHEAD_AG_BWD: return 2 + per * L;
+    case SITE_EMBED_RS_BWD: return 3 + per * L;
+    default: return 1 + per * layer + ((int)kind - (int)FIRST_LAYER_KIND(sp));
+    }
+}
 
 int comm_site_index(const Comm* c, SiteKind kind, int layer) {
-    switch (kind) {
-    case SITE_EMBED_FWD: return 0;
-    case SITE_LMHEAD_BWD: return 1 + 4 * c->L;
-    default: return 1 + 4 * layer + ((int)kind - (int)SITE_ATTN_FWD);
-    }
+    const int sp = c->policy.sp;
+    if ((KIND_OP[kind] != OP_AR) != (sp != 0))
+        FATAL("site %s called in a run with parallel.sp %s (a model/comm mismatch)", KIND_NAME[kind], sp ? "on" : "off");
+    return site_index_in(sp, c->L, kind, layer);
+}
+
+/* The same block and pass in the other layout (a checkpoint of the other
+ * layout, comm_state_load): an all-reduce site <-> the sp reduce-scatter of
+ * the same partial sums; an sp all-gather <-> the all-reduce of its block. */
+static SiteKind kind_in_other_layout(SiteKind k) {
+    static const SiteKind RS_OF[6] = {SITE_EMBED_RS, SITE_ATTN_RS, SITE_MLP_RS, SITE_ATTN_AG_BWD, SITE_MLP_AG_BWD,
+                                      SITE_LMHEAD_AG_BWD};
+    static const SiteKind AR_OF[SITE_KINDS - 6] = {SITE_EMBED_FWD, SITE_ATTN_FWD, SITE_ATTN_FWD, SITE_MLP_FWD,
+                                                   SITE_MLP_FWD, SITE_ATTN_BWD, SITE_ATTN_BWD, SITE_MLP_BWD,
+                                                   SITE_MLP_BWD, SITE_LMHEAD_BWD, SITE_LMHEAD_BWD, SITE_EMBED_FWD};
+    return k < 6 ? RS_OF[k] : AR_OF[k - 6];
 }
 
 void comm_policy_default(CommPolicy* p) {
@@ -62,6 +105,7 @@ void comm_policy_default(CommPolicy* p) {
     p->hadamard = p->adaptive_scale = p->dual_scale = 1;
     p->dump_step = -1;
     p->fuse = 1;
+    p->sp_chunks = 1;
     p->one_shot_extra_bytes = (long long)COMM_ONE_SHOT_EXTRA_KB_DEFAULT * 1024;
 }
 
@@ -79,23 +123,29 @@ static const CompressMethod EXACT_WIRE = CM_NONE;
 void comm_setup_sites(Comm* c, int L, const CommPolicy* pol) {
     c->policy = *pol;
     c->L = L;
-    c->nsites = 4 * L + 2;
+    const int per = LAYER_KINDS(pol->sp);
+    c->nsites = per * L + (pol->sp ? 4 : 2);
     c->sites = callocCheck((size_t)c->nsites, sizeof(CommSite));
+    const SiteKind tail[3] = {pol->sp ? SITE_LMHEAD_AG : SITE_LMHEAD_BWD, SITE_LMHEAD_AG_BWD, SITE_EMBED_RS_BWD};
 
     const CompressMethod m = pol->method;
     for (int i = 0; i < c->nsites; i++) {
         CommSite* s = &c->sites[i];
-        if (i == 0) { s->kind = SITE_EMBED_FWD; s->layer = -1; }
-        else if (i == c->nsites - 1) { s->kind = SITE_LMHEAD_BWD; s->layer = -1; }
-        else { s->kind = (SiteKind)(SITE_ATTN_FWD + (i - 1) % 4); s->layer = (i - 1) / 4; }
+        s->layer = -1;
+        if (i == 0) s->kind = pol->sp ? SITE_EMBED_RS : SITE_EMBED_FWD;
+        else if (i > per * L) s->kind = tail[i - 1 - per * L];
+        else { s->kind = (SiteKind)(FIRST_LAYER_KIND(pol->sp) + (i - 1) % per); s->layer = (i - 1) / per; }
         if (s->layer >= 0) snprintf(s->name, sizeof(s->name), "L%d.%s", s->layer, KIND_NAME[s->kind]);
         else snprintf(s->name, sizeof(s->name), "%s", KIND_NAME[s->kind]);
 
-        /* the per-site policy */
-        int bwd = s->kind == SITE_ATTN_BWD || s->kind == SITE_MLP_BWD || s->kind == SITE_LMHEAD_BWD;
+        /* the per-site policy; compress.embed and compress.lm_head name both
+         * exchanges of the embedding and of the LM head under SP */
+        int bwd = KIND_BWD[s->kind];
         int on = m != CM_NONE && (bwd ? pol->bwd : pol->fwd);
-        if (s->kind == SITE_EMBED_FWD && !pol->embed) on = 0;
-        if (s->kind == SITE_LMHEAD_BWD && !pol->lm_head) on = 0;
+        int embed = s->kind == SITE_EMBED_FWD || s->kind == SITE_EMBED_RS || s->kind == SITE_EMBED_RS_BWD;
+        int head = s->kind == SITE_LMHEAD_BWD || s->kind == SITE_LMHEAD_AG || s->kind == SITE_LMHEAD_AG_BWD;
+        if (embed && !pol->embed) on = 0;
+        if (head && !pol->lm_head) on = 0;
         if (s->layer == 0 && pol->skip_first_layer) on = 0;
         if (s->layer == L - 1 && pol->skip_last_layer) on = 0;
         s->compressed = on;
@@ -270,6 +320,46 @@ static void allreduce(Comm* c, int site, const CompressParams* p_rs, const Compr
 #endif
 }
 
+/* One exchange of op of site `site` on backend memory: AR in place on out
+ * (= in, n elements), RS of in[n] into out[n/P], AG of in[n/P] into out[n];
+ * n = rows * cols of the full tensor. On the GPU the row exchanges keep
+ * their scale and statistics on the device as the all-reduce does, and st
+ * gets the bytes only. */
+static void collective(Comm* c, int site, SiteOp op, const CompressParams* p_rs, const CompressParams* p_ag,
+                       const floatX* in, floatX* out, int rows, int cols, uint64_t stream, CollStats* st) {
+    const int K = c->policy.sp_chunks;
+    if (op == OP_AR) {
+        allreduce(c, site, p_rs, p_ag, out, (size_t)rows * cols, stream, st);
+        return;
+    }
+#ifdef OPS_BF16
+    const uint64_t bytes = sites_dev_rows(c, site, op == OP_RS, op == OP_RS ? p_rs : p_ag, in, out, rows, cols, 0, K,
+                                          stream, NULL);
+    if (st) st->bytes_sent += bytes;
+#else
+    if (op == OP_RS) sp_reduce_scatter_host(c->tp_comm, K, p_rs, in, out, rows, cols, 0, K, stream, &c->scratch, st);
+    else sp_all_gather_host(c->tp_comm, K, p_ag, in, out, rows, cols, 0, K, stream, &c->scratch, st);
+    (void)site;
+#endif
+}
+
+/* the exact result of op on host fp32 copies: ref = op(h) */
+static void collective_exact_host(Comm* c, SiteOp op, float* h, float* ref, int rows, int cols) {
+    CompressParams exact;
+    compress_params_default(&exact, CM_NONE);
+    const size_t n = (size_t)rows * cols;
+    if (op == OP_AR) {
+        memcpy(ref, h, n * sizeof(float));
+        coll_allreduce(c->tp_comm, &exact, &exact, ref, n, 0, &c->scratch, NULL);
+    } else if (op == OP_RS) {
+        sp_reduce_scatter_host(c->tp_comm, c->policy.sp_chunks, &exact, h, ref, rows, cols, 0, c->policy.sp_chunks, 0,
+                               &c->scratch, NULL);
+    } else {
+        sp_all_gather_host(c->tp_comm, c->policy.sp_chunks, &exact, h, ref, rows, cols, 0, c->policy.sp_chunks, 0,
+                           &c->scratch, NULL);
+    }
+}
+
 /* ---- compress.method "auto" ------------------------------------------------
  * A candidate site's first auto_steps training calls are trials: the exact
  * exchange gives the result (so a trial step trains as the exact path
@@ -281,35 +371,39 @@ static void allreduce(Comm* c, int site, const CompressParams* p_rs, const Compr
  * auto_decide then keeps the compressor where it is both fast enough and
  * faithful enough, on every rank alike. */
 
-static double timed_allreduce(Comm* c, int site, const CompressParams* p, floatX* x, size_t n, uint64_t stream,
-                              CollStats* st) {
+static double timed_collective(Comm* c, int site, SiteOp op, const CompressParams* p, const floatX* in, floatX* out,
+                               int rows, int cols, uint64_t stream, CollStats* st) {
     ops_sync();
     wd_barrier(c->tp_comm, "auto trial (barrier)");
     double t0 = MPI_Wtime();
-    allreduce(c, site, p, p, x, n, stream, st);
+    collective(c, site, op, p, p, in, out, rows, cols, stream, st);
     ops_sync();
     return MPI_Wtime() - t0;
 }
 
-static void auto_trial(Comm* c, CommSite* s, int site, floatX* x, size_t n, uint64_t stream, CollStats* st) {
-    if (n > c->auto_cap) {
+/* n_out: the output's elements; an all-reduce works in place, so its
+ * compressed twin runs on a copy of the input taken first */
+static void auto_trial(Comm* c, CommSite* s, int site, SiteOp op, const floatX* in, floatX* out, size_t n_out, int rows,
+                       int cols, uint64_t stream, CollStats* st) {
+    if (n_out > c->auto_cap) {
         ops_free(c->auto_x);
-        c->auto_cap = n + n / 4;
+        c->auto_cap = n_out + n_out / 4;
         c->auto_x = ops_malloc(c->auto_cap * sizeof(floatX));
     }
-    ops_copy(c->auto_x, x, n * sizeof(floatX));
+    if (op == OP_AR) ops_copy(c->auto_x, in, n_out * sizeof(floatX));
+    const floatX* in_c = op == OP_AR ? c->auto_x : in;
     CompressParams exact;
     compress_params_default(&exact, EXACT_WIRE);
-    const double te = timed_allreduce(c, site, &exact, x, n, stream, st);
+    const double te = timed_collective(c, site, op, &exact, in, out, rows, cols, stream, st);
 #ifdef OPS_BF16
     sites_dev_after(c, site, 1, 0); /* the exact run's statistics are the step's; the trial's are dropped */
 #endif
-    const double tc = timed_allreduce(c, site, &s->p, c->auto_x, n, stream, NULL);
+    const double tc = timed_collective(c, site, op, &s->p, in_c, c->auto_x, rows, cols, stream, NULL);
 #ifdef OPS_BF16
     sites_dev_after(c, site, 0, 0);
 #endif
-    memcpy(c->host_ref, stage_to_host(c, x, n), n * sizeof(float));
-    const double err = rel_error(stage_to_host(c, c->auto_x, n), c->host_ref, n);
+    memcpy(c->host_ref, stage_to_host(c, out, n_out), n_out * sizeof(float));
+    const double err = rel_error(stage_to_host(c, c->auto_x, n_out), c->host_ref, n_out);
     if (s->auto_calls == 0 || te < s->auto_t_exact) s->auto_t_exact = te;
     if (s->auto_calls == 0 || tc < s->auto_t_comp) s->auto_t_comp = tc;
     if (s->auto_calls == 0 || !(err <= s->auto_err)) s->auto_err = err; /* a NaN error stays the worst */
@@ -358,71 +452,223 @@ static void auto_decide(Comm* c) {
     free(v);
 }
 
-void tp_exchange(Comm* c, SiteKind kind, int layer, floatX* x, int rows, int cols) {
-    if (c->tp_size == 1) return;
-#ifndef OPS_BF16
-    double t0 = MPI_Wtime();
-#endif
-    const int si = comm_site_index(c, kind, layer);
-    CommSite* s = &c->sites[si];
-#ifdef OPS_BF16
-    if (c->train_mode) sites_dev_mark(c); /* the exchange's time is measured on the device */
-#endif
-    size_t n = (size_t)rows * cols;
-    wd_set_site(s->name);   /* what a watchdog report names; cleared below */
+/* ---- one exchange at a site, whole or in segments ----------------------------
+ * site_begin takes the site's decisions (calibrated group size, delayed
+ * scales, stream, what to record), site_run does the exchange at once,
+ * site_end records it. An all-reduce works in place, so what is recorded of
+ * its input is taken in site_begin; a reduce-scatter or all-gather leaves its
+ * input alone, so that waits for site_end, when a segmented exchange has its
+ * whole input (the reduce-scatter's comes one GEMM piece at a time). */
 
-    int dump = c->train_mode && c->step == c->policy.dump_step && c->policy.dump_sites[0] && site_selected(c->policy.dump_sites, s->name);
-    int calibrate = s->calibrating && c->train_mode;
-    int trial = c->train_mode && s->auto_pending; /* compress.method "auto": timed on both paths */
-    int sample = c->train_mode && s->compressed && !trial && c->policy.stats_every > 0 && c->step % c->policy.stats_every == 0;
-    float* h = (dump || calibrate || sample) ? stage_to_host(c, x, n) : NULL;
+static size_t seg_n_in(const Comm* c, const TpSeg* x) {
+    const size_t n = (size_t)x->rows * x->cols;
+    return x->op == OP_AG ? n / (size_t)c->tp_size : n;
+}
+static size_t seg_n_out(const Comm* c, const TpSeg* x) {
+    const size_t n = (size_t)x->rows * x->cols;
+    return x->op == OP_RS ? n / (size_t)c->tp_size : n;
+}
 
-    if (dump) {
+/* the dump, the calibration score and the exact reference of the error, from the input */
+static void site_record_input(Comm* c, TpSeg* x) {
+    if (!(x->dump || x->calibrate || x->sample)) return;
+    CommSite* s = &c->sites[x->si];
+    const size_t n_in = seg_n_in(c, x);
+    float* h = stage_to_host(c, x->in, n_in);
+    if (x->dump) {
         mkdir(c->policy.dump_dir, 0755);
         char path[700];
         snprintf(path, sizeof(path), "%s/%s.step%d.rank%d.npy", c->policy.dump_dir, s->name, c->step, c->world_rank);
-        dump_npy(path, h, rows, cols);
+        dump_npy(path, h, (int)(n_in / (size_t)x->cols), x->cols);
     }
-    if (calibrate) {
-        if (c->step < c->policy.calib_steps) calibrate_score(c, s, h, n);
-        else calibrate_decide(c, s);
-    }
-    if (sample) {   /* the exact result, to measure this exchange's error against */
-        CompressParams exact;
-        compress_params_default(&exact, CM_NONE);
-        memcpy(c->host_ref, h, n * sizeof(float));
-        coll_allreduce(c->tp_comm, &exact, &exact, c->host_ref, n, 0, &c->scratch, NULL);
-    }
+    if (x->calibrate) calibrate_score(c, s, h, n_in);
+    if (x->sample) collective_exact_host(c, (SiteOp)x->op, h, c->host_ref, x->rows, x->cols);
+}
 
-    CompressParams p_rs = s->p, p_ag = s->p;
-    p_rs.delayed_amax = hist_max(s, 0); /* the GPU build's kernels read the device history instead */
-    p_ag.delayed_amax = hist_max(s, 1);
-    CollStats st = {0};
-    uint64_t stream = ((uint64_t)c->step << 20) ^ ((uint64_t)si << 4) ^ (uint64_t)s->calls;
-    const int push = s->compressed && c->train_mode && !trial;
-    if (trial) auto_trial(c, s, si, x, n, stream, &st);
-    else allreduce(c, si, &p_rs, &p_ag, x, n, stream, &st);
+static void site_begin(Comm* c, TpSeg* x, SiteKind kind, int layer, const floatX* in, floatX* out, int rows, int cols) {
+    memset(x, 0, sizeof(*x));
+    const double t0 = MPI_Wtime();
+    x->si = comm_site_index(c, kind, layer);
+    x->op = (int)KIND_OP[kind];
+    x->in = in;
+    x->out = out;
+    x->rows = rows;
+    x->cols = cols;
+    CommSite* s = &c->sites[x->si];
+    wd_set_site(s->name);   /* what a watchdog report names; cleared in site_end */
+    x->dump = c->train_mode && c->step == c->policy.dump_step && c->policy.dump_sites[0] && site_selected(c->policy.dump_sites, s->name);
+    x->trial = c->train_mode && s->auto_pending; /* compress.method "auto": timed on both paths */
+    x->sample = c->train_mode && s->compressed && !x->trial && c->policy.stats_every > 0 && c->step % c->policy.stats_every == 0;
+    if (s->calibrating && c->train_mode) {
+        if (c->step < c->policy.calib_steps) x->calibrate = 1;
+        else calibrate_decide(c, s);   /* before anything is compressed with the group size */
+    }
+    comm_host_buffer(c, (size_t)rows * cols);   /* room for input and output, before stage_to_host points into it */
+    if (x->op == OP_AR) site_record_input(c, x);
+    x->p_rs = s->p;
+    x->p_ag = s->p;
+    x->p_rs.delayed_amax = hist_max(s, 0); /* the GPU build's kernels read the device history instead */
+    x->p_ag.delayed_amax = hist_max(s, 1);
+    x->stream = ((uint64_t)c->step << 20) ^ ((uint64_t)x->si << 4) ^ (uint64_t)s->calls;
+    x->K = x->op == OP_AR ? 1 : c->policy.sp_chunks;
+    x->overlap = c->policy.overlap && x->op != OP_AR && !x->trial && x->K > 1;
+    x->busy = MPI_Wtime() - t0;
+}
+
+/* GPU build: the start or the end of an exchange's work on stream cs (NULL:
+ * the compute stream), for the device's exchange clock (comm_step_end) */
+static void exchange_mark(Comm* c, void* cs) {
 #ifdef OPS_BF16
-    if (!trial) sites_dev_after(c, si, c->train_mode, push);
+    if (c->train_mode) sites_dev_mark(c, cs);
 #else
-    if (push) hist_push(s, st.amax_rs, st.amax_ag);
+    (void)c;
+    (void)cs;
 #endif
-    if (sample) s->rel_err = rel_error(stage_to_host(c, x, n), c->host_ref, n);
+}
 
-    if (c->train_mode) {
-        s->bytes += st.bytes_sent;
-        s->saturated += st.saturated; /* (GPU: 0 here; comm_sites_read brings the device's) */
-        s->nonfinite += st.nonfinite;
-        s->calls++;
-        c->step_bytes += st.bytes_sent;
+static void site_run(Comm* c, TpSeg* x) {
+    exchange_mark(c, NULL);
+    if (x->trial) auto_trial(c, &c->sites[x->si], x->si, (SiteOp)x->op, x->in, x->out, seg_n_out(c, x), x->rows,
+                             x->cols, x->stream, &x->st);
+    else collective(c, x->si, (SiteOp)x->op, &x->p_rs, &x->p_ag, x->in, x->out, x->rows, x->cols, x->stream, &x->st);
+    exchange_mark(c, NULL);
+}
+
+static void site_end(Comm* c, TpSeg* x) {
+    const double t0 = MPI_Wtime(); /* the CPU build's exchange clock (the GPU build's: exchange_mark) */
+    (void)t0;
+    CommSite* s = &c->sites[x->si];
+    if (x->op != OP_AR) site_record_input(c, x);
+    const int push = s->compressed && c->train_mode && !x->trial;
 #ifdef OPS_BF16
-        sites_dev_mark(c);
+    if (!x->trial) sites_dev_after(c, x->si, c->train_mode, push); /* (the compute stream follows the side's here) */
 #else
-        c->step_ms += (MPI_Wtime() - t0) * 1e3;
+    if (push) hist_push(s, x->st.amax_rs, x->st.amax_ag);
+#endif
+    if (x->sample) s->rel_err = rel_error(stage_to_host(c, x->out, seg_n_out(c, x)), c->host_ref, seg_n_out(c, x));
+    if (c->train_mode) {
+        s->bytes += x->st.bytes_sent;
+        s->saturated += x->st.saturated; /* (GPU: 0 here; comm_sites_read brings the device's) */
+        s->nonfinite += x->st.nonfinite;
+        s->calls++;
+        c->step_bytes += x->st.bytes_sent;
+#ifndef OPS_BF16 /* the GPU build's exchange clock is on the device (exchange_mark) */
+        c->step_ms += (x->busy + MPI_Wtime() - t0) * 1e3;   /* the time in the exchange's calls, not the GEMMs' between */
 #endif
     }
     wd_set_site(NULL);
 }
+
+/* segment k of a segmented exchange, now (comm.overlap): on the host in the
+ * CPU build; on the side stream in the GPU build, after the compute stream's
+ * mark k (a reduce-scatter: its GEMM piece is written) or mark 0 (an
+ * all-gather: its rows are) */
+static void site_segment(Comm* c, TpSeg* x, int k) {
+#ifdef OPS_BF16
+    SpSide* sd = sp_side_get(&c->sp_side);
+    sp_side_follow(sd, x->op == OP_RS ? k : 0, sd->side);
+    exchange_mark(c, sd->side);
+    x->st.bytes_sent += sites_dev_rows(c, x->si, x->op == OP_RS, x->op == OP_RS ? &x->p_rs : &x->p_ag, x->in, x->out,
+                                       x->rows, x->cols, k, k + 1, x->stream, sd->side);
+    exchange_mark(c, sd->side);
+#else
+    if (x->op == OP_RS)
+        sp_reduce_scatter_host(c->tp_comm, x->K, &x->p_rs, x->in, x->out, x->rows, x->cols, k, k + 1, x->stream,
+                               &c->scratch, &x->st);
+    else
+        sp_all_gather_host(c->tp_comm, x->K, &x->p_ag, x->in, x->out, x->rows, x->cols, k, k + 1, x->stream,
+                           &c->scratch, &x->st);
+#endif
+}
+
+/* GPU build, comm.overlap: mark i of the compute stream, for the side stream to follow */
+static void compute_mark(Comm* c, int i) {
+#ifdef OPS_BF16
+    sp_side_mark(sp_side_get(&c->sp_side), i, (cudaStream_t)ops_cuda_stream());
+#else
+    (void)c;
+    (void)i;
+#endif
+}
+
+/* GPU build, comm.overlap: the compute stream waits for what the side stream has queued */
+static void compute_follow_side(Comm* c) {
+#ifdef OPS_BF16
+    SpSide* sd = sp_side_get(&c->sp_side);
+    sp_side_mark(sd, SP_SIDE_DONE, sd->side);
+    sp_side_follow(sd, SP_SIDE_DONE, (cudaStream_t)ops_cuda_stream());
+#else
+    (void)c;
+#endif
+}
+
+static void site_exchange(Comm* c, SiteKind kind, int layer, const floatX* in, floatX* out, int rows, int cols) {
+    if (c->tp_size == 1) {
+        if (in != out) ops_copy(out, in, (size_t)rows * cols * sizeof(floatX)); /* P = 1: local = full */
+        return;
+    }
+    TpSeg x;
+    site_begin(c, &x, kind, layer, in, out, rows, cols);
+    const double t0 = MPI_Wtime();
+    site_run(c, &x);
+    x.busy += MPI_Wtime() - t0;
+    site_end(c, &x);
+}
+
+void tp_exchange(Comm* c, SiteKind kind, int layer, floatX* x, int rows, int cols) {
+    if (c->tp_size == 1) return;
+    site_exchange(c, kind, layer, x, x, rows, cols);
+}
+
+void tp_reduce_scatter(Comm* c, SiteKind kind, int layer, const floatX* full, floatX* local, int rows, int cols) {
+    site_exchange(c, kind, layer, full, local, rows, cols);
+}
+
+void tp_all_gather(Comm* c, SiteKind kind, int layer, const floatX* local, floatX* full, int rows, int cols) {
+    site_exchange(c, kind, layer, local, full, rows, cols);
+}
+
+int tp_segments(const Comm* c) { return c->tp_size > 1 && c->policy.sp ? c->policy.sp_chunks : 1; }
+
+void tp_rs_begin(Comm* c, TpSeg* x, SiteKind kind, int layer, const floatX* full, floatX* local, int rows, int cols) {
+    site_begin(c, x, kind, layer, full, local, rows, cols);
+}
+
+void tp_rs_ready(Comm* c, TpSeg* x, int k) {
+    if (x->overlap) compute_mark(c, k);
+}
+
+void tp_rs_post(Comm* c, TpSeg* x, int k) {
+    const double t0 = MPI_Wtime();
+    if (x->overlap) site_segment(c, x, k);
+    x->busy += MPI_Wtime() - t0;
+}
+
+void tp_rs_end(Comm* c, TpSeg* x) {
+    const double t0 = MPI_Wtime();
+    if (x->overlap) compute_follow_side(c);
+    else site_run(c, x);
+    x->busy += MPI_Wtime() - t0;
+    site_end(c, x);
+}
+
+void tp_ag_begin(Comm* c, TpSeg* x, SiteKind kind, int layer, const floatX* local, floatX* full, int rows, int cols) {
+    site_begin(c, x, kind, layer, local, full, rows, cols);
+    if (x->overlap) compute_mark(c, 0);
+}
+
+void tp_ag_wait(Comm* c, TpSeg* x, int k) {
+    const double t0 = MPI_Wtime();
+    if (x->overlap) {
+        site_segment(c, x, k);
+        compute_follow_side(c);
+    } else if (k == 0) {
+        site_run(c, x);
+    }
+    x->busy += MPI_Wtime() - t0;
+}
+
+void tp_ag_end(Comm* c, TpSeg* x) { site_end(c, x); }
 
 void comm_sites_read(Comm* c) {
 #ifdef OPS_BF16
@@ -472,12 +718,16 @@ typedef struct {
 
 size_t comm_state_bytes(const Comm* c) { return (size_t)c->nsites * sizeof(SiteState); }
 
+size_t comm_state_bytes_other(const Comm* c) {
+    return (size_t)(c->policy.sp ? 4 * c->L + 2 : 8 * c->L + 4) * sizeof(SiteState);
+}
+
 void comm_state_save(Comm* c, void* dst) {
     SiteState* out = dst;
 #ifdef OPS_BF16
     SiteScaleDev* dev = c->tp_size > 1 ? mallocCheck(sizeof(SiteScaleDev) * (size_t)(c->nsites ? c->nsites : 1)) : NULL;
     if (dev) sites_dev_scale_get(c, dev);
-    for (int i = 0; dev && i < c->nsites; i++) { /* the device holds the history of record */
+    for (int i = 0; dev && i < c->nsites; i++) { /* the device holds the history of record, for every site */
         c->sites[i].hist_len = dev[i].hist_len;
         memcpy(c->sites[i].amax_hist, dev[i].amax_hist, sizeof(c->sites[i].amax_hist));
     }
@@ -495,27 +745,41 @@ void comm_state_save(Comm* c, void* dst) {
     }
 }
 
-void comm_state_load(Comm* c, const void* src) {
+static void site_state_load(CommSite* s, const SiteState* in, int with_history) {
+    s->p.group_size = in->group_size;
+    s->calibrating = in->calibrating;
+    memcpy(s->calib_score, in->calib_score, sizeof(s->calib_score));
+    if (s->auto_pending && in->auto_choice) { /* the choice of the run that wrote it */
+        s->auto_pending = 0;
+        s->auto_choice = in->auto_choice;
+        if (s->auto_choice == 1) {
+            s->compressed = 0;
+            s->calibrating = 0;
+            compress_params_default(&s->p, EXACT_WIRE);
+        }
+    }
+    if (!with_history) return;
+    s->hist_len = in->hist_len;
+    memcpy(s->amax_hist, in->amax_hist, sizeof(s->amax_hist));
+}
+
+int comm_state_load(Comm* c, const void* src, size_t bytes) {
     const SiteState* in = src;
+    const int other = bytes != comm_state_bytes(c);
+    if (other && bytes != comm_state_bytes_other(c)) FATAL("site state of %zu bytes fits neither site layout", bytes);
     for (int i = 0; i < c->nsites; i++) {
         CommSite* s = &c->sites[i];
-        s->p.group_size = in[i].group_size;
-        s->calibrating = in[i].calibrating;
-        s->hist_len = in[i].hist_len;
-        memcpy(s->calib_score, in[i].calib_score, sizeof(s->calib_score));
-        if (s->auto_pending && in[i].auto_choice) { /* the choice of the run that wrote it */
-            s->auto_pending = 0;
-            s->auto_choice = in[i].auto_choice;
-            if (s->auto_choice == 1) {
-                s->compressed = 0;
-                s->calibrating = 0;
-                compress_params_default(&s->p, EXACT_WIRE);
-            }
+        if (!other) {
+            site_state_load(s, &in[i], 1);
+            continue;
         }
-        memcpy(s->amax_hist, in[i].amax_hist, sizeof(s->amax_hist));
+        /* a site that the other run did not compress sends its exact wire: keep this run's compressor */
+        const SiteState* from = &in[site_index_in(!c->policy.sp, c->L, kind_in_other_layout(s->kind), s->layer)];
+        if (s->compressed) site_state_load(s, from, 0);
     }
 #ifdef OPS_BF16
-    if (c->tp_size == 1) return;
+    if (c->tp_size == 1) return other;
+    /* every site's history to the device (the other layout's: none, so empty) */
     SiteScaleDev* dev = callocCheck((size_t)(c->nsites ? c->nsites : 1), sizeof(SiteScaleDev));
     for (int i = 0; i < c->nsites; i++) {
         const CommSite* s = &c->sites[i];
@@ -527,4 +791,5 @@ void comm_state_load(Comm* c, const void* src) {
     sites_dev_scale_put(c, dev);
     free(dev);
 #endif
+    return other;
 }

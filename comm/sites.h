@@ -8,7 +8,10 @@
  * calibration and delayed-scale history.
  *
  * Sites, in table order: embed.fwd, then per layer l: L<l>.attn.fwd,
- * L<l>.mlp.fwd, L<l>.attn.bwd, L<l>.mlp.bwd, and last lm_head.bwd.
+ * L<l>.mlp.fwd, L<l>.attn.bwd, L<l>.mlp.bwd, and last lm_head.bwd. With
+ * sequence parallelism: embed.rs, per layer L<l>.attn.ag, .attn.rs, .mlp.ag,
+ * .mlp.rs, .attn.ag.bwd, .attn.rs.bwd, .mlp.ag.bwd, .mlp.rs.bwd, then
+ * lm_head.ag, lm_head.ag.bwd, embed.rs.bwd.
  */
 #ifndef COMM_SITES_H
 #define COMM_SITES_H
@@ -32,6 +35,21 @@ typedef enum {
     SITE_ATTN_BWD,    /* grad into ln1 output (QKV column-parallel input) */
     SITE_MLP_BWD,     /* grad into ln2 output (FC column-parallel input) */
     SITE_LMHEAD_BWD,  /* grad into lnf output (vocab-parallel LM head input) */
+    /* sequence parallelism (policy.sp): a reduce-scatter (rs) where the
+     * all-reduce was, an all-gather (ag) before each column-parallel GEMM; the
+     * backward of an rs is an ag and vice versa, named after its forward */
+    SITE_EMBED_RS,      /* embedding partial sums -> this rank's rows */
+    SITE_ATTN_AG,       /* ln1's rows -> the QKV GEMM's input */
+    SITE_ATTN_RS,       /* attention projection partial sums -> rows */
+    SITE_MLP_AG,        /* ln2's rows -> the FC GEMM's input */
+    SITE_MLP_RS,        /* MLP projection partial sums -> rows */
+    SITE_ATTN_AG_BWD,   /* grad into ln1 output (partial sums) -> rows */
+    SITE_ATTN_RS_BWD,   /* the residual grad's rows -> the attention projection's backward */
+    SITE_MLP_AG_BWD,    /* grad into ln2 output (partial sums) -> rows */
+    SITE_MLP_RS_BWD,    /* the residual grad's rows -> the MLP projection's backward */
+    SITE_LMHEAD_AG,     /* lnf's rows -> the LM head's input */
+    SITE_LMHEAD_AG_BWD, /* grad into lnf output (partial sums) -> rows */
+    SITE_EMBED_RS_BWD,  /* the residual grad's rows -> the embedding's backward */
     SITE_KINDS
 } SiteKind;
 
@@ -72,6 +90,52 @@ void comm_step_begin(Comm* c, int step);
  * on every TP rank) becomes the full sum on every TP rank. */
 void tp_exchange(Comm* c, SiteKind kind, int layer, floatX* x, int rows, int cols);
 
+/* Sequence parallelism (policy.sp): the row exchanges of the model. With
+ * N = rows (a multiple of P * K, comm/sp.h), full[N, cols] and this rank's
+ * rows local[N/P, cols] in the order of sp_piece:
+ *   tp_reduce_scatter: full holds partial sums on every rank; local gets the
+ *                      sum of this rank's rows (rank-order fp32 sums);
+ *   tp_all_gather:     every rank's local rows -> full, identical on every
+ *                      rank (each rank decodes its own rows from its bytes).
+ * A site, as tp_exchange: own compressor, statistics, calibration, dumps. */
+void tp_reduce_scatter(Comm* c, SiteKind kind, int layer, const floatX* full, floatX* local, int rows, int cols);
+void tp_all_gather(Comm* c, SiteKind kind, int layer, const floatX* local, floatX* full, int rows, int cols);
+
+/* The same exchanges in K = tp_segments(c) segments of N/K rows (comm/sp.h),
+ * so that they can overlap the GEMMs that produce or consume them:
+ *
+ *   reduce-scatter after a row-parallel GEMM         all-gather before a column-parallel GEMM
+ *     tp_rs_begin(c, &x, kind, l, full, local, N, C)   tp_ag_begin(c, &x, kind, l, local, full, N, C)
+ *     for k: GEMM rows of segment k -> full            for k: tp_ag_wait(c, &x, k)
+ *            tp_rs_ready(c, &x, k)                            GEMM on full's segment k
+ *            tp_rs_post(c, &x, k - 1)  (k >= 1)        tp_ag_end(c, &x)
+ *     tp_rs_post(c, &x, K - 1); tp_rs_end(c, &x)
+ *
+ * With comm.overlap, post k sends segment k (in the GPU build on a side
+ * stream, while the compute stream runs the GEMM of segment k + 1) and wait
+ * k brings segment k in (while the GEMM of segment k - 1 runs); without it
+ * the whole exchange runs in tp_rs_end / tp_ag_wait(0). Every piece is its
+ * own compression unit either way (comm/sp.h): the two give the same bits.
+ * The GEMMs must be cut the same way whether or not overlap is on. */
+typedef struct {
+    int si, op, K, overlap;           /* for comm/ only */
+    int dump, calibrate, trial, sample;
+    const floatX* in;
+    floatX* out;
+    int rows, cols;
+    CompressParams p_rs, p_ag;
+    uint64_t stream;
+    CollStats st;
+    double busy;                      /* seconds spent in the exchange's calls */
+} TpSeg;
+int tp_segments(const Comm* c);
+void tp_rs_begin(Comm* c, TpSeg* x, SiteKind kind, int layer, const floatX* full, floatX* local, int rows, int cols);
+void tp_rs_ready(Comm* c, TpSeg* x, int k);
+void tp_rs_post(Comm* c, TpSeg* x, int k);
+void tp_rs_end(Comm* c, TpSeg* x);
+void tp_ag_begin(Comm* c, TpSeg* x, SiteKind kind, int layer, const floatX* local, floatX* full, int rows, int cols);
+void tp_ag_wait(Comm* c, TpSeg* x, int k);
+void tp_ag_end(Comm* c, TpSeg* x);
 /* The step's site statistics (saturated, nonfinite) to the host sites: on
  * the GPU they accumulate on the device and this reads them (one copy, one
  * wait); call it before comm_sites_json or before reading them. */
@@ -87,9 +151,17 @@ int comm_site_index(const Comm* c, SiteKind kind, int layer);
 int comm_sites_json(const Comm* c, char* buf, size_t cap);
 /* Site state that a bit-identical resume needs (calibration, amax history). */
 size_t comm_state_bytes(const Comm* c);
+/* The size of the same state in the other site layout (policy.sp flipped),
+ * which comm_state_load also takes. */
+size_t comm_state_bytes_other(const Comm* c);
 /* (GPU build: copies the device history to the host first, and back on load) */
 void comm_state_save(Comm* c, void* dst);
-void comm_state_load(Comm* c, const void* src);
+/* bytes: comm_state_bytes (loaded as saved) or comm_state_bytes_other (a
+ * checkpoint of the other layout: each site takes the state of the site of
+ * the same block and pass - for a reduce-scatter the all-reduce of the same
+ * partial sums and back - without the amax histories). Returns 1 when it
+ * mapped the other layout, 0 otherwise. */
+int comm_state_load(Comm* c, const void* src, size_t bytes);
 
 #ifdef __cplusplus
 }

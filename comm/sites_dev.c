@@ -14,6 +14,7 @@
 #include "comm/ipc_cuda.h"
 #include "comm/sites.h"
 #include "comm/sites_dev.h"
+#include "comm/sp_cuda.h"
 #include "comm/nccl_util.h" /* wd_stream_wait */
 #include "common/check.h"
 #include "common/cuda_check.h"
@@ -90,6 +91,18 @@ uint64_t sites_dev_allreduce(Comm* c, int site, int one_shot, const CompressPara
     return coll_allreduce_site_dev(c->tp_comm, p_rs, p_ag, x, n, stream, s, &ds, NULL, cs_of());
 }
 
+uint64_t sites_dev_rows(Comm* c, int site, int rs, const CompressParams* p, const void* in, void* out, int rows,
+                        int cols, int k0, int k1, uint64_t stream, void* cs) {
+    SitesDev* d = sites_dev(c);
+    if (site < 0 || site >= d->nsites) FATAL("internal: site %d of %d", site, d->nsites);
+    CollDevSite ds = {d->d_scale[site].delayed, d->d_call};
+    CollScratchDev* s = sites_dev_scratch(c);
+    const cudaStream_t st = cs ? (cudaStream_t)cs : cs_of();
+    const int K = c->policy.sp_chunks;
+    if (rs) return sp_reduce_scatter_dev(c->tp_comm, K, p, in, out, rows, cols, k0, k1, stream, s, &ds, NULL, st);
+    return sp_all_gather_dev(c->tp_comm, K, p, in, out, rows, cols, k0, k1, stream, s, &ds, NULL, st);
+}
+
 void sites_dev_after(Comm* c, int site, int keep, int push) {
     SitesDev* d = sites_dev(c);
     site_scale_push_dev(&d->d_scale[site], d->d_call, keep ? &d->d_step[site] : NULL, push, cs_of());
@@ -101,7 +114,7 @@ void sites_dev_step_begin(Comm* c) {
     d->ev_used = 0;
 }
 
-void sites_dev_mark(Comm* c) {
+void sites_dev_mark(Comm* c, void* cs) {
     SitesDev* d = sites_dev(c);
     if (d->ev_used == d->ev_cap) {
         int cap = d->ev_cap ? 2 * d->ev_cap : 64;
@@ -110,7 +123,7 @@ void sites_dev_mark(Comm* c) {
         for (int i = d->ev_cap; i < cap; i++) CUDA_CHECK(cudaEventCreate(&d->ev[i])); /* with timing */
         d->ev_cap = cap;
     }
-    CUDA_CHECK(cudaEventRecord(d->ev[d->ev_used++], cs_of()));
+    CUDA_CHECK(cudaEventRecord(d->ev[d->ev_used++], cs ? (cudaStream_t)cs : cs_of()));
 }
 
 double sites_dev_step_ms(Comm* c) {

@@ -21,12 +21,20 @@
  * forward (embed.fwd) and the LM head's input gradient backward
  * (lm_head.bwd); the cross-entropy needs three small exact all-reduces.
  * That is 4 big exchanges per layer per step, all visible below.
+ *
+ * With sequence parallelism (parallel.sp) the norm / residual / bias rows
+ * are split over the ranks (R = N/P each): every all-reduce above becomes a
+ * reduce-scatter into this rank's rows, an all-gather of the norm's rows
+ * precedes each column-parallel GEMM, and the backward mirrors them (8 row
+ * exchanges per layer, the same bytes); the helpers at the end of this file
+ * hold both layouts, so the passes below are written once.
  */
 #include "model/gpt.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/sp.h"
 #include "comm/watchdog.h"
 #include "common/check.h"
 #ifdef OPS_BF16
@@ -45,11 +53,13 @@ static void* take(size_t bytes) {
     return NULL;
 }
 
-void gpt_init(GPT* m, GPTShape s, int tp_size, int tp_rank, int B, int T) {
+void gpt_init(GPT* m, GPTShape s, int tp_size, int tp_rank, int B, int T, int sp) {
     memset(m, 0, sizeof(*m));
     params_layout(&m->pl, s, tp_size, tp_rank);
     m->B = B;
     m->T = T;
+    m->sp = sp && tp_size > 1;   /* at TP = 1 the two layouts are one */
+    m->R = m->sp ? B * T / tp_size : B * T;
     m->Cr = s.C / tp_size;
     m->Fr = shape_ffn(&s) / tp_size;
     m->NHr = s.NH / tp_size;
@@ -71,50 +81,55 @@ void gpt_init(GPT* m, GPTShape s, int tp_size, int tp_rank, int B, int T) {
     m->adam_m = take(np * sizeof(float));
     m->adam_v = take(np * sizeof(float));
 
-    size_t N = (size_t)B * T, C = (size_t)s.C;
+    size_t N = (size_t)B * T, C = (size_t)s.C, R = (size_t)m->R;
     m->tok = take(N * sizeof(int));
     m->tgt = take(N * sizeof(int));
-    m->x0 = take(N * C * sizeof(floatX));
+    m->x0 = take(R * C * sizeof(floatX));
     m->acts = callocCheck((size_t)s.L, sizeof(LayerActs));
     for (int l = 0; l < s.L; l++) {
         LayerActs* a = &m->acts[l];
         a->ln1 = take(N * C * sizeof(floatX));
         a->qkv = take(N * m->QKVr * sizeof(floatX));
         a->atty = take(N * m->Cr * sizeof(floatX));
-        a->attproj = take(N * C * sizeof(floatX));
-        a->res2 = take(N * C * sizeof(floatX));
+        a->attproj = take(R * C * sizeof(floatX));
+        a->res2 = take(R * C * sizeof(floatX));
         a->ln2 = take(N * C * sizeof(floatX));
         a->fch = take(N * m->FCr * sizeof(floatX));
         a->fch_gelu = take(N * m->Fr * sizeof(floatX));
-        a->fcproj = take(N * C * sizeof(floatX));
-        a->res3 = take(N * C * sizeof(floatX));
-        a->ln1_mean = take(N * sizeof(float));
-        a->ln1_rstd = take(N * sizeof(float));
-        a->ln2_mean = take(N * sizeof(float));
-        a->ln2_rstd = take(N * sizeof(float));
+        a->fcproj = take(R * C * sizeof(floatX));
+        a->res3 = take(R * C * sizeof(floatX));
+        a->ln1_mean = take(R * sizeof(float));
+        a->ln1_rstd = take(R * sizeof(float));
+        a->ln2_mean = take(R * sizeof(float));
+        a->ln2_rstd = take(R * sizeof(float));
         a->lse = take((size_t)B * m->NHr * T * sizeof(float));
     }
     m->lnf = take(N * C * sizeof(floatX));
     m->logits = take(N * m->Vr * sizeof(floatX));
-    m->lnf_mean = take(N * sizeof(float));
-    m->lnf_rstd = take(N * sizeof(float));
+    m->lnf_mean = take(R * sizeof(float));
+    m->lnf_rstd = take(R * sizeof(float));
     m->ce_mx = take(N * sizeof(float));
     m->ce_stats = take(2 * N * sizeof(float));
     m->losses = take(N * sizeof(float));
-    m->dres = take(N * C * sizeof(floatX));
+    m->dres = take(R * C * sizeof(floatX));
     m->dln = take(N * C * sizeof(floatX));
     m->dfch = take(N * m->FCr * sizeof(floatX));
     m->dfch_gelu = take(N * m->Fr * sizeof(floatX));
     m->datty = take(N * m->Cr * sizeof(floatX));
     m->dqkv = take(N * m->QKVr * sizeof(floatX));
     m->logit_row = take((size_t)m->Vr * sizeof(float));
+    if (m->sp) {
+        m->xfull = take(N * C * sizeof(floatX));
+        m->xloc = take(R * C * sizeof(floatX));
+        m->dloc = take(R * C * sizeof(floatX));
+    }
 }
 
-size_t gpt_backend_bytes(GPTShape s, int tp_size, int tp_rank, int B, int T) {
+size_t gpt_backend_bytes(GPTShape s, int tp_size, int tp_rank, int B, int T, int sp) {
     GPT m;
     counting = 1;
     counted = 0;
-    gpt_init(&m, s, tp_size, tp_rank, B, T);
+    gpt_init(&m, s, tp_size, tp_rank, B, T, sp);
     counting = 0;
     free(m.acts);
     return counted;
@@ -139,7 +154,7 @@ void gpt_free(GPT* m) {
         for (size_t k = 0; k < sizeof(fs) / sizeof(fs[0]); k++) ops_free(fs[k]);
     }
     free(m->acts);
-    floatX* xs[] = {m->lnf, m->logits, m->dres, m->dln, m->dfch, m->dfch_gelu, m->datty, m->dqkv};
+    floatX* xs[] = {m->lnf, m->logits, m->dres, m->dln, m->dfch, m->dfch_gelu, m->datty, m->dqkv, m->xfull, m->xloc, m->dloc};
     float* fs[] = {m->lnf_mean, m->lnf_rstd, m->ce_mx, m->ce_stats, m->losses, m->logit_row};
     for (size_t k = 0; k < sizeof(xs) / sizeof(xs[0]); k++) ops_free(xs[k]);
     for (size_t k = 0; k < sizeof(fs) / sizeof(fs[0]); k++) ops_free(fs[k]);
@@ -192,38 +207,56 @@ const char* gpt_init_random(GPT* m, const char* init, unsigned long long seed) {
     return "host (counter hash)";
 }
 
+/* GPT-2's position embedding on this rank's rows: x += wpe at each row's
+ * position (forward; dwpe NULL), or dwpe += dx (backward). With sp the
+ * rows are the pieces of comm/sp.h, each cut into runs that do not cross a
+ * sequence boundary (so the ops' [B, T] view holds with wpe offset). */
+static void positions(GPT* m, Comm* c, floatX* x, const floatX* wpe, float* dwpe, const floatX* dx) {
+    const int T = m->T, C = m->pl.s.C, N = m->B * T, K = m->sp ? c->policy.sp_chunks : 1;
+    for (int k = 0; k < K; k++) {
+        int g0 = 0, rows = N;
+        if (m->sp) sp_piece(N, m->pl.P, K, m->pl.r, k, &g0, &rows);
+        for (int g = g0; g < g0 + rows;) {
+            int t = g % T, left = g0 + rows - g, nb = 1, len = T - t < left ? T - t : left;
+            if (t == 0 && left >= T) { nb = left / T; len = T; }   /* whole sequences in one call */
+            const size_t at = ((size_t)k * rows + (size_t)(g - g0)) * C;
+            if (dwpe) position_backward(dwpe + (size_t)t * C, dx + at, nb, len, C);
+            else position_forward(x + at, wpe + (size_t)t * C, nb, len, C);
+            g += nb * len;
+        }
+    }
+}
+
 float gpt_forward(GPT* m, Comm* c, const int* inputs, const int* targets) {
     if (m->pl.s.arch == ARCH_QWEN2) return qwen2_forward(m, c, inputs, targets);
     const GPTShape* s = &m->pl.s;
-    int B = m->B, T = m->T, C = s->C, N = B * T;
+    int B = m->B, T = m->T, C = s->C, N = B * T, R = m->R;
     floatX* P = m->params;
 
     gpt_embed_forward(m, c, inputs, TENSOR(P, P_WTE));
-    position_forward(m->x0, TENSOR(P, P_WPE), B, T, C);
+    positions(m, c, m->x0, TENSOR(P, P_WPE), NULL, NULL);
 
     for (int l = 0; l < s->L; l++) {
         LayerActs* a = &m->acts[l];
         floatX* x = l == 0 ? m->x0 : m->acts[l - 1].res3;
-        layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, LAYER(P, P_LN1W, l), LAYER(P, P_LN1B, l), N, C);
-        matmul_forward(a->qkv, a->ln1, LAYER(P, P_QKVW, l), LAYER(P, P_QKVB, l), N, C, 3 * m->Cr);
+        layernorm_forward(gpt_norm_out(m, a->ln1), a->ln1_mean, a->ln1_rstd, x, LAYER(P, P_LN1W, l), LAYER(P, P_LN1B, l), R, C);
+        gpt_colpar_forward(m, c, SITE_ATTN_AG, l, a->qkv, a->ln1, LAYER(P, P_QKVW, l), LAYER(P, P_QKVB, l), 3 * m->Cr);
         attention_forward(a->atty, a->lse, a->qkv, B, T, m->NHr, m->hs);
-        matmul_forward(a->attproj, a->atty, LAYER(P, P_ATTPROJW, l), NULL, N, m->Cr, C);
-        tp_exchange(c, SITE_ATTN_FWD, l, a->attproj, N, C);
-        bias_forward(a->attproj, LAYER(P, P_ATTPROJB, l), N, C);
-        residual_forward(a->res2, x, a->attproj, (size_t)N * C);
+        gpt_rowpar_forward(m, c, SITE_ATTN_FWD, SITE_ATTN_RS, l, a->attproj, a->atty, LAYER(P, P_ATTPROJW, l), m->Cr);
+        bias_forward(a->attproj, LAYER(P, P_ATTPROJB, l), R, C);
+        residual_forward(a->res2, x, a->attproj, (size_t)R * C);
 
-        layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, LAYER(P, P_LN2W, l), LAYER(P, P_LN2B, l), N, C);
-        matmul_forward(a->fch, a->ln2, LAYER(P, P_FCW, l), LAYER(P, P_FCB, l), N, C, m->Fr);
+        layernorm_forward(gpt_norm_out(m, a->ln2), a->ln2_mean, a->ln2_rstd, a->res2, LAYER(P, P_LN2W, l), LAYER(P, P_LN2B, l), R, C);
+        gpt_colpar_forward(m, c, SITE_MLP_AG, l, a->fch, a->ln2, LAYER(P, P_FCW, l), LAYER(P, P_FCB, l), m->Fr);
         gelu_forward(a->fch_gelu, a->fch, (size_t)N * m->Fr);
-        matmul_forward(a->fcproj, a->fch_gelu, LAYER(P, P_FCPROJW, l), NULL, N, m->Fr, C);
-        tp_exchange(c, SITE_MLP_FWD, l, a->fcproj, N, C);
-        bias_forward(a->fcproj, LAYER(P, P_FCPROJB, l), N, C);
-        residual_forward(a->res3, a->res2, a->fcproj, (size_t)N * C);
+        gpt_rowpar_forward(m, c, SITE_MLP_FWD, SITE_MLP_RS, l, a->fcproj, a->fch_gelu, LAYER(P, P_FCPROJW, l), m->Fr);
+        bias_forward(a->fcproj, LAYER(P, P_FCPROJB, l), R, C);
+        residual_forward(a->res3, a->res2, a->fcproj, (size_t)R * C);
     }
 
     floatX* last = m->acts[s->L - 1].res3;
-    layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, last, TENSOR(P, P_LNFW), TENSOR(P, P_LNFB), N, C);
-    matmul_forward(m->logits, m->lnf, TENSOR(P, P_WTE), NULL, N, C, m->Vr);
+    layernorm_forward(gpt_norm_out(m, m->lnf), m->lnf_mean, m->lnf_rstd, last, TENSOR(P, P_LNFW), TENSOR(P, P_LNFB), R, C);
+    gpt_colpar_forward(m, c, SITE_LMHEAD_AG, -1, m->logits, m->lnf, TENSOR(P, P_WTE), NULL, m->Vr);
     return gpt_head_loss(m, c, targets);
 }
 
@@ -250,53 +283,179 @@ void gpt_backward(GPT* m, Comm* c) {
         return;
     }
     const GPTShape* s = &m->pl.s;
-    int B = m->B, T = m->T, C = s->C, N = B * T;
+    int B = m->B, T = m->T, C = s->C, N = B * T, R = m->R;
     floatX* P = m->params;
     float* G = m->grads;
 
-    gpt_head_backward(m, c, TENSOR(P, P_WTE), TENSOR(G, P_WTE)); /* tied to wte */
+    const floatX* dl = gpt_head_backward(m, c, TENSOR(P, P_WTE), TENSOR(G, P_WTE)); /* tied to wte */
     floatX* last = m->acts[s->L - 1].res3;
-    layernorm_backward(m->dres, TENSOR(G, P_LNFW), TENSOR(G, P_LNFB), m->dln, last, TENSOR(P, P_LNFW),
-                       m->lnf_mean, m->lnf_rstd, N, C);
+    layernorm_backward(m->dres, TENSOR(G, P_LNFW), TENSOR(G, P_LNFB), dl, last, TENSOR(P, P_LNFW),
+                       m->lnf_mean, m->lnf_rstd, R, C);
 
-    /* m->dres carries the residual stream's gradient down through the layers */
+    /* m->dres carries the residual stream's gradient (this rank's R rows) down through the layers */
     for (int l = s->L - 1; l >= 0; l--) {
         LayerActs* a = &m->acts[l];
         floatX* x = l == 0 ? m->x0 : m->acts[l - 1].res3;
         /* MLP: res3 = res2 + fcproj + fcprojb */
-        bias_backward(LAYER(G, P_FCPROJB, l), m->dres, N, C);
-        matmul_backward(m->dfch_gelu, LAYER(G, P_FCPROJW, l), NULL, m->dres, a->fch_gelu, LAYER(P, P_FCPROJW, l), N, m->Fr, C);
+        bias_backward(LAYER(G, P_FCPROJB, l), m->dres, R, C);
+        gpt_rowpar_backward(m, c, SITE_MLP_RS_BWD, l, m->dfch_gelu, LAYER(G, P_FCPROJW, l), a->fch_gelu,
+                            LAYER(P, P_FCPROJW, l), m->Fr);
         gelu_backward(m->dfch, a->fch, m->dfch_gelu, (size_t)N * m->Fr);
-        matmul_backward(m->dln, LAYER(G, P_FCW, l), LAYER(G, P_FCB, l), m->dfch, a->ln2, LAYER(P, P_FCW, l), N, C, m->Fr);
-        tp_exchange(c, SITE_MLP_BWD, l, m->dln, N, C);
-        layernorm_backward(m->dres, LAYER(G, P_LN2W, l), LAYER(G, P_LN2B, l), m->dln, a->res2, LAYER(P, P_LN2W, l),
-                           a->ln2_mean, a->ln2_rstd, N, C);
+        dl = gpt_colpar_backward(m, c, SITE_MLP_BWD, SITE_MLP_AG_BWD, l, LAYER(G, P_FCW, l), LAYER(G, P_FCB, l), m->dfch,
+                                 a->ln2, LAYER(P, P_FCW, l), m->Fr);
+        layernorm_backward(m->dres, LAYER(G, P_LN2W, l), LAYER(G, P_LN2B, l), dl, a->res2, LAYER(P, P_LN2W, l),
+                           a->ln2_mean, a->ln2_rstd, R, C);
         /* attention: res2 = x + attproj + attprojb */
-        bias_backward(LAYER(G, P_ATTPROJB, l), m->dres, N, C);
-        matmul_backward(m->datty, LAYER(G, P_ATTPROJW, l), NULL, m->dres, a->atty, LAYER(P, P_ATTPROJW, l), N, m->Cr, C);
+        bias_backward(LAYER(G, P_ATTPROJB, l), m->dres, R, C);
+        gpt_rowpar_backward(m, c, SITE_ATTN_RS_BWD, l, m->datty, LAYER(G, P_ATTPROJW, l), a->atty,
+                            LAYER(P, P_ATTPROJW, l), m->Cr);
         attention_backward(m->dqkv, m->datty, a->qkv, a->atty, a->lse, B, T, m->NHr, m->hs);
-        matmul_backward(m->dln, LAYER(G, P_QKVW, l), LAYER(G, P_QKVB, l), m->dqkv, a->ln1, LAYER(P, P_QKVW, l), N, C, 3 * m->Cr);
-        tp_exchange(c, SITE_ATTN_BWD, l, m->dln, N, C);
-        layernorm_backward(m->dres, LAYER(G, P_LN1W, l), LAYER(G, P_LN1B, l), m->dln, x, LAYER(P, P_LN1W, l),
-                           a->ln1_mean, a->ln1_rstd, N, C);
+        dl = gpt_colpar_backward(m, c, SITE_ATTN_BWD, SITE_ATTN_AG_BWD, l, LAYER(G, P_QKVW, l), LAYER(G, P_QKVB, l),
+                                 m->dqkv, a->ln1, LAYER(P, P_QKVW, l), 3 * m->Cr);
+        layernorm_backward(m->dres, LAYER(G, P_LN1W, l), LAYER(G, P_LN1B, l), dl, x, LAYER(P, P_LN1W, l),
+                           a->ln1_mean, a->ln1_rstd, R, C);
     }
     /* embeddings: the gradient wrt x0 feeds wpe (replicated) and this rank's wte rows */
-    position_backward(TENSOR(G, P_WPE), m->dres, B, T, C);
-    encoder_backward(TENSOR(G, P_WTE), m->dres, m->tok, N, C, m->v0, m->Vr);
+    positions(m, c, NULL, NULL, TENSOR(G, P_WPE), m->dres);
+    encoder_backward(TENSOR(G, P_WTE), gpt_grad_in(m, c, SITE_EMBED_RS_BWD, -1), m->tok, N, C, m->v0, m->Vr);
+    gpt_replicated_grads(m, c);
 }
 
 void gpt_embed_forward(GPT* m, Comm* c, const int* inputs, const floatX* wte) {
     const int N = m->B * m->T, C = m->pl.s.C;
     ops_from_host(m->tok, inputs, (size_t)N * sizeof(int));
-    encoder_forward(m->x0, m->tok, wte, N, C, m->v0, m->Vr);
-    tp_exchange(c, SITE_EMBED_FWD, -1, m->x0, N, C);
+    encoder_forward(gpt_partial(m, m->x0), m->tok, wte, N, C, m->v0, m->Vr);
+    gpt_reduce(m, c, SITE_EMBED_FWD, SITE_EMBED_RS, -1, m->x0);
 }
 
-void gpt_head_backward(GPT* m, Comm* c, const floatX* W, float* dW) {
-    const int N = m->B * m->T, C = m->pl.s.C;
-    matmul_backward(m->dln, dW, NULL, m->logits, m->lnf, W, N, C, m->Vr);
-    tp_exchange(c, SITE_LMHEAD_BWD, -1, m->dln, N, C);
-    ops_zero(m->dres, (size_t)N * C * sizeof(floatX));
+const floatX* gpt_head_backward(GPT* m, Comm* c, const floatX* W, float* dW) {
+    const int C = m->pl.s.C;
+    const floatX* dl = gpt_colpar_backward(m, c, SITE_LMHEAD_BWD, SITE_LMHEAD_AG_BWD, -1, dW, NULL, m->logits, m->lnf, W,
+                                           m->Vr);
+    ops_zero(m->dres, (size_t)m->R * C * sizeof(floatX));
+    return dl;
+}
+
+/* ---- the two layouts of the norm and residual region ----------------------
+ * Without sp every rank holds all N rows: a norm writes the column-parallel
+ * GEMM's input directly, a row-parallel GEMM's partial sums are all-reduced
+ * in place, the backward's residual gradient is already full. With sp a
+ * rank holds its R = N/P rows (comm/sp.h): a norm writes m->xloc, gathered
+ * into the GEMM's input; a row-parallel GEMM writes m->xfull, reduce-
+ * scattered into the rows; the backward gathers the residual gradient
+ * before a row-parallel GEMM's backward and reduce-scatters a
+ * column-parallel one's input gradient.
+ *
+ * With sp the GEMMs next to an exchange run in K = tp_segments(c) pieces of
+ * N/K rows (comm/sites.h shows the loops), whether or not comm.overlap lets
+ * the exchange of one piece run beside the GEMM of the next: so the GEMM
+ * calls, and their bits, are the same either way (a GEMM library may pick
+ * another kernel for another row count). Each output row depends on its
+ * own input row only, and a weight gradient accumulates the pieces in row
+ * order. */
+
+floatX* gpt_norm_out(GPT* m, floatX* full) { return m->sp ? m->xloc : full; }
+
+floatX* gpt_partial(GPT* m, floatX* out) { return m->sp ? m->xfull : out; }
+
+void gpt_reduce(GPT* m, Comm* c, SiteKind ar, SiteKind rs, int layer, floatX* out) {
+    if (m->sp) tp_reduce_scatter(c, rs, layer, m->xfull, out, m->B * m->T, m->pl.s.C);
+    else tp_exchange(c, ar, layer, out, m->B * m->T, m->pl.s.C);
+}
+
+const floatX* gpt_grad_in(GPT* m, Comm* c, SiteKind kind, int layer) {
+    if (!m->sp) return m->dres;
+    tp_all_gather(c, kind, layer, m->dres, m->xfull, m->B * m->T, m->pl.s.C);
+    return m->xfull;
+}
+
+/* A GEMM beside an exchange, on rows [r0, r0 + n): forward out[N,OC] =
+ * in[N,IC] W^T + b; backward out = din[N,IC] = dout[N,OC] W, dW +=
+ * dout^T in, db += colsum(dout) (db may be NULL) */
+typedef struct {
+    int bwd;
+    floatX* out;
+    const floatX *in, *W, *b, *dout;
+    float *dW, *db;
+    int IC, OC;
+} Gemm;
+
+static void gemm_rows(const Gemm* g, size_t r0, int n) {
+    if (!g->bwd) matmul_forward(g->out + r0 * g->OC, g->in + r0 * g->IC, g->W, g->b, n, g->IC, g->OC);
+    else matmul_backward(g->out + r0 * g->IC, g->dW, g->db, g->dout + r0 * g->OC, g->in + r0 * g->IC, g->W, n, g->IC, g->OC);
+}
+
+/* sp: the GEMM writes partial sums [N, C] into g->out piece by piece, which
+ * are reduce-scattered into local (piece k - 1 travels while piece k computes) */
+static void gemm_reduce_scatter(GPT* m, Comm* c, SiteKind rs, int layer, const Gemm* g, floatX* local) {
+    const int N = m->B * m->T, K = tp_segments(c), rows = N / K;
+    TpSeg x;
+    tp_rs_begin(c, &x, rs, layer, g->out, local, N, m->pl.s.C);
+    for (int k = 0; k < K; k++) {
+        gemm_rows(g, (size_t)k * rows, rows);
+        tp_rs_ready(c, &x, k);
+        if (k > 0) tp_rs_post(c, &x, k - 1);
+    }
+    tp_rs_post(c, &x, K - 1);
+    tp_rs_end(c, &x);
+}
+
+/* sp: local's rows gathered into full ([N, C], the GEMM's input or its
+ * dout), the GEMM running on each piece once it is in */
+static void all_gather_gemm(GPT* m, Comm* c, SiteKind ag, int layer, const floatX* local, floatX* full, const Gemm* g) {
+    const int N = m->B * m->T, K = tp_segments(c), rows = N / K;
+    TpSeg x;
+    tp_ag_begin(c, &x, ag, layer, local, full, N, m->pl.s.C);
+    for (int k = 0; k < K; k++) {
+        tp_ag_wait(c, &x, k);
+        gemm_rows(g, (size_t)k * rows, rows);
+    }
+    tp_ag_end(c, &x);
+}
+
+void gpt_colpar_forward(GPT* m, Comm* c, SiteKind ag, int layer, floatX* out, floatX* in, const floatX* W,
+                        const floatX* b, int OC) {
+    const Gemm g = {.out = out, .in = in, .W = W, .b = b, .IC = m->pl.s.C, .OC = OC};
+    if (m->sp) all_gather_gemm(m, c, ag, layer, m->xloc, in, &g);
+    else gemm_rows(&g, 0, m->B * m->T);
+}
+
+void gpt_rowpar_forward(GPT* m, Comm* c, SiteKind ar, SiteKind rs, int layer, floatX* out, const floatX* in,
+                        const floatX* W, int IC) {
+    const Gemm g = {.out = gpt_partial(m, out), .in = in, .W = W, .IC = IC, .OC = m->pl.s.C};
+    if (m->sp) {
+        gemm_reduce_scatter(m, c, rs, layer, &g, out);
+        return;
+    }
+    gemm_rows(&g, 0, m->B * m->T);
+    tp_exchange(c, ar, layer, out, m->B * m->T, m->pl.s.C);
+}
+
+void gpt_rowpar_backward(GPT* m, Comm* c, SiteKind ag, int layer, floatX* din, float* dW, const floatX* in,
+                         const floatX* W, int IC) {
+    const Gemm g = {.bwd = 1, .out = din, .in = in, .W = W, .dout = m->sp ? m->xfull : m->dres, .dW = dW,
+                    .IC = IC, .OC = m->pl.s.C};
+    if (m->sp) all_gather_gemm(m, c, ag, layer, m->dres, m->xfull, &g);
+    else gemm_rows(&g, 0, m->B * m->T);
+}
+
+const floatX* gpt_colpar_backward(GPT* m, Comm* c, SiteKind ar, SiteKind rs, int layer, float* dW, float* db,
+                                  const floatX* dout, const floatX* in, const floatX* W, int OC) {
+    const Gemm g = {.bwd = 1, .out = m->dln, .in = in, .W = W, .dout = dout, .dW = dW, .db = db,
+                    .IC = m->pl.s.C, .OC = OC};
+    if (m->sp) {
+        gemm_reduce_scatter(m, c, rs, layer, &g, m->dloc);
+        return m->dloc;
+    }
+    gemm_rows(&g, 0, m->B * m->T);
+    tp_exchange(c, ar, layer, m->dln, m->B * m->T, m->pl.s.C);
+    return m->dln;
+}
+
+void gpt_replicated_grads(GPT* m, Comm* c) {
+    if (!m->sp) return;
+    for (int t = 0; t < NUM_PARAM_TENSORS; t++)
+        if (!m->pl.sharded[t] && m->pl.local[t]) tp_allreduce_sum(c, TENSOR(m->grads, t), m->pl.local[t]);
 }
 
 double gpt_grad_sumsq(const GPT* m, int count_replicated) {

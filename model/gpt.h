@@ -19,7 +19,10 @@ extern "C" {
 
 /* per layer; qwen2 uses the same buffers (model/qwen2.c): ln1/ln2 are the
  * RMSNorm outputs (the *_mean buffers unused), fch the gate|up GEMM output
- * and fch_gelu SwiGLU's output */
+ * and fch_gelu SwiGLU's output. With sequence parallelism attproj, res2,
+ * fcproj, res3 and the norms' statistics hold R = N/P rows; ln1 and ln2 the
+ * gathered N rows (the column-parallel GEMMs' inputs, kept for their
+ * backward) */
 typedef struct {
     floatX *ln1, *qkv, *atty, *attproj, *res2, *ln2, *fch, *fch_gelu, *fcproj, *res3;
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd, *lse;
@@ -28,6 +31,8 @@ typedef struct {
 typedef struct {
     ParamLayout pl;
     int B, T;                 /* the batch the activations are sized for */
+    int sp, R;                /* sequence parallelism (parallel.sp); R = the rows of the norm and residual
+                                 region held here: N/P with sp (comm/sp.h says which), else N */
     int Cr, Fr, NHr, hs;      /* this rank's attention width, MLP width, heads, head size */
     int KVr, QKVr, FCr;       /* kv heads, q+k+v width, first MLP GEMM's width (qwen2: 2 Fr) */
     int Vr, v0;               /* this rank's vocab slice [v0, v0+Vr) */
@@ -46,6 +51,10 @@ typedef struct {
     float *lnf_mean, *lnf_rstd, *ce_mx, *ce_stats, *losses;
     /* backward scratch */
     floatX *dres, *dln, *dfch, *dfch_gelu, *datty, *dqkv;
+    /* sp only: a full [N,C] tensor of partial sums before a reduce-scatter
+     * or of gathered gradients; a norm's output rows [R,C] before their
+     * all-gather; a gradient's rows [R,C] after its reduce-scatter */
+    floatX *xfull, *xloc, *dloc;
     float* logit_row;         /* [Vr] fp32, backend: for sampling */
 } GPT;
 
@@ -56,11 +65,11 @@ typedef struct {
 
 /* Allocates shards and activations; the weights are zero until
  * gpt_set_params. */
-void gpt_init(GPT* m, GPTShape s, int tp_size, int tp_rank, int B, int T);
+void gpt_init(GPT* m, GPTShape s, int tp_size, int tp_rank, int B, int T, int sp);
 /* The backend-memory bytes gpt_init would allocate (weights, gradients,
  * moments, activations), counted by running its allocations without
  * allocating. The shape must have passed params_shape_check. */
-size_t gpt_backend_bytes(GPTShape s, int tp_size, int tp_rank, int B, int T);
+size_t gpt_backend_bytes(GPTShape s, int tp_size, int tp_rank, int B, int T, int sp);
 void gpt_free(GPT* m);
 /* Load this rank's shard from a full fp32 model (host, llm.c layout). */
 void gpt_set_params(GPT* m, float* full);
@@ -103,11 +112,36 @@ float gpt_head_loss(GPT* m, Comm* c, const int* targets);
 /* Shared: the tokens to the device and the vocab-parallel embedding of wte
  * (this rank's rows) into m->x0, summed over TP at embed.fwd. */
 void gpt_embed_forward(GPT* m, Comm* c, const int* inputs, const floatX* wte);
-/* Its backward, shared too: dW += dlogits^T lnf, m->dln = the full gradient
- * wrt lnf (a partial sum over vocab slices, exchanged at lm_head.bwd), and
- * m->dres zeroed for the final norm's backward to add into. W / dW: the LM
+/* Its backward, shared too: dW += dlogits^T lnf, the gradient wrt lnf (a
+ * partial sum over vocab slices, exchanged at lm_head.bwd / lm_head.ag.bwd)
+ * returned as this rank's R rows, and m->dres zeroed for the final norm's
+ * backward to add into. W / dW: the LM
  * head's weights and gradient (wte's when tied). */
-void gpt_head_backward(GPT* m, Comm* c, const floatX* W, float* dW);
+const floatX* gpt_head_backward(GPT* m, Comm* c, const floatX* W, float* dW);
+/* Shared: the GEMMs and exchanges around the norm and residual region, for
+ * both layouts (model/gpt.c says what each does with and without sp):
+ * norm_out is where a norm writes its output bound for the column-parallel
+ * GEMM whose input is `full`; partial / reduce write and sum the
+ * embedding's partial sums; grad_in is the residual gradient over all N
+ * rows (the embedding's backward). The GEMMs: column-parallel out[N,OC] =
+ * in[N,C] W^T + b after the gather into in; row-parallel out = in[N,IC]
+ * W^T, summed into out (R rows); their backwards, the column-parallel one
+ * returning the summed input gradient's R rows. */
+floatX* gpt_norm_out(GPT* m, floatX* full);
+floatX* gpt_partial(GPT* m, floatX* out);
+void gpt_reduce(GPT* m, Comm* c, SiteKind ar, SiteKind rs, int layer, floatX* out);
+const floatX* gpt_grad_in(GPT* m, Comm* c, SiteKind kind, int layer);
+void gpt_colpar_forward(GPT* m, Comm* c, SiteKind ag, int layer, floatX* out, floatX* in, const floatX* W,
+                        const floatX* b, int OC);
+void gpt_rowpar_forward(GPT* m, Comm* c, SiteKind ar, SiteKind rs, int layer, floatX* out, const floatX* in,
+                        const floatX* W, int IC);
+void gpt_rowpar_backward(GPT* m, Comm* c, SiteKind ag, int layer, floatX* din, float* dW, const floatX* in,
+                         const floatX* W, int IC);
+const floatX* gpt_colpar_backward(GPT* m, Comm* c, SiteKind ar, SiteKind rs, int layer, float* dW, float* db,
+                                  const floatX* dout, const floatX* in, const floatX* W, int OC);
+/* sp: the replicated tensors' gradients summed over TP (each rank's are
+ * over its rows); nothing without sp */
+void gpt_replicated_grads(GPT* m, Comm* c);
 /* model/qwen2.c: forward and backward of model.arch = "qwen2" (same
  * contract as gpt_forward / gpt_backward, which call them for that arch) */
 float qwen2_forward(GPT* m, Comm* c, const int* inputs, const int* targets);

@@ -4,8 +4,9 @@
  *
  * Per tensor t of the full model:
  *   1. generate the FULL tensor into one temporary device buffer: the normal
- *      kernel (weights) or the fill kernel (biases 0, LayerNorm gains 1), as
- *      params_init_std says, then zero wte's padding rows V..Vp-1;
+ *      kernel (weights) or the fill kernel (biases 0, norm gains 1), as
+ *      params_init_std says (GPT-2's rule or Qwen2's), then zero the padding
+ *      rows V..Vp-1 of wte (and of qwen2's untied LM head);
  *   2. copy this rank's shard blocks (params_shard_block: the one description
  *      the host slicer walks too) from it into the master buffer, one
  *      cudaMemcpy2DAsync per rectangular block (a plain copy when the block
@@ -69,8 +70,10 @@ static void init_tensor_full(float* buf, const ParamLayout* pl, int t, unsigned 
         init_fill_kernel<<<init_blocks(n), INIT_THREADS, 0, s>>>(buf, n, fill);
         CUDA_CHECK_LAUNCH("init_fill_kernel");
     }
-    if (t == P_WTE) {   /* padding rows never see a token: zero, as on the host */
-        const GPTShape* g = &pl->s;
+    const GPTShape* g = &pl->s;
+    /* padding rows never see a token (nor produce a logit): zero, as on the host;
+     * wte's, and for qwen2 an untied LM head's (an empty slot when tied) */
+    if (t == P_WTE || (g->arch == ARCH_QWEN2 && t == Q_LMHEAD && n > 0)) {
         size_t real = (size_t)g->V * g->C, pad = (size_t)(g->Vp - g->V) * g->C;
         CUDA_CHECK(cudaMemsetAsync(buf + real, 0, pad * sizeof(float), s));
     }
@@ -105,7 +108,7 @@ void params_init_device(const ParamLayout* pl, float* master, unsigned long long
     if (e != cudaSuccess) {
         FATAL("model.init=device: no device memory for the %.1f MB the full %s tensor needs during init (%s); "
               "set model.init to \"host\" (draws on the CPU and uploads only this rank's shard)",
-              (double)bytes / 1e6, PARAM_NAMES[largest], cudaGetErrorString(e));
+              (double)bytes / 1e6, params_tensor_name(pl, largest), cudaGetErrorString(e));
     }
     for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
         init_tensor_full(buf, pl, t, seed);

@@ -1,9 +1,12 @@
 /*
  * ops/attention_cuda.cu - fused causal self-attention (flash-attention
- * style) for attention_forward / attention_backward of ops/ops.h.
+ * style) for attention_forward / attention_backward of ops/ops.h, and its
+ * grouped-query form attention_gqa_forward / attention_gqa_backward
+ * (Qwen2), of which the first two are the case NKV = NH.
  *
- * Layout (ops.h): qkv[B,T,3*NH*hs] holds q of all local heads, then k, then v
- * (head h at column h*hs of its third); out[B,T,NH*hs]; lse[B,NH,T] is the
+ * Layout (ops.h): qkv[B,T,(NH+2*NKV)*hs] holds q of the NH local heads, then
+ * k of the NKV local kv heads, then v (head h at column h*hs of its part);
+ * query head h reads kv head h / (NH/NKV). out[B,T,NH*hs]; lse[B,NH,T] is the
  * natural-log log-sum-exp of each row of scaled scores s = q.k / sqrt(hs),
  * the only state saved for the backward. Nothing of size T^2 is stored.
  *
@@ -26,15 +29,22 @@
  *              S = Q K^T, online softmax (running max m, sum l, in log2
  *              units), O += P V. Writes out = O / l and lse = (m + log2 l) ln 2.
  *   backward:  D = rowsum(dout * out) first (small kernel), then
- *     dk/dv:   block = (b, h, 64 keys), each warp 16 keys. Loops over query
- *              tiles from the diagonal to T: S^T = K Q^T, P^T = exp(S^T - lse),
+ *     dk/dv:   block = (b, kv head, 64 keys), each warp 16 keys. Loops over
+ *              the group's query heads and, for each, over query tiles from
+ *              the diagonal to T: S^T = K Q^T, P^T = exp(S^T - lse),
  *              dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - D),
- *              dK += dS^T Q. dK, dV stay in registers; one write at the end.
+ *              dK += dS^T Q. dK, dV stay in registers, summed over the
+ *              group's heads in head order; one write at the end.
  *     dq:      block = (b, h, 64 queries), each warp 16 queries. Loops over
  *              key tiles 0..diagonal: S, P, dP = dO V^T, dS, dQ += dS K.
  *   Splitting dq from dk/dv recomputes S and dP once more (7 instead of 5
  *   tile products) but makes every output element the sum of one thread in
  *   a fixed order: no atomics, bit-identical runs.
+ *
+ * GQA costs GPT-2 nothing: the kernels only take NKV for their row stride
+ * and kv-head offsets (one integer division per block, or per tile step in
+ * dk/dv), and NKV = NH gives exactly the old addresses, order of operations
+ * and so the old bits.
  *
  * hs: any multiple of 16 from 16 to 128 (template instantiations). For
  * hs > 64 the backward narrows its inner tile to 32 to stay inside 255
@@ -51,9 +61,10 @@
 /* ------------------------------------------------------------------------------ */
 /* host side */
 
-static void attn_check_args(const char* who, const void* a, const void* b, const void* c, int B, int T, int NH, int hs) {
-    if (B <= 0 || T <= 0 || NH <= 0)
-        FATAL("%s: bad shape B=%d T=%d NH=%d", who, B, T, NH);
+static void attn_check_args(const char* who, const void* a, const void* b, const void* c, int B, int T, int NH, int NKV,
+                            int hs) {
+    if (B <= 0 || T <= 0 || NH <= 0 || NKV <= 0 || NH % NKV != 0)
+        FATAL("%s: bad shape B=%d T=%d NH=%d NKV=%d (NKV must divide NH)", who, B, T, NH, NKV);
     if (hs < 16 || hs > 128 || hs % 16 != 0)
         FATAL("%s: head size hs=%d is not supported: the tensor-core kernels need hs a multiple of 16 "
               "in 16..128 (n_embd / n_head); add an instantiation in %s for larger heads", who, hs, __FILE__);
@@ -72,19 +83,19 @@ static void attn_set_smem(K kernel, size_t bytes, bool* done) {
 }
 
 template <int HS>
-static void attn_forward_launch(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH) {
+static void attn_forward_launch(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH, int NKV) {
     static bool smem_set = false;
     const size_t smem = FwdCfg<HS>::SMEM;
     attn_set_smem(attn_fwd_kernel<HS>, smem, &smem_set);
     const float scale_log2 = LOG2E / sqrtf((float)HS);
     dim3 grid(NH, B, (T + FwdCfg<HS>::BM - 1) / FwdCfg<HS>::BM);
-    attn_fwd_kernel<HS><<<grid, ATT_THREADS, smem, cuda_stream()>>>(out, lse, qkv, T, NH, scale_log2);
+    attn_fwd_kernel<HS><<<grid, ATT_THREADS, smem, cuda_stream()>>>(out, lse, qkv, T, NH, NKV, scale_log2);
     CUDA_CHECK_LAUNCH("attn_fwd_kernel");
 }
 
 template <int HS>
 static void attn_backward_launch(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* lse,
-                                 int B, int T, int NH) {
+                                 int B, int T, int NH, int NKV) {
     static bool smem_dkdv = false, smem_dq = false;
     cudaStream_t s = cuda_stream();
     float* Dbuf = (float*)cuda_scratch(SCRATCH_ATTN_D, (size_t)B * NH * T * sizeof(float));
@@ -98,15 +109,16 @@ static void attn_backward_launch(bf16* dqkv, const bf16* dout, const bf16* qkv, 
     {
         const size_t smem = DkvCfg<HS>::SMEM;
         attn_set_smem(attn_bwd_dkdv_kernel<HS>, smem, &smem_dkdv);
-        dim3 grid(NH, B, (T + DkvCfg<HS>::BN - 1) / DkvCfg<HS>::BN);
-        attn_bwd_dkdv_kernel<HS><<<grid, ATT_THREADS, smem, s>>>(dqkv, dout, qkv, lse, Dbuf, T, NH, scale_log2, scale);
+        dim3 grid(NKV, B, (T + DkvCfg<HS>::BN - 1) / DkvCfg<HS>::BN);   /* one block per kv head */
+        attn_bwd_dkdv_kernel<HS><<<grid, ATT_THREADS, smem, s>>>(dqkv, dout, qkv, lse, Dbuf, T, NH, NKV, scale_log2,
+                                                                 scale);
         CUDA_CHECK_LAUNCH("attn_bwd_dkdv_kernel");
     }
     {
         const size_t smem = DqCfg<HS>::SMEM;
         attn_set_smem(attn_bwd_dq_kernel<HS>, smem, &smem_dq);
         dim3 grid(NH, B, (T + DqCfg<HS>::BM - 1) / DqCfg<HS>::BM);
-        attn_bwd_dq_kernel<HS><<<grid, ATT_THREADS, smem, s>>>(dqkv, dout, qkv, lse, Dbuf, T, NH, scale_log2, scale);
+        attn_bwd_dq_kernel<HS><<<grid, ATT_THREADS, smem, s>>>(dqkv, dout, qkv, lse, Dbuf, T, NH, NKV, scale_log2, scale);
         CUDA_CHECK_LAUNCH("attn_bwd_dq_kernel");
     }
 }
@@ -124,19 +136,28 @@ static void attn_backward_launch(bf16* dqkv, const bf16* dout, const bf16* qkv, 
         default: FATAL("attention: unsupported head size %d", hs); \
     }
 
-void attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int hs) {
-    attn_check_args("attention_forward", out, qkv, nullptr, B, T, NH, hs);
-#define FWD_CALL(HS) attn_forward_launch<HS>((bf16*)out, lse, (const bf16*)qkv, B, T, NH)
+void attention_gqa_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int NKV, int hs) {
+    attn_check_args("attention_forward", out, qkv, nullptr, B, T, NH, NKV, hs);
+#define FWD_CALL(HS) attn_forward_launch<HS>((bf16*)out, lse, (const bf16*)qkv, B, T, NH, NKV)
     ATT_DISPATCH(hs, FWD_CALL)
 #undef FWD_CALL
 }
 
-void attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
-                        const float* lse, int B, int T, int NH, int hs) {
-    attn_check_args("attention_backward", dqkv, dout, qkv, B, T, NH, hs);
+void attention_gqa_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
+                            const float* lse, int B, int T, int NH, int NKV, int hs) {
+    attn_check_args("attention_backward", dqkv, dout, qkv, B, T, NH, NKV, hs);
     if (!is_aligned16(out)) FATAL("attention_backward: out must be 16-byte aligned");
 #define BWD_CALL(HS) \
-    attn_backward_launch<HS>((bf16*)dqkv, (const bf16*)dout, (const bf16*)qkv, (const bf16*)out, lse, B, T, NH)
+    attn_backward_launch<HS>((bf16*)dqkv, (const bf16*)dout, (const bf16*)qkv, (const bf16*)out, lse, B, T, NH, NKV)
     ATT_DISPATCH(hs, BWD_CALL)
 #undef BWD_CALL
+}
+
+void attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int hs) {
+    attention_gqa_forward(out, lse, qkv, B, T, NH, NH, hs);
+}
+
+void attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
+                        const float* lse, int B, int T, int NH, int hs) {
+    attention_gqa_backward(dqkv, dout, qkv, out, lse, B, T, NH, NH, hs);
 }

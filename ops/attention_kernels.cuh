@@ -138,7 +138,7 @@ struct FwdCfg {
 
 template <int HS>
 __global__ void __launch_bounds__(ATT_THREADS, FwdCfg<HS>::MINB)
-attn_fwd_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH, float scale_log2) {
+attn_fwd_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH, int NKV, float scale_log2) {
     using Cfg = FwdCfg<HS>;
     constexpr int BM = Cfg::BM, BN = Cfg::BN, STR = Cfg::STR;
     constexpr int KS = HS / 16; /* k-steps over the head dim */
@@ -153,10 +153,10 @@ attn_fwd_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH, float sca
     const int h = blockIdx.x, b = blockIdx.y;
     const int qt = gridDim.z - 1 - blockIdx.z; /* longest rows first */
     const int q0 = qt * BM;
-    const size_t rs = (size_t)3 * NH * HS; /* qkv row stride */
+    const size_t rs = (size_t)(NH + 2 * NKV) * HS; /* qkv row stride */
     const bf16* qg = qkv + (size_t)b * T * rs + (size_t)h * HS;
-    const bf16* kg = qg + (size_t)NH * HS;
-    const bf16* vg = qg + (size_t)2 * NH * HS;
+    const bf16* kg = qkv + (size_t)b * T * rs + (size_t)(NH + h / (NH / NKV)) * HS;   /* the group's kv head */
+    const bf16* vg = kg + (size_t)NKV * HS;
     /* key tiles with any key <= the tile's last query */
     const int nkt = min((T + BN - 1) / BN, (q0 + BM - 1) / BN + 1);
 
@@ -322,8 +322,12 @@ __global__ void attn_bwd_d_kernel(float* Dbuf, const bf16* dout, const bf16* out
 }
 
 /* ------------------------------------------------------------------------------ */
-/* backward, step 2: dK, dV. Block = 64 keys (16 per warp), loops over query
- * tiles of BQ from the diagonal to the end. */
+/* backward, step 2: dK, dV. Block = (b, kv head, 64 keys), 16 keys per warp;
+ * loops over the query heads of the kv head's group (NH/NKV of them, one
+ * for NKV = NH) and, for each, over query tiles of BQ from the diagonal to
+ * the end, as one flat sequence of (head, tile) steps so that the next
+ * step's tiles always load during this one. dK and dV sum over the whole
+ * group in registers, in that fixed order: deterministic, no atomics. */
 template <int HS>
 struct DkvCfg {
     static constexpr int BN = 64, BQ = HS <= 64 ? 64 : 32, STR = HS + 8;
@@ -334,7 +338,7 @@ struct DkvCfg {
 template <int HS>
 __global__ void __launch_bounds__(ATT_THREADS, DkvCfg<HS>::MINB)
 attn_bwd_dkdv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* Dbuf,
-                     int T, int NH, float scale_log2, float scale) {
+                     int T, int NH, int NKV, float scale_log2, float scale) {
     using Cfg = DkvCfg<HS>;
     constexpr int BN = Cfg::BN, BQ = Cfg::BQ, STR = Cfg::STR;
     constexpr int KS = HS / 16;
@@ -349,25 +353,32 @@ attn_bwd_dkdv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float*
     float* sD = sL + 2 * BQ;                                 /* D, [2][BQ] */
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int h = blockIdx.x, b = blockIdx.y;
+    const int kvh = blockIdx.x, b = blockIdx.y;
     const int kt = blockIdx.z; /* key tile 0 has the most queries: first */
     const int k0 = kt * BN;
-    const size_t rs = (size_t)3 * NH * HS;
+    const int group = NH / NKV;
+    const size_t rs = (size_t)(NH + 2 * NKV) * HS;
     const size_t os = (size_t)NH * HS;
-    const bf16* qg = qkv + (size_t)b * T * rs + (size_t)h * HS;
-    const bf16* kg = qg + os;
-    const bf16* vg = qg + 2 * os;
-    const bf16* og = dout + (size_t)b * T * os + (size_t)h * HS;
-    const float* lg = lse + ((size_t)b * NH + h) * T;
-    const float* dg = Dbuf + ((size_t)b * NH + h) * T;
+    const bf16* qb = qkv + (size_t)b * T * rs; /* this batch row's q of head h: qb + h * HS */
+    const bf16* kg = qb + os + (size_t)kvh * HS;
+    const bf16* vg = kg + (size_t)NKV * HS;
+    const bf16* ob = dout + (size_t)b * T * os;
 
     const int qt0 = k0 / BQ; /* first query tile with a query >= k0 */
     const int nqt = (T + BQ - 1) / BQ;
+    const int nq = nqt - qt0;   /* query tiles per head; step it = head (it / nq) of the group, tile qt0 + it % nq */
+    const int nsteps = group * nq;
 
-    /* per-row scalars of a query tile, plain loads into the tile's stage */
-    auto load_rows = [&](int stage, int qt) {
+    /* step it's Q and dO tiles (async) and per-row scalars (plain loads) into a stage */
+    auto load_step = [&](int stage, int it) {
+        const int h = kvh * group + it / nq, q0 = (qt0 + it % nq) * BQ;
+        load_tile<BQ, HS>(sQ + stage * BQ * STR, qb + (size_t)h * HS, rs, q0, T);
+        load_tile<BQ, HS>(sO + stage * BQ * STR, ob + (size_t)h * HS, os, q0, T);
+        cp_async_commit();
+        const float* lg = lse + ((size_t)b * NH + h) * T;
+        const float* dg = Dbuf + ((size_t)b * NH + h) * T;
         for (int i = threadIdx.x; i < BQ; i += ATT_THREADS) {
-            const int q = qt * BQ + i;
+            const int q = q0 + i;
             sL[stage * BQ + i] = q < T ? lg[q] * LOG2E : 0.0f;
             sD[stage * BQ + i] = q < T ? dg[q] : 0.0f;
         }
@@ -375,10 +386,7 @@ attn_bwd_dkdv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float*
 
     load_tile<BN, HS>(sK, kg, rs, k0, T);
     load_tile<BN, HS>(sV, vg, rs, k0, T);
-    load_tile<BQ, HS>(sQ, qg, rs, qt0 * BQ, T);
-    load_tile<BQ, HS>(sO, og, os, qt0 * BQ, T);
-    cp_async_commit();
-    load_rows(0, qt0);
+    load_step(0, 0); /* one commit group: K, V and the first Q, dO */
 
     const int g = lane >> 2, t4 = lane & 3;
     const int kr = warp * 16;        /* this warp's key rows in the tile */
@@ -389,13 +397,10 @@ attn_bwd_dkdv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float*
 #pragma unroll
         for (int e = 0; e < 4; e++) dk[i][e] = dv[i][e] = 0.0f;
 
-    for (int qt = qt0; qt < nqt; qt++) {
-        const int st = (qt - qt0) & 1;
-        if (qt + 1 < nqt) {
-            load_tile<BQ, HS>(sQ + (st ^ 1) * BQ * STR, qg, rs, (qt + 1) * BQ, T);
-            load_tile<BQ, HS>(sO + (st ^ 1) * BQ * STR, og, os, (qt + 1) * BQ, T);
-            cp_async_commit();
-            load_rows(st ^ 1, qt + 1);
+    for (int it = 0; it < nsteps; it++) {
+        const int st = it & 1;
+        if (it + 1 < nsteps) {
+            load_step(st ^ 1, it + 1);
             cp_async_wait<1>();
         } else {
             cp_async_wait<0>();
@@ -405,7 +410,7 @@ attn_bwd_dkdv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float*
         const bf16* cO = sO + st * BQ * STR;
         const float* cL = sL + st * BQ;
         const float* cD = sD + st * BQ;
-        const int q0 = qt * BQ;
+        const int q0 = (qt0 + it % nq) * BQ;
 
         /* S^T = K Q^T (16 keys x BQ queries per warp) */
         float s[QT][4];
@@ -505,13 +510,14 @@ attn_bwd_dkdv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float*
     for (int r = 0; r < 2; r++) {
         const int key = key0 + r * 8;
         if (key >= T) continue;
-        bf16* row = dqkv + ((size_t)b * T + key) * rs + (size_t)h * HS;
+        bf16* row = dqkv + ((size_t)b * T + key) * rs + os + (size_t)kvh * HS;   /* this kv head's k */
 #pragma unroll
         for (int i = 0; i < OT; i++) {
             const int c = i * 8 + 2 * t4;
-            *reinterpret_cast<__nv_bfloat162*>(row + os + c) =
+            *reinterpret_cast<__nv_bfloat162*>(row + c) =
                 __floats2bfloat162_rn(dk[i][2 * r] * scale, dk[i][2 * r + 1] * scale);
-            *reinterpret_cast<__nv_bfloat162*>(row + 2 * os + c) = __floats2bfloat162_rn(dv[i][2 * r], dv[i][2 * r + 1]);
+            *reinterpret_cast<__nv_bfloat162*>(row + (size_t)NKV * HS + c) =
+                __floats2bfloat162_rn(dv[i][2 * r], dv[i][2 * r + 1]);
         }
     }
 }
@@ -529,7 +535,7 @@ struct DqCfg {
 template <int HS>
 __global__ void __launch_bounds__(ATT_THREADS, DqCfg<HS>::MINB)
 attn_bwd_dq_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* Dbuf,
-                   int T, int NH, float scale_log2, float scale) {
+                   int T, int NH, int NKV, float scale_log2, float scale) {
     using Cfg = DqCfg<HS>;
     constexpr int BM = Cfg::BM, BN = Cfg::BN, STR = Cfg::STR;
     constexpr int KS = HS / 16;
@@ -545,11 +551,11 @@ attn_bwd_dq_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* l
     const int h = blockIdx.x, b = blockIdx.y;
     const int qt = gridDim.z - 1 - blockIdx.z;
     const int q0 = qt * BM;
-    const size_t rs = (size_t)3 * NH * HS;
+    const size_t rs = (size_t)(NH + 2 * NKV) * HS;
     const size_t os = (size_t)NH * HS;
     const bf16* qg = qkv + (size_t)b * T * rs + (size_t)h * HS;
-    const bf16* kg = qg + os;
-    const bf16* vg = qg + 2 * os;
+    const bf16* kg = qkv + (size_t)b * T * rs + os + (size_t)(h / (NH / NKV)) * HS;
+    const bf16* vg = kg + (size_t)NKV * HS;
     const bf16* og = dout + (size_t)b * T * os + (size_t)h * HS;
     const int nkt = min((T + BN - 1) / BN, (q0 + BM - 1) / BN + 1);
 

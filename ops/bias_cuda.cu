@@ -43,7 +43,7 @@ void bias_forward(floatX* x, const floatX* bias, int N, int C) {
  * Stage 1: block (32 x 8 threads) = 256 columns x one chunk of rows; thread
  * (tx, ty) sums rows ty, ty+8, ... of the chunk for its 8 columns; the 8
  * row-lanes are then added in ty order -> partial[chunk][c].
- * Stage 2: dst[c] += sum over chunks in chunk order.
+ * Stage 2: dst[c] += sum over chunks, in a fixed order (colsum_finish_kernel).
  * The chunking depends only on (N, C), so the result is reproducible. */
 #define CS_COLS 256 /* columns per stage-1 block: 32 threads x 8 */
 
@@ -79,17 +79,34 @@ __global__ void colsum_partial_kernel(float* partial, const bf16* x, int N, int 
     }
 }
 
-/* dst[c] += sum_{p < nparts} partial[p*pstride + c], p ascending */
-__global__ void colsum_finish_kernel(float* dst, const float* partial, int nparts, int C, size_t pstride) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
+/* dst[c] += sum_{p < nparts} partial[p*pstride + c]. One thread per column
+ * adding hundreds of partials in a row is latency-bound (tens of us), so a
+ * block of CF_LANES x 32 threads takes 32 columns: lane ty adds parts ty,
+ * ty + CF_LANES, ... in ascending order, then row ty = 0 adds the CF_LANES
+ * lane sums in lane order. The order depends on nparts only: reproducible. */
+#define CF_LANES 16
+__global__ void __launch_bounds__(CF_LANES * 32)
+colsum_finish_kernel(float* dst, const float* partial, int nparts, int C, size_t pstride) {
+    __shared__ float sm[CF_LANES][33];
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int c = blockIdx.x * 32 + tx;
     float s = 0.0f;
-    for (int p = 0; p < nparts; p++) s += partial[(size_t)p * pstride + c];
-    dst[c] += s;
+    if (c < C) {
+#pragma unroll 4
+        for (int p = ty; p < nparts; p += CF_LANES) s += partial[(size_t)p * pstride + c];
+    }
+    sm[ty][tx] = s;
+    __syncthreads();
+    if (ty == 0 && c < C) {
+        float t = 0.0f;
+#pragma unroll
+        for (int k = 0; k < CF_LANES; k++) t += sm[k][tx];
+        dst[c] += t;
+    }
 }
 
 void colsum_finish(float* dst, const float* partial, int nparts, int C, size_t pstride) {
-    colsum_finish_kernel<<<ceil_div_u(C, 256), 256, 0, cuda_stream()>>>(dst, partial, nparts, C, pstride);
+    colsum_finish_kernel<<<ceil_div_u(C, 32), dim3(32, CF_LANES), 0, cuda_stream()>>>(dst, partial, nparts, C, pstride);
     CUDA_CHECK_LAUNCH("colsum_finish_kernel");
 }
 

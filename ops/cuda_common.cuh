@@ -8,12 +8,15 @@
  *   elementwise_cuda.cu   residual, GELU
  *   encoder_cuda.cu       token and position embeddings
  *   bias_cuda.cu          bias, and the deterministic column sums
- *   layernorm_cuda.cu     layernorm
+ *   layernorm_cuda.cu     layernorm and RMSNorm
+ *   rope_cuda.cu          rotate-half RoPE
+ *   swiglu_cuda.cu        SwiGLU
  *   crossentropy_cuda.cu  vocab-parallel cross-entropy
  *   adamw_cuda.cu         AdamW
  *   reduce_cuda.cu        ops_sumsq / ops_sum / ops_all_finite
  *   matmul_cuda.cu        matmuls on cuBLASLt
- *   attention_cuda.cu     flash-style attention (kernels in attention_kernels.cuh)
+ *   attention_cuda.cu     flash-style attention, grouped-query too (kernels in
+ *                         attention_kernels.cuh)
  *
  * What lives here: the checked-call macros for CUDA (every runtime call and
  * every kernel launch goes through them and ends in check_fatal with what
@@ -66,6 +69,7 @@ enum ScratchSlot {
     SCRATCH_REDUCE,          /* ops_sumsq / ops_sum / ops_all_finite */
     SCRATCH_ENCODER,         /* encoder_backward: bucket lists */
     SCRATCH_ENCODER_IDS,     /* encoder_backward: token ids on the host (pinned slot) */
+    SCRATCH_ROPE,            /* rope_forward / rope_backward: the cos / sin table */
     SCRATCH_NSLOTS
 };
 void* cuda_scratch(int slot, size_t bytes);
@@ -123,6 +127,19 @@ __device__ __forceinline__ void load8(float (&f)[8], const bf16* p) {
 }
 __device__ __forceinline__ void store8(bf16* p, const float (&f)[8]) {
     *reinterpret_cast<bf16x8*>(p) = pack8(f);
+}
+/* 8 bf16 of a row from column c, kept packed (4 registers instead of 8):
+ * for kernels that hold a row between two passes. Columns past C read 0. */
+template <bool VEC>
+__device__ __forceinline__ bf16x8 ldpack8(const bf16* row, int c, int C) {
+    if constexpr (VEC) {
+        return *reinterpret_cast<const bf16x8*>(row + c);
+    } else {
+        float f[8];
+#pragma unroll
+        for (int i = 0; i < 8; i++) f[i] = (c + i < C) ? __bfloat162float(row[c + i]) : 0.0f;
+        return pack8(f);
+    }
 }
 
 /* ---- deterministic reductions -------------------------------------------------- */

@@ -99,11 +99,10 @@ void attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T,
 void attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
                         const float* lse, int B, int T, int NH, int hs);
 
-/* ---- the ops of Qwen2 (model.arch = "qwen2"), fp32 CPU build only so far:
- * the CUDA backend does not implement them yet and the GPU build refuses
- * the arch, so they are not declared there. ops/ops_cpu.c (attention) and
- * ops/ops_cpu_qwen2.c (the rest) implement them. */
-#ifndef OPS_BF16
+/* ---- the ops of Qwen2 (model.arch = "qwen2"): ops/ops_cpu.c (attention)
+ * and ops/ops_cpu_qwen2.c (the rest) on the CPU; on the GPU
+ * ops/attention_cuda.cu, ops/layernorm_cuda.cu (RMSNorm), ops/rope_cuda.cu
+ * and ops/swiglu_cuda.cu. NKV = kv heads held by this rank. */
 /* Grouped-query attention: qkv[B,T,(NH+2*NKV)*hs] holds q of NH heads, then
  * k and v of NKV heads (NH % NKV == 0); query head h reads kv head
  * h / (NH/NKV). out[B,T,NH*hs], lse[B,NH,T]. NKV = NH is attention_forward. */
@@ -127,7 +126,6 @@ void rope_backward(floatX* dx, int B, int T, int ld, int nh, int hs, float theta
  * out[N,F]; the backward overwrites dgu[N,2F]. */
 void swiglu_forward(floatX* out, const floatX* gu, int N, int F);
 void swiglu_backward(floatX* dgu, const floatX* gu, const floatX* dout, int N, int F);
-#endif
 
 /* ---- vocab-parallel softmax cross-entropy --------------------------------
  * logits[N,Vr] hold global vocab ids [v0, v0+Vr); ids >= V are padding and

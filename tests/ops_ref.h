@@ -1,10 +1,11 @@
 /*
- * tests/ops_ref.h - the fp32 CPU reference backend (ops/ops_cpu.c) under
- * the names cpu_F, for tests that link it next to the CUDA backend.
+ * tests/ops_ref.h - the fp32 CPU reference backend (ops/ops_cpu.c and
+ * ops/ops_cpu_qwen2.c) under the names cpu_F, for tests that link it next
+ * to the CUDA backend.
  *
- * ops/ops_cpu.c is compiled as usual (floatX = float) and every function
- * F of ops/ops.h is renamed to cpu_F in the object file
- *   objcopy --redefine-syms=tests/ops_ref.syms ops_cpu.o ops_cpu_ref.o
+ * The two files are compiled as usual (floatX = float), joined into one
+ * object (ld -r), and every function F of ops/ops.h is renamed to cpu_F
+ *   objcopy --redefine-syms=tests/ops_ref.syms ops_cpu_plain.o ops_cpu_ref.o
  * so the two implementations of one interface coexist in one binary. These
  * prototypes are ops.h's with floatX spelled float; all pointers are host
  * memory.
@@ -55,6 +56,17 @@ void cpu_gelu_backward(float* dinp, const float* inp, const float* dout, size_t 
 void cpu_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int NH, int hs);
 void cpu_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                             const float* lse, int B, int T, int NH, int hs);
+
+void cpu_attention_gqa_forward(float* out, float* lse, const float* qkv, int B, int T, int NH, int NKV, int hs);
+void cpu_attention_gqa_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
+                                const float* lse, int B, int T, int NH, int NKV, int hs);
+void cpu_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int N, int C, float eps);
+void cpu_rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w,
+                          const float* rstd, int N, int C);
+void cpu_rope_forward(float* x, int B, int T, int ld, int nh, int hs, float theta);
+void cpu_rope_backward(float* dx, int B, int T, int ld, int nh, int hs, float theta);
+void cpu_swiglu_forward(float* out, const float* gu, int N, int F);
+void cpu_swiglu_backward(float* dgu, const float* gu, const float* dout, int N, int F);
 
 void cpu_crossentropy_max(float* mx, const float* logits, int N, int Vr, int v0, int V);
 void cpu_crossentropy_stats(float* stats, const float* logits, const float* mx, const int* targets,

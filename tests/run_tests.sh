@@ -36,6 +36,8 @@ echo "trainer tests"
 source tests/test_train.sh
 echo "qwen2 trainer tests"
 source tests/test_qwen2.sh
+echo "sequence-parallel trainer tests"
+source tests/test_sp.sh
 echo "reliability tests"
 source tests/test_reliability.sh
 echo "tools tests"

@@ -8,8 +8,14 @@
 #   gpu_determinism     two identical GPU runs give bit-identical losses
 #   test_init_gpu       the device weight init: TP degrees bit-identical, distribution rules
 #   gpu_memory_refusal  a model that cannot fit the GPU: one error before allocating
+#   gpu_sigterm_resume, gpu_watchdog_stopped_rank  tests/test_stop.sh on the GPU build
 #   gpu_init_device     model.init=device end to end: TP=1 and TP=2 track; "auto" picks the
 #                       device for a GPT-2 350M-shaped model
+#   qwen2_gpu_vs_cpu    model.arch=qwen2 (GQA, RMSNorm, RoPE, SwiGLU): build/train_gpu vs
+#                       build/train from the same weights, 10 steps within bf16 tolerance
+#   qwen2_gpu_tp        qwen2 at TP=2 vs TP=1, bit-identical reruns, a Hugging Face
+#                       checkpoint resumed bit for bit, the device init at TP=1 and 2
+#   gpu_sequence_parallel  parallel.sp vs not at TP=2, activations per rank, comm.overlap on == off
 #   (and the compression kernels' tests when they are built)
 #   gpu_transports      comm.transport ipc (two ranks sharing the GPU) trains to the staged
 #                       transport's bits: none and taco (delayed scale), two-shot and one-shot
@@ -35,12 +41,15 @@ GPT=(configs/default.json --set model.n_layer=4 --set model.n_head=4 --set model
 # bf16 activations carry 8 bits of mantissa: per-op errors ~4e-3 relative, and the
 # loss (a mean over 2048 tokens) agrees with the fp32 reference to ~1e-2 relative
 # over 10 steps; the gradient norm, a sum of squares of bf16-rounded products, to ~5e-2.
-t_gpu_vs_cpu() {
-    timeout 600 $MPIRUN -np 1 build/train "${GPT[@]}" --set parallel.tp=1 --set log.dir=$T/cpu || return 1
-    timeout 600 $MPIRUN -np 1 build/train_gpu "${GPT[@]}" --set parallel.tp=1 --set log.dir=$T/gpu || return 1
-    python3 tests/compare_logs.py $T/gpu/log.jsonl $T/cpu/log.jsonl --key loss --rtol 1e-2 || return 1
-    python3 tests/compare_logs.py $T/gpu/log.jsonl $T/cpu/log.jsonl --key grad_norm --rtol 5e-2
+# cpu_vs_gpu PREFIX ARGS...: both builds at TP=1 into $T/PREFIXcpu and $T/PREFIXgpu, then those checks
+cpu_vs_gpu() {
+    local p=$1; shift
+    timeout 600 $MPIRUN -np 1 build/train "$@" --set parallel.tp=1 --set log.dir=$T/${p}cpu || return 1
+    timeout 600 $MPIRUN -np 1 build/train_gpu "$@" --set parallel.tp=1 --set log.dir=$T/${p}gpu || return 1
+    python3 tests/compare_logs.py $T/${p}gpu/log.jsonl $T/${p}cpu/log.jsonl --key loss --rtol 1e-2 || return 1
+    python3 tests/compare_logs.py $T/${p}gpu/log.jsonl $T/${p}cpu/log.jsonl --key grad_norm --rtol 5e-2
 }
+t_gpu_vs_cpu() { cpu_vs_gpu "" "${GPT[@]}"; }
 
 t_gpu_tp() {
     timeout 600 $MPIRUN -np 2 build/train_gpu "${GPT[@]}" --set parallel.tp=2 --set log.dir=$T/gpu_tp2 || return 1
@@ -67,9 +76,11 @@ t_gpu_transports() {
     local base=("${GPT[@]}" --set parallel.tp=2 --set train.steps=20 --set compress.stats_every=5)
     local m shape d
     for m in none taco; do
-        for shape in two_shot one_shot; do
+        for shape in two_shot one_shot sp; do  # sp: the row exchanges, piece by piece beside the GEMMs
             d=$T/tr_${m}_$shape
-            local cfg=(--set compress.method=$m --set compress.scale=delayed --set comm.allreduce=$shape)
+            local cfg=(--set compress.method=$m --set compress.scale=delayed)
+            if [ $shape = sp ]; then cfg+=(--set parallel.sp=true --set comm.overlap=true)
+            else cfg+=(--set comm.allreduce=$shape); fi
             timeout 600 $MPIRUN -np 2 build/train_gpu "${base[@]}" "${cfg[@]}" --set comm.transport=staged \
                 --set log.dir=${d}_staged > ${d}_staged.out || return 1
             timeout 600 $MPIRUN -np 2 build/train_gpu "${base[@]}" "${cfg[@]}" --set comm.transport=ipc \
@@ -84,17 +95,23 @@ t_gpu_transports() {
 }
 
 # the delayed-scale history lives on the device: a checkpoint must carry it (copied to the host
-# when saved, back when loaded), or the resumed steps would scale differently
+# when saved, back when loaded), or the resumed steps would scale differently; the all-reduce
+# sites and the sequence-parallel row exchanges alike
 t_gpu_resume_delayed() {
-    local base=("${GPT[@]}" --set parallel.tp=2 --set train.steps=20 --set compress.method=taco --set compress.scale=delayed)
-    timeout 600 $MPIRUN -np 2 build/train_gpu "${base[@]}" --set log.dir=$T/rd_full > /dev/null || return 1
-    timeout 600 $MPIRUN -np 2 build/train_gpu "${base[@]}" --set log.dir=$T/rd_part --set checkpoint.every=10 > /dev/null || return 1
-    rm -f $T/rd_part/ckpt/*00000020*
-    timeout 600 $MPIRUN -np 2 build/train_gpu "${base[@]}" --set log.dir=$T/rd_part --set checkpoint.resume=true \
-        > $T/rd_resume.out || return 1
-    grep -q "resumed from .* at step 10" $T/rd_resume.out || return 1
-    python3 tests/compare_logs.py $T/rd_part/log.jsonl $T/rd_full/log.jsonl --exact --from-step 11 || return 1
-    python3 tests/compare_logs.py $T/rd_part/log.jsonl $T/rd_full/log.jsonl --key grad_norm --exact --from-step 11
+    local sp d
+    for sp in false true; do
+        local base=("${GPT[@]}" --set parallel.tp=2 --set train.steps=20 --set compress.method=taco --set compress.scale=delayed
+                    --set parallel.sp=$sp)
+        d=$T/rd_sp$sp
+        timeout 600 $MPIRUN -np 2 build/train_gpu "${base[@]}" --set log.dir=${d}_full > /dev/null || return 1
+        timeout 600 $MPIRUN -np 2 build/train_gpu "${base[@]}" --set log.dir=${d}_part --set checkpoint.every=10 > /dev/null || return 1
+        rm -f ${d}_part/ckpt/*00000020*
+        timeout 600 $MPIRUN -np 2 build/train_gpu "${base[@]}" --set log.dir=${d}_part --set checkpoint.resume=true \
+            > ${d}_resume.out || return 1
+        grep -q "resumed from .* at step 10" ${d}_resume.out || return 1
+        python3 tests/compare_logs.py ${d}_part/log.jsonl ${d}_full/log.jsonl --exact --from-step 11 || return 1
+        python3 tests/compare_logs.py ${d}_part/log.jsonl ${d}_full/log.jsonl --key grad_norm --exact --from-step 11 || return 1
+    done
 }
 
 # a model whose activations cannot fit the GPU (~250 GB estimated for a 139 GB
@@ -124,6 +141,75 @@ t_gpu_init_device() {
     grep -q "^init: device (cuRAND Philox), 354.9M params" $T/init_auto.out
 }
 
+# Qwen2 of the same size: 4 query heads over 2 kv heads (groups of 2, one kv head per rank
+# at TP=2), hs = 64, an untied LM head
+QWEN=("${GPT[@]}" --set model.arch=qwen2 --set model.n_kv_head=2 --set model.d_ff=704
+      --set model.tie_embeddings=false --set model.rope_theta=10000)
+
+# The tolerances of gpu_vs_cpu, for the same reason: bf16 activations (8 significant bits,
+# ~4e-3 relative per op; RMSNorm, RoPE and SwiGLU round once per output as LayerNorm and GELU
+# do) against the fp32 reference; the loss is a mean over 2048 tokens (rtol 1e-2), the
+# gradient norm a sum of squares of bf16-rounded products (5e-2).
+t_qwen2_gpu_vs_cpu() { cpu_vs_gpu q_ "${QWEN[@]}"; }
+
+# TP=2 tracks TP=1 as GPT-2 does (rtol 1e-2: the two degrees sum the row-parallel partial
+# products in a different order, each rounded to bf16); a rerun is bit-identical (the
+# kernels' reductions have fixed orders, grouped-query dK/dV included); a checkpoint (a
+# Hugging Face directory) resumes bit for bit; the device init agrees across degrees.
+t_qwen2_gpu_tp() {
+    timeout 600 $MPIRUN -np 2 build/train_gpu "${QWEN[@]}" --set parallel.tp=2 --set log.dir=$T/q_gpu_tp2 || return 1
+    [ -f $T/q_gpu/log.jsonl ] || timeout 600 $MPIRUN -np 1 build/train_gpu "${QWEN[@]}" --set parallel.tp=1 \
+        --set log.dir=$T/q_gpu || return 1
+    python3 tests/compare_logs.py $T/q_gpu_tp2/log.jsonl $T/q_gpu/log.jsonl --key loss --rtol 1e-2 || return 1
+    timeout 600 $MPIRUN -np 2 build/train_gpu "${QWEN[@]}" --set parallel.tp=2 --set log.dir=$T/q_gpu_tp2b \
+        --set checkpoint.every=5 > /dev/null || return 1
+    python3 tests/compare_logs.py $T/q_gpu_tp2b/log.jsonl $T/q_gpu_tp2/log.jsonl --key loss --exact || return 1
+    python3 tests/compare_logs.py $T/q_gpu_tp2b/log.jsonl $T/q_gpu_tp2/log.jsonl --key grad_norm --exact || return 1
+    ls $T/q_gpu_tp2b/ckpt/model_00000005/model.safetensors $T/q_gpu_tp2b/ckpt/model_00000005/config.json || return 1
+    rm -rf $T/q_gpu_tp2b/ckpt/*00000010*
+    timeout 600 $MPIRUN -np 2 build/train_gpu "${QWEN[@]}" --set parallel.tp=2 --set log.dir=$T/q_gpu_tp2b \
+        --set checkpoint.every=5 --set checkpoint.resume=true > $T/q_gpu_resume.out || return 1
+    grep -q "resumed from .* at step 5" $T/q_gpu_resume.out || return 1
+    python3 tests/compare_logs.py $T/q_gpu_tp2b/log.jsonl $T/q_gpu_tp2/log.jsonl --key loss --exact --from-step 6 || return 1
+    timeout 600 $MPIRUN -np 1 build/train_gpu "${QWEN[@]}" --set parallel.tp=1 --set model.init=device \
+        --set log.dir=$T/q_dev1 > /dev/null || return 1
+    timeout 600 $MPIRUN -np 2 build/train_gpu "${QWEN[@]}" --set parallel.tp=2 --set model.init=device \
+        --set log.dir=$T/q_dev2 > /dev/null || return 1
+    python3 tests/compare_logs.py $T/q_dev2/log.jsonl $T/q_dev1/log.jsonl --key loss --rtol 1e-2
+}
+
+# parallel.sp at TP=2 (two ranks, sharing the GPU or one each): the exact path
+# tracks the non-sp run within the bf16 tolerance of gpu_tp (the GEMMs beside
+# the exchanges run in comm.sp_chunks pieces, and cuBLAS may pick another kernel
+# for another row count; the replicated gradients are summed in another order);
+# the activations per rank shrink; comm.overlap on == off bit for bit with taco
+# (and with the NCCL backend on 2+ GPUs, the MPI backend's bits)
+t_gpu_sp() {
+    local b=("${GPT[@]}" --set parallel.tp=2)
+    timeout 600 $MPIRUN -np 2 build/train_gpu "${b[@]}" --set log.dir=$T/gpu_nosp2 > $T/gpu_nosp2.out || return 1
+    timeout 600 $MPIRUN -np 2 build/train_gpu "${b[@]}" --set parallel.sp=true --set log.dir=$T/gpu_sp2 > $T/gpu_sp2.out || return 1
+    grep "^memory (measured)" $T/gpu_nosp2.out $T/gpu_sp2.out
+    python3 tests/compare_logs.py $T/gpu_sp2/log.jsonl $T/gpu_nosp2/log.jsonl --key loss --rtol 1e-2 || return 1
+    python3 - $T/gpu_nosp2.out $T/gpu_sp2.out <<'PY' || return 1
+import re, sys
+act = [float(re.search(r"activations ([0-9.]+) MiB", open(p).read()).group(1)) for p in sys.argv[1:]]
+print("activations per rank: %.1f MiB without sp, %.1f MiB with sp" % tuple(act))
+sys.exit(0 if act[1] < 0.95 * act[0] else 1)
+PY
+    local ngpu backends=(mpi)
+    ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
+    [ "$ngpu" -ge 2 ] && backends+=(nccl)
+    for be in "${backends[@]}"; do
+        for ov in false true; do
+            timeout 600 $MPIRUN -np 2 build/train_gpu "${b[@]}" --set parallel.sp=true --set compress.method=taco \
+                --set comm.overlap=$ov --set comm.backend=$be --set log.dir=$T/gpu_sp_${be}_$ov > /dev/null || return 1
+        done
+        python3 tests/compare_logs.py $T/gpu_sp_${be}_true/log.jsonl $T/gpu_sp_${be}_false/log.jsonl --exact || return 1
+        python3 tests/compare_logs.py $T/gpu_sp_${be}_true/log.jsonl $T/gpu_sp_${be}_false/log.jsonl --key grad_norm --exact || return 1
+        python3 tests/compare_logs.py $T/gpu_sp_${be}_true/log.jsonl $T/gpu_sp_mpi_true/log.jsonl --exact || return 1
+    done
+}
+
 if [ "${1:-}" = nccl ]; then  # only the NCCL backend's tests (a multi-GPU session's first command)
     source tests/test_nccl_gpu.sh
     summary
@@ -138,9 +224,22 @@ run gpu_vs_cpu t_gpu_vs_cpu
 run gpu_tp_equivalence t_gpu_tp
 run gpu_determinism t_gpu_determinism
 run gpu_taco_tracks_none t_gpu_taco
+run gpu_sequence_parallel t_gpu_sp
 run gpu_memory_refusal t_gpu_memory_refusal
 run gpu_transports t_gpu_transports
 run gpu_resume_delayed t_gpu_resume_delayed
+# the stop tests of the CPU suite on the GPU build, ranks sharing the GPU (staged exchanges):
+# SIGTERM/SIGINT/SIGUSR1 then a bit-identical resume; a SIGSTOPped rank caught by the watchdog
+STOP_TRAIN=build/train_gpu
+STOP_CFG=(configs/default.json --set model.n_layer=2 --set model.d_model=128 --set model.n_head=2 --set model.max_seq_len=64
+          --set train.batch_size=4 --set train.seq_len=64 --set train.eval_every=0 --set train.sample_every=0
+          --set parallel.tp=2 --set compress.method=none)
+STOP_DIR=$T/stop; mkdir -p $STOP_DIR
+source tests/test_stop.sh
+run gpu_sigterm_resume t_sigterm_resume
+run gpu_watchdog_stopped_rank t_watchdog_stopped_rank
+run qwen2_gpu_vs_cpu t_qwen2_gpu_vs_cpu
+run qwen2_gpu_tp t_qwen2_gpu_tp
 for t in build/gpu/test_compress_gpu; do [ -x $t ] && run "$(basename $t)" $t; done
 for p in 2 3 4; do [ -x build/gpu/test_coll_gpu ] && run "test_coll_gpu_np$p" $MPIRUN -np $p build/gpu/test_coll_gpu; done
 source tests/test_nccl_gpu.sh

@@ -21,7 +21,12 @@
  *   site scale      a site's delayed-scale history kept on the device
  *                   (comm/stats_cuda.h) against the host's over 21 calls: the
  *                   same bits each call, the same history and statistics, and
- *                   no host waits on the NCCL and IPC transports.
+ *                   no host waits on the NCCL and IPC transports;
+ *   sp rows         the sequence-parallel reduce-scatter and all-gather of
+ *                   rows (comm/sp_cuda.h) == bf16 of the host's
+ *                   (comm/sp.h), the same statistics, the all-gather
+ *                   identical on every rank, one segment per call == all in
+ *                   one call (what keeps comm.overlap bit-identical).
  * min_sub is set small so that small tensors are pipelined too. Rank 0
  * prints one row per method pair; exit status 0 iff all pass on all ranks.
  * Options: --quick (fewer sizes, for the emulator); --nccl (the messages go
@@ -43,6 +48,8 @@
 #include "comm/comm.h"
 #include "comm/ipc_cuda.h"
 #include "comm/nccl_util.h"
+#include "comm/sp.h"
+#include "comm/sp_cuda.h"
 #include "common/bf16.h"
 #include "common/check.h"
 #include "compress/compress.h"
@@ -149,14 +156,21 @@ static void record(const char* name, int ok_here, const char* fmt, const char* w
  * a CollDevStats (comm/stats_cuda.h). Each call's result, the summed
  * statistics and the final history must be the same bits, and the device
  * calls must not wait for the host (host_syncs unchanged, staged transport
- * excepted: its waits are the transport's). */
+ * excepted: its waits are the transport's). The shapes: the two-shot and the
+ * one-shot all-reduce of n elements, and sequence parallelism's row
+ * reduce-scatter and all-gather (comm/sp_cuda.h) of [N, C] with K = 2
+ * pieces per rank, N C about n, both phases' history kept per site alike. */
 typedef struct {
-    float* xf;
-    uint16_t *xb, *ref, *got, *d_x;
+    float *xf, *hout;
+    uint16_t *xb, *ref, *got, *d_x, *d_out;
 } Bufs;
+enum { SHAPE_TWO_SHOT, SHAPE_ONE_SHOT, SHAPE_SP_RS, SHAPE_SP_AG };
 
-static void site_history_case(const char* name, CompressParams p, int one_shot, size_t n, int T, CollScratchDev* s,
+static void site_history_case(const char* name, CompressParams p, int shape, size_t n, int T, CollScratchDev* s,
                               CollScratch* hs, const Bufs* b, cudaStream_t cs) {
+    const int sp = shape == SHAPE_SP_RS || shape == SHAPE_SP_AG, K = 2, C = 64, N = P * K * (int)(n / (64u * 2u * P) + 1);
+    if (sp) n = (size_t)N * C;
+    const size_t n_in = shape == SHAPE_SP_AG ? n / (size_t)P : n, n_out = shape == SHAPE_SP_RS ? n / (size_t)P : n;
     enum { H = SITE_DEV_HISTORY };
     float ring[2][H]; /* the host's history: entry t % H is call t's */
     int held = 0;
@@ -173,9 +187,9 @@ static void site_history_case(const char* name, CompressParams p, int one_shot, 
     const unsigned long long syncs0 = s->host_syncs;
     p.delayed = 1;
     for (int t = 0; t < T; t++) {
-        fill(b->xf, n, rank, 500 + t, 0);
+        fill(b->xf, n_in, rank, 500 + t, 0);
         const float scale = ldexpf(1.0f, t % 5 - 2); /* the amax moves: the prediction lags, and saturates */
-        for (size_t i = 0; i < n; i++) {
+        for (size_t i = 0; i < n_in; i++) {
             b->xb[i] = bf16_from_f32(b->xf[i] * scale);
             b->xf[i] = bf16_to_f32(b->xb[i]);
         }
@@ -186,23 +200,29 @@ static void site_history_case(const char* name, CompressParams p, int one_shot, 
             if (ring[1][i] > pag.delayed_amax) pag.delayed_amax = ring[1][i];
         }
         CollStats st = {0};
-        if (one_shot) coll_allreduce_one_shot(MPI_COMM_WORLD, &prs, b->xf, n, (uint64_t)t, hs, &st);
-        else coll_allreduce(MPI_COMM_WORLD, &prs, &pag, b->xf, n, (uint64_t)t, hs, &st);
+        float* hy = sp ? b->hout : b->xf;
+        if (shape == SHAPE_ONE_SHOT) coll_allreduce_one_shot(MPI_COMM_WORLD, &prs, b->xf, n, (uint64_t)t, hs, &st);
+        else if (shape == SHAPE_TWO_SHOT) coll_allreduce(MPI_COMM_WORLD, &prs, &pag, b->xf, n, (uint64_t)t, hs, &st);
+        else if (shape == SHAPE_SP_RS) sp_reduce_scatter_host(MPI_COMM_WORLD, K, &prs, b->xf, hy, N, C, 0, K, (uint64_t)t, hs, &st);
+        else sp_all_gather_host(MPI_COMM_WORLD, K, &pag, b->xf, hy, N, C, 0, K, (uint64_t)t, hs, &st);
         ring[0][t % H] = st.amax_rs;
         ring[1][t % H] = st.amax_ag;
         if (held < H) held++;
         sum.saturated += st.saturated;
         sum.nonfinite += st.nonfinite;
-        for (size_t i = 0; i < n; i++) b->ref[i] = bf16_from_f32(b->xf[i]);
+        for (size_t i = 0; i < n_out; i++) b->ref[i] = bf16_from_f32(hy[i]);
 
-        CUDA_CHECK(cudaMemcpyAsync(b->d_x, b->xb, n * 2, cudaMemcpyHostToDevice, cs));
+        CUDA_CHECK(cudaMemcpyAsync(b->d_x, b->xb, n_in * 2, cudaMemcpyHostToDevice, cs));
         const CollDevSite site = {d_h->delayed, d_call};
-        if (one_shot) coll_allreduce_one_shot_site_dev(MPI_COMM_WORLD, &p, b->d_x, n, (uint64_t)t, s, &site, NULL, cs);
-        else coll_allreduce_site_dev(MPI_COMM_WORLD, &p, &p, b->d_x, n, (uint64_t)t, s, &site, NULL, cs);
+        uint16_t* dy = sp ? b->d_out : b->d_x;
+        if (shape == SHAPE_ONE_SHOT) coll_allreduce_one_shot_site_dev(MPI_COMM_WORLD, &p, b->d_x, n, (uint64_t)t, s, &site, NULL, cs);
+        else if (shape == SHAPE_TWO_SHOT) coll_allreduce_site_dev(MPI_COMM_WORLD, &p, &p, b->d_x, n, (uint64_t)t, s, &site, NULL, cs);
+        else if (shape == SHAPE_SP_RS) sp_reduce_scatter_dev(MPI_COMM_WORLD, K, &p, b->d_x, dy, N, C, 0, K, (uint64_t)t, s, &site, NULL, cs);
+        else sp_all_gather_dev(MPI_COMM_WORLD, K, &p, b->d_x, dy, N, C, 0, K, (uint64_t)t, s, &site, NULL, cs);
         site_scale_push_dev(d_h, d_call, d_tot, 1, cs);
-        CUDA_CHECK(cudaMemcpyAsync(b->got, b->d_x, n * 2, cudaMemcpyDeviceToHost, cs));
+        CUDA_CHECK(cudaMemcpyAsync(b->got, dy, n_out * 2, cudaMemcpyDeviceToHost, cs));
         CUDA_CHECK(cudaStreamSynchronize(cs));
-        const long e = diff_bf16(b->ref, b->got, n);
+        const long e = diff_bf16(b->ref, b->got, n_out);
         if (e >= 0 && bad_call < 0) {
             bad_call = t;
             bad_elem = e;
@@ -219,7 +239,8 @@ static void site_history_case(const char* name, CompressParams p, int one_shot, 
     const int stats_ok = tot.saturated == sum.saturated && tot.nonfinite == sum.nonfinite;
     const int no_wait = s->nccl || s->ipc ? syncs <= 1 : 1; /* (1: the IPC buffers' first growth) */
     char msg[200], what[96];
-    snprintf(what, sizeof(what), "%s n=%zu %s", name, n, one_shot ? "one-shot" : "two-shot");
+    static const char* SHAPE[4] = {"two-shot", "one-shot", "sp reduce-scatter", "sp all-gather"};
+    snprintf(what, sizeof(what), "%s n=%zu %s", name, n, SHAPE[shape]);
     snprintf(msg, sizeof(msg), "rank %d: call %ld element %ld; history %s; saturated host %llu device %llu; host syncs %llu",
              rank, bad_call, bad_elem, hist_ok ? "equal" : "differs", (unsigned long long)sum.saturated,
              (unsigned long long)tot.saturated, syncs);
@@ -460,6 +481,59 @@ int main(int argc, char** argv) {
         }
     }
 
+    /* sp rows: [N, C] = [P K rs, C] with K pieces per rank, every pair */
+    const int sp_shapes[][3] = {{3, 37, 2}, {2, 64, 4}, {5, 100, 1}};   /* rows per piece, C, K */
+    for (int pi = 0; pi < np; pi++) {
+        const Pair* pr = &pairs[pi];
+        for (size_t si = 0; si < sizeof(sp_shapes) / sizeof(sp_shapes[0]); si++) {
+            const int rs = sp_shapes[si][0], C = sp_shapes[si][1], K = sp_shapes[si][2], N = P * K * rs;
+            const size_t n = (size_t)N * C, nl = n / (size_t)P;
+            for (int a = 0; a < 3; a += 2) { /* staged (or NCCL), and IPC */
+                if ((a == 0 && only_ipc) || (a == 2 && !ipc_ok)) continue;
+                CollScratchDev* s = a == 2 ? &ds[2][0] : &ds[0][1];
+                char what[160], msg[200] = "";
+                snprintf(what, sizeof(what), "%s N=%d C=%d K=%d %s", pr->name, N, C, K, TRANSPORT[a]);
+                fill(xf, n, rank, salt++, pr->nonfinite);
+                for (size_t i = 0; i < n; i++) {
+                    xb[i] = bf16_from_f32(xf[i]);
+                    xf[i] = bf16_to_f32(xb[i]);
+                }
+                CollStats sh = {0}, sd = {0};
+                sp_reduce_scatter_host(MPI_COMM_WORLD, K, &pr->rs, xf, hout, N, C, 0, K, 41, &hs, &sh);
+                for (size_t i = 0; i < nl; i++) ref[i] = bf16_from_f32(hout[i]);
+                copy_sync(d_x, xb, n * 2, cudaMemcpyHostToDevice, cs);
+                sp_reduce_scatter_dev(MPI_COMM_WORLD, K, &pr->rs, d_x, (uint16_t*)d_out, N, C, 0, K, 41, s, NULL, &sd, cs);
+                copy_sync(got, d_out, nl * 2, cudaMemcpyDeviceToHost, cs);
+                long e = diff_bf16(ref, got, nl);
+                if (e >= 0) snprintf(msg, sizeof(msg), "rank %d element %ld: host 0x%04x device 0x%04x", rank, e, ref[e], got[e]);
+                else if (!stats_equal(&sh, &sd)) stats_diff(msg, sizeof(msg), rank, &sh, &sd);
+                record("sp reduce-scatter", e < 0 && stats_equal(&sh, &sd), msg, what);
+                for (int k = 0; k < K; k++)
+                    sp_reduce_scatter_dev(MPI_COMM_WORLD, K, &pr->rs, d_x, (uint16_t*)d_mine, N, C, k, k + 1, 41, s, NULL, NULL, cs);
+                copy_sync(two, d_mine, nl * 2, cudaMemcpyDeviceToHost, cs);
+                record("sp rs by segment", memcmp(two, got, nl * 2) == 0, "one segment per call differs", what);
+
+                /* the all-gather of the bf16 rows the reduce-scatter left */
+                for (size_t i = 0; i < nl; i++) xh[i] = bf16_to_f32(got[i]);
+                CollStats gh = {0}, gd = {0};
+                sp_all_gather_host(MPI_COMM_WORLD, K, &pr->ag, xh, hout, N, C, 0, K, 42, &hs, &gh);
+                for (size_t i = 0; i < n; i++) ref[i] = bf16_from_f32(hout[i]);
+                sp_all_gather_dev(MPI_COMM_WORLD, K, &pr->ag, (const uint16_t*)d_out, d_x, N, C, 0, K, 42, s, NULL, &gd, cs);
+                copy_sync(got, d_x, n * 2, cudaMemcpyDeviceToHost, cs);
+                e = diff_bf16(ref, got, n);
+                msg[0] = '\0';
+                if (e >= 0) snprintf(msg, sizeof(msg), "rank %d element %ld: host 0x%04x device 0x%04x", rank, e, ref[e], got[e]);
+                else if (!stats_equal(&gh, &gd)) stats_diff(msg, sizeof(msg), rank, &gh, &gd);
+                record("sp all-gather", e < 0 && stats_equal(&gh, &gd), msg, what);
+                record("sp ag (ranks identical)", same_on_all_ranks(got, n * 2), "outputs differ across ranks", what);
+                for (int k = 0; k < K; k++)
+                    sp_all_gather_dev(MPI_COMM_WORLD, K, &pr->ag, (const uint16_t*)d_out, d_x, N, C, k, k + 1, 42, s, NULL, NULL, cs);
+                copy_sync(two, d_x, n * 2, cudaMemcpyDeviceToHost, cs);
+                record("sp ag by segment", memcmp(two, got, n * 2) == 0, "one segment per call differs", what);
+            }
+        }
+    }
+
     /* The exact path of the GPU trainer sends bf16 instead of fp32: its
      * inputs are bf16 (exact in bf16) and the all-gather's rounding of the
      * fp32 sum to bf16 is the rounding of the output, so the two wires must
@@ -486,7 +560,7 @@ int main(int argc, char** argv) {
 
     /* delayed scaling over more calls than the history holds */
     {
-        const Bufs b = {xf, xb, ref, got, d_x};
+        const Bufs b = {xf, hout, xb, ref, got, d_x, (uint16_t*)d_out};
         const CompressParams taco = params(CM_TACO, 64, FP8_E4M3, 0, 0), tens = params(CM_FP8_TENSOR, 64, FP8_E4M3, 0, 0);
         const CompressParams sr = params(CM_TACO, 32, FP8_E5M2, 1, 0);
         const size_t n = quick ? 12345 : (1u << 18) + 3;
@@ -496,11 +570,16 @@ int main(int argc, char** argv) {
             site_history_case("fp8_tensor delayed", tens, 0, n, T, &ds[0][1], &hs, &b, cs);
             site_history_case("taco sr delayed", sr, 0, n, T, &ds[0][0], &hs, &b, cs);
             site_history_case("taco delayed", taco, 1, n, T, &ds[0][0], &hs, &b, cs);
+            site_history_case("taco delayed", taco, SHAPE_SP_RS, n, T, &ds[0][1], &hs, &b, cs);
+            site_history_case("fp8_tensor delayed", tens, SHAPE_SP_AG, n, T, &ds[0][2], &hs, &b, cs);
+            site_history_case("taco sr delayed", sr, SHAPE_SP_AG, n, T, &ds[0][0], &hs, &b, cs);
         }
         if (ipc_ok) {
             site_history_case("taco delayed ipc", taco, 0, n, T, &ds[2][0], &hs, &b, cs);
             site_history_case("fp8_tensor delayed ipc", tens, 0, n, T, &ds[2][0], &hs, &b, cs);
             site_history_case("taco delayed ipc", taco, 1, n, T, &ds[2][0], &hs, &b, cs);
+            site_history_case("taco delayed ipc", taco, SHAPE_SP_RS, n, T, &ds[2][0], &hs, &b, cs);
+            site_history_case("fp8_tensor delayed ipc", tens, SHAPE_SP_AG, n, T, &ds[2][0], &hs, &b, cs);
         }
     }
 

@@ -17,7 +17,14 @@
  *     contribution, none of the sum); identical on every rank;
  *     (P - 1) compressed tensors sent;
  *   - reduce-scatter and all-gather separately, against the exact halves;
- *   - bytes on the wire match what the formats promise.
+ *   - bytes on the wire match what the formats promise;
+ *   - the row exchanges of sequence parallelism (comm/sp.h) on [N, C] with
+ *     K pieces per rank: the exact reduce-scatter is bit for bit the fp32
+ *     rank-order sum of this rank's rows, and its all-gather returns the
+ *     all-reduce's bits; compressed, within the bounds above; the all-gather
+ *     is identical on every rank; K calls of one segment each give the bits
+ *     of one call of all K (what keeps comm.overlap bit-identical); the bytes
+ *     are (P - 1) compressed pieces per segment in each.
  */
 #include <math.h>
 #include <mpi.h>
@@ -26,6 +33,7 @@
 #include <string.h>
 
 #include "comm/comm.h"
+#include "comm/sp.h"
 #include "common/check.h"
 
 static int failures = 0;
@@ -147,6 +155,85 @@ static void test_method(CompressMethod m, size_t n) {
     coll_scratch_free(&s);
 }
 
+/* the sp row exchanges of N = P K rs rows of C columns, K pieces per rank */
+static void test_sp(CompressMethod m, int rs, int C, int K) {
+    CompressParams p;
+    compress_params_default(&p, m);
+    CollScratch s = {0};
+    const int N = P * K * rs, R = N / P;
+    const size_t n = (size_t)N * C, nl = (size_t)R * C;
+    float* x = malloc(n * sizeof(float));
+    float* tmp = malloc(n * sizeof(float));
+    float* sum32 = calloc(nl, sizeof(float));        /* rank-order fp32 sum of my rows */
+    double* ref = calloc(nl, sizeof(double));
+    double norms = 0.0, nref = 0.0;
+    for (int r = 0; r < P; r++) {
+        fill(tmp, n, r, 31 * C + rs);
+        double a = 0.0;
+        for (int k = 0; k < K; k++) {
+            int g0, rows;
+            sp_piece(N, P, K, rank, k, &g0, &rows);
+            for (size_t i = 0; i < (size_t)rows * C; i++) {
+                size_t li = (size_t)k * rows * C + i;
+                float v = tmp[(size_t)g0 * C + i];
+                sum32[li] = r == 0 ? v : sum32[li] + v;
+                ref[li] += v;
+                a += (double)v * v;
+            }
+        }
+        norms += sqrt(a);
+    }
+    for (size_t i = 0; i < nl; i++) nref += ref[i] * ref[i];
+    const double ratio = nref > 0 ? norms / sqrt(nref) : 1.0, b1 = compress_error_bound(&p);
+    const char* name = compress_method_name(m);
+    fill(x, n, rank, 31 * C + rs);
+
+    float* local = malloc(nl * sizeof(float));
+    float* local1 = malloc(nl * sizeof(float));
+    CollStats st = {0};
+    sp_reduce_scatter_host(MPI_COMM_WORLD, K, &p, x, local, N, C, 0, K, 5, &s, &st);
+    for (int k = 0; k < K; k++) sp_reduce_scatter_host(MPI_COMM_WORLD, K, &p, x, local1, N, C, k, k + 1, 5, &s, NULL);
+    CHECK(memcmp(local, local1, nl * sizeof(float)) == 0, "sp rs %s N=%d C=%d K=%d: one segment per call differs", name, N, C, K);
+    const size_t piece = (size_t)rs * C, want = (size_t)K * (size_t)(P - 1) * compress_bound(&p, piece);
+    CHECK(st.bytes_sent == want, "sp rs %s: bytes %llu, expected %zu", name, (unsigned long long)st.bytes_sent, want);
+    if (m == CM_NONE) {
+        CHECK(memcmp(local, sum32, nl * sizeof(float)) == 0, "sp rs none N=%d C=%d K=%d: not the rank-order fp32 sum", N, C, K);
+    } else {
+        double e = rel_err(local, ref, nl);
+        CHECK(e <= b1 * ratio, "sp rs %s N=%d C=%d K=%d: rel err %.3g > %.3g", name, N, C, K, e, b1 * ratio);
+    }
+
+    /* the all-gather of what the reduce-scatter left: exact, the all-reduce's bits */
+    float* out = malloc(n * sizeof(float));
+    float* out1 = malloc(n * sizeof(float));
+    st = (CollStats){0};
+    sp_all_gather_host(MPI_COMM_WORLD, K, &p, local, out, N, C, 0, K, 6, &s, &st);
+    for (int k = 0; k < K; k++) sp_all_gather_host(MPI_COMM_WORLD, K, &p, local, out1, N, C, k, k + 1, 6, &s, NULL);
+    CHECK(memcmp(out, out1, n * sizeof(float)) == 0, "sp ag %s N=%d C=%d K=%d: one segment per call differs", name, N, C, K);
+    CHECK(st.bytes_sent == want, "sp ag %s: bytes %llu, expected %zu", name, (unsigned long long)st.bytes_sent, want);
+    CHECK(same_on_all_ranks(out, n), "sp ag %s N=%d C=%d K=%d: ranks disagree", name, N, C, K);
+    if (m == CM_NONE) {
+        coll_allreduce(MPI_COMM_WORLD, &p, &p, x, n, 0, &s, NULL);
+        CHECK(memcmp(out, x, n * sizeof(float)) == 0, "sp rs + ag none N=%d C=%d K=%d: not the all-reduce's bits", N, C, K);
+    }
+    /* the all-gather alone, of a tensor every rank knows */
+    fill(tmp, n, 1000, C);
+    for (int k = 0; k < K; k++) {
+        int g0, rows;
+        sp_piece(N, P, K, rank, k, &g0, &rows);
+        memcpy(local + (size_t)k * rows * C, tmp + (size_t)g0 * C, (size_t)rows * C * sizeof(float));
+    }
+    sp_all_gather_host(MPI_COMM_WORLD, K, &p, local, out, N, C, 0, K, 7, &s, NULL);
+    double* fd = malloc(n * sizeof(double));
+    for (size_t i = 0; i < n; i++) fd[i] = tmp[i];
+    double eg = rel_err(out, fd, n);
+    CHECK(m == CM_NONE ? eg == 0.0 : eg <= b1, "sp ag %s N=%d C=%d K=%d: rel err %.3g", name, N, C, K, eg);
+    CHECK(same_on_all_ranks(out, n), "sp ag %s: ranks disagree", name);
+
+    free(x); free(tmp); free(sum32); free(ref); free(local); free(local1); free(out); free(out1); free(fd);
+    coll_scratch_free(&s);
+}
+
 int main(int argc, char** argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -166,6 +253,10 @@ int main(int argc, char** argv) {
     const CompressMethod methods[] = {CM_NONE, CM_FP8_TENSOR, CM_FP8_GROUP, CM_INT8_GROUP, CM_TACO};
     for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
         for (size_t k = 0; k < sizeof(methods) / sizeof(methods[0]); k++) test_method(methods[k], sizes[i]);
+    const int sp_shapes[][3] = {{3, 37, 2}, {5, 64, 4}, {7, 100, 1}, {1, 768, 3}};   /* rows per piece, C, K */
+    for (size_t i = 0; i < sizeof(sp_shapes) / sizeof(sp_shapes[0]); i++)
+        for (size_t k = 0; k < sizeof(methods) / sizeof(methods[0]); k++)
+            test_sp(methods[k], sp_shapes[i][0], sp_shapes[i][1], sp_shapes[i][2]);
     int total;
     MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (rank == 0) printf("test_collectives (P=%d): %s\n", P, total ? "FAILED" : "all passed");

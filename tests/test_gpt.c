@@ -17,7 +17,8 @@
  *      and the O(h^2) truncation error is well under 1% here, so the check is
  *      |fd - g.d| <= 1e-2 |g.d| + 2e-5: a wrong or missing gradient term (an
  *      O(1) relative error) fails.
- * Both run for GPT-2 and for Qwen2 (model/qwen2.c): with grouped-query
+ * Both run with and without sequence parallelism (parallel.sp, 2 pieces
+ * per rank, so a rank's rows are not contiguous), and for GPT-2 and Qwen2 (model/qwen2.c): with grouped-query
  * attention (n_kv_head < n_head) and an untied LM head at P = 1, 2 (the kv
  * heads must divide by P), and tied with 8 heads over 4 kv heads at P = 4.
  * Qwen2 uses h = 0.01: its residual stream starts as the 0.02-scale
@@ -63,20 +64,24 @@ static size_t real_elems(const ParamLayout* pl, int t) {
     return vocab && pl->full[t] ? (size_t)pl->s.V * pl->s.C : pl->full[t];
 }
 
-static void run_case(const char* label, GPTShape s, int P, double h) {
+static void run_case(const char* label, GPTShape s, int P, double h, int sp) {
     CommPolicy pol; /* every site exact */
     comm_policy_default(&pol);
     const int B = 2, T = 8;
-    if (rank == 0) printf("%s\n", label);
+    pol.sp = sp;
+    pol.sp_chunks = 2;   /* B T = 16 rows: 2 pieces per rank at P = 4, rows 3 pieces apart */
+    pol.overlap = sp;    /* the exchanges piece by piece between the GEMMs */
+    if (rank == 0) printf("%s%s\n", label, sp ? " (sequence parallel)" : "");
     Comm ctp, c1;
     comm_init(&ctp, P, 1);                      /* all ranks: one TP group */
     comm_setup_sites(&ctp, s.L, &pol);
     comm_init(&c1, 1, P);                       /* each rank alone: TP=1 */
+    pol.sp = 0;
     comm_setup_sites(&c1, s.L, &pol);
 
     GPT m, m1;
-    gpt_init(&m, s, P, rank, B, T);
-    gpt_init(&m1, s, 1, 0, B, T);
+    gpt_init(&m, s, P, rank, B, T, sp);
+    gpt_init(&m1, s, 1, 0, B, T, 0);
     float* full = params_init_full(&m.pl, 5);
     /* make biases and LayerNorm parameters non-trivial so their paths are tested */
     size_t off = 0;
@@ -162,9 +167,11 @@ int main(int argc, char** argv) {
     int P;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &P);
-    run_case("gpt2", gpt2_shape(16, 70, params_padded_vocab(70, P), 2, 4, 32), P, 0.05);
-    if (2 % P == 0) run_case("qwen2: n_head 4, n_kv_head 2, untied LM head", qwen2_shape(P, 4, 2, 0), P, 0.01);
-    run_case("qwen2: n_head 8, n_kv_head 4, tied LM head", qwen2_shape(P, 8, 4, 1), P, 0.01);
+    for (int sp = 0; sp <= (P > 1); sp++) {   /* parallel.sp: the same loss, norm and gradients */
+        run_case("gpt2", gpt2_shape(16, 70, params_padded_vocab(70, P), 2, 4, 32), P, 0.05, sp);
+        if (2 % P == 0) run_case("qwen2: n_head 4, n_kv_head 2, untied LM head", qwen2_shape(P, 4, 2, 0), P, 0.01, sp);
+        run_case("qwen2: n_head 8, n_kv_head 4, tied LM head", qwen2_shape(P, 8, 4, 1), P, 0.01, sp);
+    }
     int total;
     MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (rank == 0) printf("test_gpt (TP=%d): %s\n", P, total ? "FAILED" : "all passed");

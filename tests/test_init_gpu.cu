@@ -20,6 +20,10 @@
  *               every tensor has the right mean/std or constant; the small
  *               model under "auto" keeps the host init (the CPU build's bits)
  *               and the bf16 working copy is round-to-nearest of the master.
+ *   (f) qwen2   a Qwen2 shape (GQA, untied LM head) at P = 1 and P = 2:
+ *               bit-identical, Qwen2's rule (norm gains exactly 1, q/k/v
+ *               biases exactly 0, every weight N(0, 0.02) by its moments),
+ *               the padding rows of wte AND of the LM head exactly 0.
  *
  * Tolerance of (d) and (e): n independent N(0, s^2) values have a sample
  * mean with standard error s/sqrt(n) and a sample std with standard error
@@ -271,7 +275,7 @@ static void test_values(void) {
  * fills the bf16 working weights from the master. */
 static void test_gpt_small(void) {
     GPT m;
-    gpt_init(&m, small_shape(2), 2, 1, 2, 16);
+    gpt_init(&m, small_shape(2), 2, 1, 2, 16, 0);
     size_t n = m.pl.total;
     float* master = (float*)mallocCheck(n * sizeof(float));
     const char* how = gpt_init_random(&m, "auto", SEED);
@@ -306,7 +310,7 @@ static void test_gpt_small(void) {
 static void test_gpt_350m(void) {
     GPTShape s = gpt2_shape(1024, 50257, params_padded_vocab(50257, 1), 24, 16, 1024);
     GPT m;
-    gpt_init(&m, s, 1, 0, 1, 64);
+    gpt_init(&m, s, 1, 0, 1, 64, 0);
     const ParamLayout* pl = &m.pl;
     double t0 = now_s();
     const char* how = gpt_init_random(&m, "auto", SEED);
@@ -335,6 +339,51 @@ static void test_gpt_350m(void) {
     gpt_free(&m);
 }
 
+/* ---- (f) qwen2 ------------------------------------------------------------------------ */
+
+static void test_qwen2(void) {
+    /* L=2, C=64, NH=4 over KV=2, d_ff 96, V=300 (padded to 384), untied head */
+    GPTShape s = gpt2_shape(64, 300, params_padded_vocab(300, 2), 2, 4, 64);
+    s.arch = ARCH_QWEN2;
+    s.KV = 2;
+    s.F = 96;
+    s.tied = 0;
+    s.norm_eps = 1e-6f;
+    s.rope_theta = 10000.0f;
+    ParamLayout pl;
+    params_layout(&pl, s, 1, 0);
+    const size_t n = params_full_count(&pl);
+    float* m1 = device_full(s, 1, SEED);
+    float* m2 = device_full(s, 2, SEED);
+    CHECK(memcmp(m1, m2, n * sizeof(float)) == 0, "qwen2: P=2 assembled model differs from P=1");
+    for (int t = 0; t < Q_NUM; t++) {
+        const float* x = m1 + full_offset(&pl, t);
+        const char* name = params_tensor_name(&pl, t);
+        const int vocab_rows = t == Q_WTE || t == Q_LMHEAD;
+        const size_t real = vocab_rows ? (size_t)s.V * s.C : pl.full[t];
+        size_t off_rule = 0;
+        double sum = 0.0, sumsq = 0.0;
+        for (size_t i = 0; i < pl.full[t]; i++) {
+            if (i >= real) {   /* padding rows */
+                off_rule += x[i] != 0.0f;
+                continue;
+            }
+            sum += x[i];
+            sumsq += (double)x[i] * x[i];
+            if (t == Q_LN1W || t == Q_LN2W || t == Q_NORMW) off_rule += x[i] != 1.0f;
+            if (t == Q_QKVB) off_rule += x[i] != 0.0f;
+            if (x[i] != x[i]) off_rule++;   /* unwritten (NaN-poisoned) */
+        }
+        CHECK(off_rule == 0, "qwen2: %s: %zu values off the rule (padding 0, gains 1, biases 0, all written)", name,
+              off_rule);
+        if (t != Q_LN1W && t != Q_LN2W && t != Q_NORMW && t != Q_QKVB) check_moments(name, sum, sumsq, real, 0.02);
+    }
+    CHECK(pl.full[Q_LMHEAD] == (size_t)s.Vp * s.C, "qwen2: the untied LM head has %zu values", pl.full[Q_LMHEAD]);
+    free(m1);
+    free(m2);
+    printf("  (f) qwen2: P = 1, 2 bit-identical; gains 1, q/k/v biases 0, wte and lm_head padding 0, weights N(0, 0.02)\n");
+}
+
 int main(void) {
     if (testing_begin("test_init_gpu") != 0) return 1;
     ops_init(0);
@@ -344,5 +393,6 @@ int main(void) {
     test_values();
     test_gpt_small();
     test_gpt_350m();
+    test_qwen2();
     return testing_end("test_init_gpu");
 }

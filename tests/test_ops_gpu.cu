@@ -1,7 +1,9 @@
 /*
  * tests/test_ops_gpu.cu - every op of the CUDA backend against the fp32 CPU
- * reference (ops/ops_cpu.c linked in as cpu_F, see tests/ops_ref.h), on
- * the same random inputs.
+ * reference (ops/ops_cpu.c and ops/ops_cpu_qwen2.c linked in as cpu_F, see
+ * tests/ops_ref.h), on the same random inputs. The ops Qwen2 adds are in
+ * tests/test_ops_gpu_qwen2.cu (same binary), the helpers in
+ * tests/ops_gpu_testing.h.
  *
  * Method (the library's device/METHOD.md):
  *   - inputs are random fp32 rounded to bf16 first, so both backends see
@@ -19,182 +21,21 @@
  *   - shapes: GPT-2-like (C = 768) and awkward ones (N not a multiple of any
  *     tile, C not a multiple of 8 -> scalar paths, vocab slices with padding).
  *
- * Tolerances. bf16 keeps 8 significant bits: rounding a value costs a
- * relative error of at most 2^-9 = 1.95e-3, about 1.1e-3 rms over many
- * values. So:
- *   TOL_EW   4e-3  element-wise ops with a bf16 output (one rounding of an
- *                  fp32 result that both sides compute alike);
- *   TOL_RED  1e-2  bf16 outputs of long fp32 reductions (matmul, layernorm,
- *                  attention output): the rounding plus summation-order
- *                  differences, with margin;
- *   TOL_ATTB 2e-2  attention input gradients: P and dS are rounded to bf16
- *                  before their tensor-core products (as in FlashAttention),
- *                  a few such roundings compound;
- *   TOL_F32  1e-4  fp32 outputs computed from identical bf16 inputs in fp32
- *                  (gradients of weights, statistics): only summation order
- *                  differs (~1e-6 relative), generous margin;
- *   TOL_EXACT 0    pure data movement or sums in the reference's exact order.
+ * Tolerances: tests/ops_gpu_testing.h (TOL_*), with their reasons.
  *
  * Prints one table row per check; exits 1 if any check fails.
  *   test_ops_gpu [group]    only the groups whose name contains `group`
  *                           (memory encoder position layernorm matmul
- *                           elementwise attention crossentropy adamw norms)
+ *                           elementwise attention crossentropy adamw norms
+ *                           rmsnorm rope swiglu)
  * The same source also runs on the CPU against the emulated backend
  * (tests/emu/emu.mk), which is how it was checked before any GPU run.
  */
 #include <math.h>
-#include <stdint.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
-#include <vector>
-
-#include "common/bf16.h"
-#include "common/check.h"
-#include "ops/ops.h"
-#include "tests/ops_ref.h"
-
-#define TOL_EXACT 0.0
-#define TOL_EW 4e-3
-#define TOL_RED 1e-2
-#define TOL_ATTB 2e-2
-#define TOL_F32 1e-4
-
-typedef std::vector<float> vecf;
-
-/* ---- results table -------------------------------------------------------------- */
-static int g_fail = 0, g_checks = 0;
-
-static void report(const char* op, const char* what, double err, double tol, const char* note) {
-    bool ok = !(err != err) && err <= tol; /* NaN fails */
-    g_checks++;
-    if (!ok) g_fail++;
-    printf("%-22s %-40s %11.3e %9.1e  %-4s %s\n", op, what, err, tol, ok ? "PASS" : "FAIL", note ? note : "");
-    fflush(stdout);
-}
-
-/* ---- random numbers, bf16 on the host ------------------------------------------ */
-static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
-static uint64_t rng_u64() {
-    uint64_t z = (g_rng += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-static float rng_unif() { return (float)((rng_u64() >> 40) * (1.0 / 16777216.0)); } /* [0,1) */
-static float rng_normal() {
-    float u1 = rng_unif(), u2 = rng_unif();
-    if (u1 < 1e-7f) u1 = 1e-7f;
-    return sqrtf(-2.0f * logf(u1)) * cosf(6.2831853f * u2);
-}
-static int rng_int(int n) { return (int)(rng_u64() % (uint64_t)n); }
-
-/* host bf16 conversions: common/bf16.h (round to nearest even, every NaN -> 0x7FC0; no input of these tests is NaN) */
-static float round_bf(float f) { return bf16_to_f32(bf16_from_f32(f)); }
-
-/* random values of scale s, already bf16-representable */
-static vecf randn_bf(size_t n, float s = 1.0f) {
-    vecf v(n);
-    for (size_t i = 0; i < n; i++) v[i] = round_bf(s * rng_normal());
-    return v;
-}
-static vecf randn_f32(size_t n, float s = 1.0f) {
-    vecf v(n);
-    for (size_t i = 0; i < n; i++) v[i] = s * rng_normal();
-    return v;
-}
-
-/* ---- device buffers ---------------------------------------------------------------- */
-static floatX* dev_bf(const vecf& h) {
-    std::vector<uint16_t> b(h.size());
-    for (size_t i = 0; i < h.size(); i++) b[i] = bf16_from_f32(h[i]);
-    floatX* d = (floatX*)ops_malloc(b.size() * 2);
-    ops_from_host(d, b.data(), b.size() * 2);
-    return d;
-}
-static float* dev_f32(const vecf& h) {
-    float* d = (float*)ops_malloc(h.size() * 4);
-    ops_from_host(d, h.data(), h.size() * 4);
-    return d;
-}
-static int* dev_int(const std::vector<int>& h) {
-    int* d = (int*)ops_malloc(h.size() * 4);
-    ops_from_host(d, h.data(), h.size() * 4);
-    return d;
-}
-static vecf get_bf(const floatX* d, size_t n) {
-    std::vector<uint16_t> b(n);
-    ops_to_host(b.data(), d, n * 2);
-    vecf h(n);
-    for (size_t i = 0; i < n; i++) h[i] = bf16_to_f32(b[i]);
-    return h;
-}
-static vecf get_f32(const float* d, size_t n) {
-    vecf h(n);
-    ops_to_host(h.data(), d, n * 4);
-    return h;
-}
-static std::vector<uint8_t> get_bytes(const void* d, size_t bytes) {
-    std::vector<uint8_t> h(bytes);
-    ops_to_host(h.data(), d, bytes);
-    return h;
-}
-static void poison_bf(floatX* d, size_t n) {
-    std::vector<uint16_t> b(n, 0x7FC0); /* bf16 quiet NaN */
-    ops_from_host(d, b.data(), n * 2);
-}
-static void poison_f32(float* d, size_t n) {
-    vecf b(n, nanf(""));
-    ops_from_host(d, b.data(), n * 4);
-}
-
-/* ---- comparisons -------------------------------------------------------------------- */
-static size_t count_nan(const vecf& g) {
-    size_t k = 0;
-    for (float x : g) k += (x != x);
-    return k;
-}
-
-/* ||g - c|| / ||c|| (or the plain norm of g - c if c is zero) */
-static double rel_err(const vecf& g, const vecf& c) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < c.size(); i++) {
-        double d = (double)g[i] - c[i];
-        num += d * d;
-        den += (double)c[i] * c[i];
-    }
-    return den > 0 ? sqrt(num / den) : sqrt(num);
-}
-
-static void check(const char* op, const char* what, const vecf& gpu, const vecf& cpu, double tol) {
-    size_t nn = count_nan(gpu);
-    if (nn) {
-        char note[96];
-        snprintf(note, sizeof note, "%zu of %zu elements unwritten/NaN", nn, gpu.size());
-        report(op, what, NAN, tol, note);
-        return;
-    }
-    report(op, what, rel_err(gpu, cpu), tol, nullptr);
-}
-
-/* increment check for accumulating outputs: (gpu - init) vs (cpu - init) */
-static void check_inc(const char* op, const char* what, const vecf& gpu, const vecf& cpu, const vecf& init, double tol) {
-    vecf dg(gpu.size()), dc(cpu.size());
-    for (size_t i = 0; i < gpu.size(); i++) {
-        dg[i] = gpu[i] - init[i];
-        dc[i] = cpu[i] - init[i];
-    }
-    check(op, what, dg, dc, tol);
-}
-
-static void check_bits(const char* op, const char* what, const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
-    size_t diff = 0;
-    for (size_t i = 0; i < a.size(); i++) diff += a[i] != b[i];
-    char note[64];
-    snprintf(note, sizeof note, "%zu of %zu bytes differ", diff, a.size());
-    report(op, what, diff ? 1.0 : 0.0, TOL_EXACT, diff ? note : "bit-identical");
-}
+#include "tests/ops_gpu_testing.h"
 
 /* ======================================================================================= */
 
@@ -501,19 +342,33 @@ static void test_bias_residual_gelu(int N, int C, size_t n) {
     ops_free(dg);
 }
 
-static void test_attention(int B, int T, int NH, int hs) {
+/* the GPU attention under test: GPT-2's entry points for NKV = NH (they are
+ * the grouped-query ones with NKV = NH), the grouped-query ones otherwise */
+static void gpu_attention_fwd(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int NKV, int hs) {
+    if (NKV == NH) attention_forward(out, lse, qkv, B, T, NH, hs);
+    else attention_gqa_forward(out, lse, qkv, B, T, NH, NKV, hs);
+}
+static void gpu_attention_bwd(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out, const float* lse,
+                              int B, int T, int NH, int NKV, int hs) {
+    if (NKV == NH) attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, hs);
+    else attention_gqa_backward(dqkv, dout, qkv, out, lse, B, T, NH, NKV, hs);
+}
+
+/* NKV kv heads (NKV = NH: GPT-2's attention): qkv rows of (NH + 2 NKV) hs */
+static void test_attention(int B, int T, int NH, int NKV, int hs) {
     char what[96];
-    snprintf(what, sizeof what, "B=%d T=%d NH=%d hs=%d", B, T, NH, hs);
-    const size_t nqkv = (size_t)B * T * 3 * NH * hs, nout = (size_t)B * T * NH * hs, nlse = (size_t)B * NH * T;
+    snprintf(what, sizeof what, "B=%d T=%d NH=%d NKV=%d hs=%d", B, T, NH, NKV, hs);
+    const int W = (NH + 2 * NKV) * hs; /* qkv row width */
+    const size_t nqkv = (size_t)B * T * W, nout = (size_t)B * T * NH * hs, nlse = (size_t)B * NH * T;
     vecf qkv = randn_bf(nqkv);
     vecf cout(nout), clse(nlse);
-    cpu_attention_forward(cout.data(), clse.data(), qkv.data(), B, T, NH, hs);
+    cpu_attention_gqa_forward(cout.data(), clse.data(), qkv.data(), B, T, NH, NKV, hs);
     floatX* dqkv_in = dev_bf(qkv);
     floatX* dout = (floatX*)ops_malloc(nout * 2);
     float* dlse = (float*)ops_malloc(nlse * 4);
     poison_bf(dout, nout);
     poison_f32(dlse, nlse);
-    attention_forward(dout, dlse, dqkv_in, B, T, NH, hs);
+    gpu_attention_fwd(dout, dlse, dqkv_in, B, T, NH, NKV, hs);
     vecf gout = get_bf(dout, nout), glse = get_f32(dlse, nlse);
     check("attention_forward", what, gout, cout, TOL_RED);
     check("attention_forward", "  lse", glse, clse, TOL_F32 * 10); /* ex2.approx: ~2 ulp per term */
@@ -521,19 +376,21 @@ static void test_attention(int B, int T, int NH, int hs) {
     /* backward: each side from its own forward (out, lse) */
     vecf g = randn_bf(nout);
     vecf cdqkv(nqkv);
-    cpu_attention_backward(cdqkv.data(), g.data(), qkv.data(), cout.data(), clse.data(), B, T, NH, hs);
+    cpu_attention_gqa_backward(cdqkv.data(), g.data(), qkv.data(), cout.data(), clse.data(), B, T, NH, NKV, hs);
     floatX* dg = dev_bf(g);
     floatX* ddqkv = (floatX*)ops_malloc(nqkv * 2);
     poison_bf(ddqkv, nqkv);
-    attention_backward(ddqkv, dg, dqkv_in, dout, dlse, B, T, NH, hs);
+    gpu_attention_bwd(ddqkv, dg, dqkv_in, dout, dlse, B, T, NH, NKV, hs);
     vecf gd = get_bf(ddqkv, nqkv);
     check("attention_backward", "  dqkv", gd, cdqkv, TOL_ATTB);
-    /* the three parts separately: a wrong dq hides less in a sum */
+    /* the three parts separately: a wrong dq hides less in a sum (and a
+     * kv head's sum over its group shows in dk, dv) */
+    const int part_at[4] = {0, NH * hs, (NH + NKV) * hs, W};
     for (int part = 0; part < 3; part++) {
         vecf gp, cp;
         for (size_t r = 0; r < (size_t)B * T; r++)
-            for (int i = 0; i < NH * hs; i++) {
-                size_t k = r * 3 * NH * hs + (size_t)part * NH * hs + i;
+            for (int i = part_at[part]; i < part_at[part + 1]; i++) {
+                size_t k = r * W + i;
                 gp.push_back(gd[k]);
                 cp.push_back(cdqkv[k]);
             }
@@ -544,8 +401,8 @@ static void test_attention(int B, int T, int NH, int hs) {
     floatX* dout2 = (floatX*)ops_malloc(nout * 2);
     float* dlse2 = (float*)ops_malloc(nlse * 4);
     floatX* ddqkv2 = (floatX*)ops_malloc(nqkv * 2);
-    attention_forward(dout2, dlse2, dqkv_in, B, T, NH, hs);
-    attention_backward(ddqkv2, dg, dqkv_in, dout2, dlse2, B, T, NH, hs);
+    gpu_attention_fwd(dout2, dlse2, dqkv_in, B, T, NH, NKV, hs);
+    gpu_attention_bwd(ddqkv2, dg, dqkv_in, dout2, dlse2, B, T, NH, NKV, hs);
     check_bits("attention_forward", "determinism: out", get_bytes(dout, nout * 2), get_bytes(dout2, nout * 2));
     check_bits("attention_backward", "determinism: dqkv", get_bytes(ddqkv, nqkv * 2), get_bytes(ddqkv2, nqkv * 2));
     ops_free(dout2);
@@ -715,6 +572,7 @@ int main(int argc, char** argv) {
         test_layernorm(37, 768);
         test_layernorm(64, 1600); /* GPT-2 XL width, 7 chunks per lane */
         test_layernorm(19, 36);   /* scalar path */
+        test_layernorm(4100, 200); /* 242 blocks of partial sums: colsum_finish's lanes, uneven */
     }
     GROUP("matmul") {
         test_matmul(37, 768, 2304, true); /* qkv-like, N not a multiple of any tile */
@@ -725,16 +583,23 @@ int main(int argc, char** argv) {
     GROUP("elementwise") {
         test_bias_residual_gelu(37, 2304, 37 * 768 + 5);
         test_bias_residual_gelu(5, 36, 101);
+        test_bias_residual_gelu(3000, 40, 101); /* bias_backward over 94 row chunks */
     }
     GROUP("attention") {
-        test_attention(2, 1, 3, 64);
-        test_attention(2, 17, 3, 64);
-        test_attention(2, 64, 3, 64);
-        test_attention(2, 256, 3, 64);
-        test_attention(1, 100, 2, 32);
-        test_attention(1, 100, 2, 128);
-        test_attention(1, 77, 2, 48);
-        test_attention(1, 130, 1, 16);
+        test_attention(2, 1, 3, 3, 64);
+        test_attention(2, 17, 3, 3, 64);
+        test_attention(2, 64, 3, 3, 64);
+        test_attention(2, 256, 3, 3, 64);
+        test_attention(1, 100, 2, 2, 32);
+        test_attention(1, 100, 2, 2, 128);
+        test_attention(1, 77, 2, 2, 48);
+        test_attention(1, 130, 1, 1, 16);
+        /* grouped-query (Qwen2): groups of 2, 3 and 4 query heads, one kv
+         * head for all; T past / not a multiple of the tiles; hs 64 and 128 */
+        test_attention(2, 100, 4, 2, 64);
+        test_attention(1, 130, 6, 2, 64);
+        test_attention(1, 77, 4, 1, 128);
+        test_attention(2, 33, 8, 2, 32);
     }
     GROUP("crossentropy") {
         test_crossentropy(37, 1000, 1024, 1); /* padding in the one slice */
@@ -744,11 +609,12 @@ int main(int argc, char** argv) {
     GROUP("adamw") test_adamw(10001);
     GROUP("norms") test_norms((1u << 20) + 7);
 #undef GROUP
+    test_ops_gpu_qwen2(only);
 
     printf("\n%d checks, %d failed\n", g_checks, g_fail);
     if (g_checks == 0) {
         printf("no test group matches '%s' (groups: memory encoder position layernorm matmul elementwise "
-               "attention crossentropy adamw norms)\n", only ? only : "");
+               "attention crossentropy adamw norms rmsnorm rope swiglu)\n", only ? only : "");
         return 1;
     }
     return g_fail ? 1 : 0;

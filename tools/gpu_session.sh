@@ -4,7 +4,7 @@
 #   tools/gpu_session.sh bench     every benchmark table (= kernels, then train)
 #   tools/gpu_session.sh kernels   the compression kernels and the all-reduce tables
 #   tools/gpu_session.sh train     the end-to-end tables (tools/bench_gpu.sh) and the prediction
-#   tools/gpu_session.sh parity    the GPU loss-parity experiment (short form)
+#   tools/gpu_session.sh parity    the GPU loss-parity experiment (short form; PCONFIG, SEEDS, VARIANTS, PSTEPS)
 #   tools/gpu_session.sh nccl      (2+ GPUs) the NCCL tests, NCCL all-reduce and MPI-vs-NCCL training tables
 #   tools/gpu_session.sh test      make test-gpu, test_coll_gpu repeated (REPEATS, default 3), and
 #                                  an Nsight Compute profile of the compression kernels (when ncu
@@ -64,10 +64,11 @@ nccl)  # a machine with 2+ GPUs: the NCCL backend's tests, then its all-reduce a
     OUT="$O/train" STEPS=${STEPS:-20} PARTS=nccl timeout 300 tools/bench_gpu.sh > "$O/bench_nccl.md" 2>&1; cat "$O/bench_nccl.md"
     cp "$O"/test_nccl.log "$O"/bench_allreduce_nccl_np2.txt "$O"/bench_nccl.md "$KEEP"/ 2>/dev/null
     ;;
-parity)
-    timeout 560 python3 tools/parity.py configs/parity_gpu.json --binary build/train_gpu --root "$O" --name parity_gpu \
+parity)  # PCONFIG=configs/parity_qwen_gpu.json for the Qwen2 shape; SEEDS=3 for none's seed band
+    PCFG=${PCONFIG:-configs/parity_gpu.json}; PN=$(basename "$PCFG" .json)
+    timeout 560 python3 tools/parity.py "$PCFG" --binary build/train_gpu --root "$O" --name "$PN" --seeds ${SEEDS:-1} \
         --variants ${VARIANTS:-none,fp8_tensor,taco} --set train.steps=${PSTEPS:-500} --set train.eval_every=50 > "$O/parity.log" 2>&1
-    tail -5 "$O/parity.log"; cat "$O"/parity_gpu/summary.md 2>/dev/null | head -20
-    cp "$O"/parity.log "$O"/parity_gpu/parity.png "$O"/parity_gpu/summary.md "$O"/parity_gpu/summary.csv "$KEEP"/ 2>/dev/null
+    tail -5 "$O/parity.log"; cat "$O/$PN"/summary.md 2>/dev/null | head -20
+    cp "$O"/parity.log "$O/$PN"/parity.png "$O/$PN"/summary.md "$O/$PN"/summary.csv "$KEEP"/ 2>/dev/null
     ;;
 esac

@@ -11,7 +11,9 @@ dtype (float32, bfloat16) it:
   3. computes the same loss with transformers' forward on the same batch (the first
      B x T tokens of the val shard, targets shifted by one, as data/shard.c reads it)
      and prints the relative difference: PASS within --tol (1e-5 for the fp32 CPU
-     build; the bf16 GPU build gets --tol-bf16). The bf16 file is compared against
+     build; the bf16 GPU build, `--train build/train_gpu`, gets --tol-bf16: its
+     activations carry 8 significant bits, ~4e-3 relative per op, and through the
+     2 layers the mean loss of the batch moves by up to ~1e-2). The bf16 file is compared against
      transformers run in fp32 on the same (bf16-rounded) weights, which is exactly
      what the fp32 CPU build computes; transformers' own bf16 forward is printed
      beside it for information.
@@ -114,9 +116,6 @@ def check_arch(arch, tmp):
     for dtype in (torch.float32, torch.bfloat16):
         dname = "float32" if dtype == torch.float32 else "bfloat16"
         what = "%s %s: our loss vs transformers" % (arch, dname)
-        if gpu and arch == "qwen2":
-            report(None, what, "the GPU build does not run qwen2 yet")
-            continue
         model = make_model(arch)
         d = os.path.join(tmp, "%s_%s" % (arch, dname))
         model.to(dtype).save_pretrained(d, safe_serialization=True)
@@ -132,7 +131,7 @@ def check_arch(arch, tmp):
             ref_bf16, abs(ours[0] - ref_bf16) / abs(ref_bf16))
         report(rel <= tol, what, "ours %.7f transformers %.7f rel %.2e (tol %.0e)%s" % (ours[0], ref, rel, tol, extra))
 
-    if arch != "qwen2" or gpu:
+    if arch != "qwen2":
         return
     # a checkpoint of ours, opened by transformers
     what = "qwen2: our checkpoint opened by transformers"
@@ -149,7 +148,9 @@ def check_arch(arch, tmp):
         return
     ref = hf_loss(model, x, y, torch.float32)
     rel = abs(ours[3] - ref) / abs(ref)
-    report(rel <= ARGS.tol, what, "ours at step 3 %.7f transformers %.7f rel %.2e (tol %.0e)" % (ours[3], ref, rel, ARGS.tol))
+    # the checkpoint holds our fp32 master weights; transformers runs them in fp32, so
+    # the difference is our forward's: fp32 (CPU build) or bf16 (GPU build)
+    report(rel <= tol, what, "ours at step 3 %.7f transformers %.7f rel %.2e (tol %.0e)" % (ours[3], ref, rel, tol))
 
 
 def main():
@@ -158,7 +159,8 @@ def main():
     ap.add_argument("--train", default=os.path.join(ROOT, "build/train"))
     ap.add_argument("--np", type=int, default=1)
     ap.add_argument("--tol", type=float, default=1e-5, help="relative loss difference allowed, fp32 CPU build")
-    ap.add_argument("--tol-bf16", type=float, default=2e-2, help="the same for the bf16 GPU build")
+    ap.add_argument("--tol-bf16", type=float, default=2e-2,
+                    help="the same for the bf16 GPU build (a train binary whose name ends in _gpu)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
     ARGS = ap.parse_args()
     print("hf_check: torch %s, transformers %s, %s" % (torch.__version__, transformers.__version__, ARGS.train))

@@ -226,7 +226,8 @@ static int read_step(const char* dir, int step, GPT* m, Comm* c, DataLoader* dl,
     if ((m->pl.s.arch == ARCH_QWEN2 ? hf_read_dir(mpath, &m->pl, full, &checked, err, errlen)
                                     : params_read_full(mpath, &m->pl, full, &checked, err, errlen)) != 0) return -1;
     if (!checked) *unchecked |= 1;
-    StateExpect want = {step, c->tp_size, c->dp_size, c->world_rank, m->pl.total, comm_state_bytes(c), &m->pl};
+    StateExpect want = {step, c->tp_size, c->dp_size, c->world_rank, m->pl.total, comm_state_bytes(c), &m->pl,
+                        comm_state_bytes_other(c)};
     if (state_read(spath, &want, sd, err, errlen) != 0) return -1;
     if (!sd->checked) *unchecked |= 2;
     DataPos pos = {sd->h.data_shard, sd->h.data_pos};
@@ -267,7 +268,12 @@ int checkpoint_load(const char* dir, int step, GPT* m, Comm* c, DataLoader* dl, 
     size_t n = m->pl.total;
     ops_from_host(m->adam_m, sd.m, n * sizeof(float));
     ops_from_host(m->adam_v, sd.v, n * sizeof(float));
-    comm_state_load(c, sd.sites);
+    if (comm_state_load(c, sd.sites, (size_t)sd.h.comm_bytes) && c->world_rank == 0) {
+        printf("note: checkpoint %d was written with parallel.sp %s: its compression sites' group sizes and "
+               "calibration carry over to this run's sites of the same block; the delayed-scale histories start "
+               "anew\n", step, c->policy.sp ? "off" : "on");
+        fflush(stdout);
+    }
     DataPos pos = {sd.h.data_shard, sd.h.data_pos};
     dataloader_seek(dl, pos);
     state_free(&sd);

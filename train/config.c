@@ -104,6 +104,7 @@ static const CfgKey cfg_keys[] = {
     K_INT(train.sample_len, 64, 1, NOMAX),
     K_INT(parallel.tp, 1, 1, NOMAX),
     K_INT(parallel.dp, 1, 1, NOMAX),
+    K_BOOL(parallel.sp, 0),
     K_ENUM(compress.method, "none", (&(COMPRESS_METHOD_BAR_NAMES "|auto")[1])), /* every row of compress/methods.h, or auto */
     K_ENUM(compress.auto_method, "taco", COMPRESS_METHOD_CHOICES), /* the candidate of "auto" */
     K_INT(compress.auto_steps, 3, 1, 1000),
@@ -134,6 +135,8 @@ static const CfgKey cfg_keys[] = {
     K_ENUM(comm.allreduce, "two_shot", "two_shot|one_shot|auto"),
     K_INT(comm.one_shot_extra_kb, COMM_ONE_SHOT_EXTRA_KB_DEFAULT, 0, NOMAX),
     { CFG_AT(comm.transport), .type = CFG_ENUM, .sdef = "auto", .choices = "auto|staged|ipc|nccl", .gpu_only = "ipc|nccl" },
+    K_INT(comm.sp_chunks, 4, 1, 64),
+    K_BOOL(comm.overlap, 0),
     K_FLOAT(comm.timeout_s, 600, 0, FLT_MAX, 0), /* 0 = no watchdog */
     K_STR(log.dir, "runs/default"),
     K_INT(log.every, 1, 1, NOMAX),
@@ -591,7 +594,7 @@ static int cfg_check_across(const Config* c, char* err, size_t errlen) {
         return check_errorf(err, errlen, "config error: model.n_head: %d is not divisible by parallel.tp = %d",
                         c->model.n_head, c->parallel.tp);
     }
-    if (config_check_arch(c, err, errlen) != 0) return -1;
+    if (config_check_arch(c, err, errlen) != 0 || config_check_sp(c, err, errlen) != 0) return -1;
     if (!c->data.train[0]) {
         return check_errorf(err, errlen, "config error: data.train: empty; name a shard file or a glob of shards");
     }

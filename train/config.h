@@ -59,6 +59,7 @@ typedef struct {
     } train;
     struct {
         int tp, dp;
+        int sp; /* boolean: sequence parallelism (README: parallel.sp) */
     } parallel;
     struct {
         char method[32]; /* a name of compress/'s method table (COMPRESS_METHOD_CHOICES), or "auto" */
@@ -84,6 +85,8 @@ typedef struct {
         char allreduce[16]; /* "two_shot" (reduce-scatter + all-gather) | "one_shot" | "auto" (by size) */
         int one_shot_extra_kb; /* "auto": one-shot while it moves at most this many KB more than two-shot */
         char transport[16]; /* GPU TP exchanges: "auto" | "staged" (MPI) | "ipc" (CUDA IPC, one node) | "nccl" */
+        int sp_chunks;      /* parallel.sp: pieces per rank, the compression units and GEMM chunks */
+        int overlap;        /* boolean, parallel.sp: piece k's exchange beside the GEMM of piece k+1 */
         float timeout_s;    /* watchdog: a collective not done in this many seconds ends the job; 0 = off */
     } comm;
     struct {
@@ -121,6 +124,9 @@ void config_comm_policy(const Config* c, CommPolicy* p);
  * parallel.tp (train/config_model.c; config_load runs them): 0, or -1 with
  * one line naming the key. */
 int config_check_arch(const Config* c, char* err, size_t errlen);
+/* The checks of parallel.sp and comm.sp_chunks / comm.overlap against the
+ * batch (train/config_model.c; config_load runs them). */
+int config_check_sp(const Config* c, char* err, size_t errlen);
 /* The model's shape at TP degree tp, derived defaults resolved (n_kv_head
  * 0 = n_head, d_ff 0 = 4 d_model). */
 GPTShape config_model_shape(const Config* c, int tp);

@@ -42,10 +42,6 @@ int config_check_arch(const Config* c, char* err, size_t errlen) {
         }
         return 0;
     }
-#ifdef OPS_BF16
-    return check_errorf(err, errlen, "config error: model.arch: \"qwen2\" needs ops not yet implemented on the GPU "
-                    "(RMSNorm, RoPE, SwiGLU, grouped-query attention); use the CPU build (build/train)");
-#endif
     int kv = c->model.n_kv_head ? c->model.n_kv_head : nh;
     long long ff = c->model.d_ff ? c->model.d_ff : 4LL * C;
     if (nh % kv != 0) {
@@ -63,6 +59,25 @@ int config_check_arch(const Config* c, char* err, size_t errlen) {
     if (ff > INT_MAX / 2 || ff % tp != 0) {
         return check_errorf(err, errlen, "config error: model.d_ff: %lld is not divisible by parallel.tp = %d%s", ff, tp,
                         ff > INT_MAX / 2 ? " (or too large: 2 * d_ff must fit in a 32-bit int)" : "");
+    }
+    return 0;
+}
+
+int config_check_sp(const Config* c, char* err, size_t errlen) {
+    if (c->comm.overlap && !c->parallel.sp) {
+        return check_errorf(err, errlen, "config error: comm.overlap: true needs parallel.sp: true (it overlaps the "
+                        "sequence-parallel exchanges with the GEMMs)");
+    }
+    if (c->comm.overlap && c->comm.sp_chunks < 2) {
+        return check_errorf(err, errlen, "config error: comm.overlap: true needs comm.sp_chunks >= 2 (the pieces "
+                        "that overlap), not %d", c->comm.sp_chunks);
+    }
+    long long N = (long long)c->train.batch_size * c->train.seq_len, d = (long long)c->parallel.tp * c->comm.sp_chunks;
+    if (c->parallel.sp && N % d != 0) {
+        return check_errorf(err, errlen, "config error: parallel.sp: the %lld rows of a batch (train.batch_size %d x "
+                        "train.seq_len %d) do not divide by parallel.tp x comm.sp_chunks = %d x %d; change the batch, "
+                        "or comm.sp_chunks", N, c->train.batch_size, c->train.seq_len, c->parallel.tp,
+                        c->comm.sp_chunks);
     }
     return 0;
 }
@@ -104,5 +119,8 @@ void config_comm_policy(const Config* c, CommPolicy* p) {
                  : !strcmp(c->comm.transport, "ipc")    ? COMM_TRANSPORT_IPC
                  : !strcmp(c->comm.transport, "nccl")   ? COMM_TRANSPORT_NCCL
                                                         : COMM_TRANSPORT_AUTO;
+    p->sp = c->parallel.sp;
+    p->sp_chunks = c->comm.sp_chunks;
+    p->overlap = c->comm.overlap;
 }
 

@@ -189,7 +189,7 @@ int main(int argc, char** argv) {
     bad = memcheck_run(shape, &comm, B, T, err, sizeof(err)) != 0;
     agree_or_exit(bad, err, sizeof(err));
     GPT model;
-    gpt_init(&model, shape, comm.tp_size, comm.tp_rank, B, T);
+    gpt_init(&model, shape, comm.tp_size, comm.tp_rank, B, T, cfg.parallel.sp);
     double t_init = MPI_Wtime();
     const char* init_how = "file";
     if (cfg.model.init_from[0]) {
@@ -269,6 +269,7 @@ int main(int argc, char** argv) {
         log_eval(&lg, 0, cfg.train.steps, v0);
     }
     int stopped = 0;
+    size_t dev_peak = 0;   /* the device memory high-water, sampled after each step */
     for (int step = start; step < cfg.train.steps; step++) {
         int done = step + 1;                          /* optimizer steps completed after this one */
         comm_step_begin(&comm, step);
@@ -310,6 +311,7 @@ int main(int argc, char** argv) {
         ops_sync();
         double ms = (MPI_Wtime() - t0) * 1e3;
         comm_step_end(&comm);
+        memcheck_sample(&dev_peak);
 
         StepRecord rec = {done, cfg.train.steps, mean_loss, lr, norm, ms, (double)N * comm.dp_size / (ms / 1e3),
                           comm.step_bytes, comm.step_ms, -1.0f, 0};
@@ -361,6 +363,7 @@ int main(int argc, char** argv) {
     }
 
     if (!stopped) log_print_curve(&lg);
+    memcheck_report(shape, &comm, B, T, dev_peak);
     bad = log_close(&lg, err, sizeof(err)) != 0;   /* rank 0 only: the others have no log */
     if (bad) agree_prefix(err, sizeof(err), "error: log.dir: ");
     agree_or_exit(bad, err, sizeof(err));

@@ -19,7 +19,7 @@ void memcheck_estimate(MemEstimate* e, GPTShape s, const Comm* c, int B, int T, 
     ParamLayout pl;
     params_layout(&pl, s, c->tp_size, c->tp_rank);
     size_t np = pl.total, full = params_full_count(&pl), N = (size_t)B * T, C = (size_t)s.C;
-    size_t backend = gpt_backend_bytes(s, c->tp_size, c->tp_rank, B, T);
+    size_t backend = gpt_backend_bytes(s, c->tp_size, c->tp_rank, B, T, c->policy.sp);
     e->weights = np * (on_device ? sizeof(uint16_t) + 4 * sizeof(float) : 4 * sizeof(float));
     e->acts = backend - e->weights;
     /* exchanges (comm/collectives.c, comm/sites.c): the host staging pair
@@ -118,4 +118,23 @@ int memcheck_run(GPTShape s, const Comm* c, int B, int T, char* err, size_t errl
                             (double)e.acts / GIB, (double)e.scratch / GIB, (double)dfree / GIB, (double)dtotal / GIB);
     }
     return 0;
+}
+
+void memcheck_sample(size_t* peak) {
+    size_t dfree = 0, dtotal = 0;
+    int dev = -1;
+    if (ops_mem_info(&dfree, &dtotal, &dev) && dtotal - dfree > *peak) *peak = dtotal - dfree;
+}
+
+void memcheck_report(GPTShape s, const Comm* c, int B, int T, size_t peak) {
+    MemEstimate e;
+    memcheck_estimate(&e, s, c, B, T, peak > 0);
+    unsigned long long mine[2] = {peak, e.acts}, most[2];
+    wd_allreduce(mine, most, 2, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD, "the memory report");
+    if (c->world_rank != 0) return;
+    const double MIB = 1024.0 * 1024.0;
+    if (most[0]) printf("memory (measured): device high-water %.1f MiB per rank (max over ranks); ", (double)most[0] / MIB);
+    else printf("memory (measured): ");
+    printf("activations %.1f MiB per rank (exact: the buffers the model allocated)\n", (double)most[1] / MIB);
+    fflush(stdout);
 }

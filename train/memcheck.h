@@ -37,5 +37,15 @@ size_t memcheck_host_available(void);
  * Returns 0, or -1 with one line in err (on the ranks of the node that does
  * not fit; agree on it with agree_or_exit). */
 int memcheck_run(GPTShape s, const Comm* c, int B, int T, char* err, size_t errlen);
+/* Measured, GPU build: the device memory in use now on this rank's GPU
+ * (cudaMemGetInfo: total - free), kept as a high-water mark in *peak. The
+ * buffers are all allocated by the first step's end (the exchange scratch
+ * grows during it), so sampling at every step's end finds the peak. */
+void memcheck_sample(size_t* peak);
+/* Collective: rank 0 prints "memory (measured): device high-water ... MiB
+ * per rank (max over ranks); activations ... MiB (exact)", the activations
+ * being the bytes of the activation buffers gpt_init allocated (what
+ * parallel.sp shrinks). The CPU build prints the activations only. */
+void memcheck_report(GPTShape s, const Comm* c, int B, int T, size_t peak);
 
 #endif /* TRAIN_MEMCHECK_H */

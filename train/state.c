@@ -76,14 +76,15 @@ int state_read(const char* path, const StateExpect* want, StateData* out, char* 
                           "was renamed or is corrupt", path, (int)h->step, (int)h->rank, want->step, want->rank);
         goto done;
     }
-    if (h->nparams != (int64_t)want->nparams || h->comm_bytes != (int64_t)want->comm_bytes) {
+    int sites_ok = h->comm_bytes == (int64_t)want->comm_bytes || (want->comm_bytes_alt && h->comm_bytes == (int64_t)want->comm_bytes_alt);
+    if (h->nparams != (int64_t)want->nparams || !sites_ok) {
         rc = check_errorf(err, errlen, "%s does not match this model/config (shard of %lld floats and %lld bytes of "
                           "site state, expected %zu and %zu)", path, (long long)h->nparams, (long long)h->comm_bytes,
                           want->nparams, want->comm_bytes);
         goto done;
     }
     /* sizes are the expected ones now, so the allocations below are bounded by the run's own model */
-    size_t n = want->nparams, cb = want->comm_bytes;
+    size_t n = want->nparams, cb = (size_t)h->comm_bytes;
     out->m = mallocCheck(n * sizeof(float));
     out->v = mallocCheck(n * sizeof(float));
     out->sites = mallocCheck(cb);

@@ -36,6 +36,8 @@ typedef struct {
     int step, tp, dp, rank;
     size_t nparams, comm_bytes;
     const ParamLayout* pl;      /* this rank's shard layout, to name a tensor with a NaN moment */
+    size_t comm_bytes_alt;      /* a second accepted size of the site state (0: none): the other site
+                                   layout (parallel.sp on / off), which comm_state_load maps */
 } StateExpect;
 
 typedef struct {

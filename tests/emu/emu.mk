@@ -2,12 +2,12 @@
 # (tests/emu/emu_cuda.h says what it is) and links the three emulated tests,
 # all under build/emu/:
 #   test_ops_gpu_emu       the op backend (every ops/*.cu)
-#                          vs the fp32 CPU ops: tests/test_ops_gpu.cu
+#                          vs the fp32 CPU ops: tests/test_ops_gpu.cu (+ test_ops_gpu_qwen2.cu)
 #   test_compress_gpu_emu  the compression kernels (every compress/*.cu) vs the CPU
 #                          reference, bit for bit: tests/test_compress_gpu.cu (--quick in CI)
-#   test_coll_gpu_emu      the device collectives (comm/collectives_cuda.c, the IPC transport of
-#                          comm/ipc_cuda.c) vs the host ones: tests/test_coll_gpu.c under mpirun
-#                          (--quick; --nccl: NCCL = nccl_emu.c; --ipc: the IPC transport only)
+#   test_coll_gpu_emu      the device collectives (comm/collectives_cuda.c, comm/sp_cuda.c, the IPC
+#                          transport of comm/ipc_cuda.c) vs the host ones: tests/test_coll_gpu.c under
+#                          mpirun (--quick; --nccl: NCCL = nccl_emu.c; --ipc: the IPC transport only)
 # Standalone (not included by the top Makefile; tests/run_tests.sh calls it for `make test`):
 #   make -f tests/emu/emu.mk [-j2]        build the three
 #   make -f tests/emu/emu.mk run          build, then run them as `make test` does
@@ -60,20 +60,22 @@ $(E)/%.o: %.c tests/emu/emu.mk
 	mpicc $(EMU_CFLAGS) $(DEPFLAGS) -c $< -o $@
 $(E)/tests/test_coll_gpu.o: EMU_CFLAGS += -DCC_EMU_BUILD
 
-# the fp32 CPU ops with every ops.h function F renamed cpu_F (tests/ops_ref.syms), as for the GPU test
-$(E)/ops_cpu_ref.o: ops/ops_cpu.c ops/ops.h tests/ops_ref.syms tests/emu/emu.mk
+# the fp32 CPU ops (both files, one object) with every ops.h function F renamed cpu_F (tests/ops_ref.syms), as for the GPU test
+$(E)/ops_cpu_ref.o: ops/ops_cpu.c ops/ops_cpu_qwen2.c ops/ops.h tests/ops_ref.syms tests/emu/emu.mk
 	@mkdir -p $(E)
-	gcc -O2 -fopenmp -Wall -Wextra -I. $(EMU_FLAGS) -c ops/ops_cpu.c -o $(E)/ops_cpu_plain.o
+	gcc -O2 -fopenmp -Wall -Wextra -I. $(EMU_FLAGS) -c ops/ops_cpu.c -o $(E)/ops_cpu_gpt2.o
+	gcc -O2 -fopenmp -Wall -Wextra -I. $(EMU_FLAGS) -c ops/ops_cpu_qwen2.c -o $(E)/ops_cpu_qwen2.o
+	ld -r $(E)/ops_cpu_gpt2.o $(E)/ops_cpu_qwen2.o -o $(E)/ops_cpu_plain.o
 	objcopy --redefine-syms=tests/ops_ref.syms $(E)/ops_cpu_plain.o $@
 	@left=$$(nm -g --defined-only $@ | awk '{print $$3}' | grep -v "^cpu_" || true); \
 	  [ -z "$$left" ] || { echo "not renamed (update tests/ops_ref.syms): $$left"; exit 1; }
 
-$(E)/test_ops_gpu_emu: $(E)/tests/test_ops_gpu.o $(OPS_OBJS) $(EMU_RT) $(E)/ops_cpu_ref.o $(E)/common/check.o
+$(E)/test_ops_gpu_emu: $(E)/tests/test_ops_gpu.o $(E)/tests/test_ops_gpu_qwen2.o $(OPS_OBJS) $(EMU_RT) $(E)/ops_cpu_ref.o $(E)/common/check.o
 	$(LINK) -o $@ $^ $(LIBS)
 $(E)/test_compress_gpu_emu: $(E)/tests/test_compress_gpu.o $(CMP_OBJ) $(EMU_RT) $(EMU_REF)
 	$(LINK) -o $@ $^ $(LIBS)
 $(E)/test_coll_gpu_emu: $(E)/tests/test_coll_gpu.o $(E)/comm/collectives_cuda.o $(E)/comm/oneshot_cuda.o $(E)/comm/stats_cuda.o \
-                        $(E)/comm/ipc_cuda.o $(E)/comm/scratch_cuda.o \
+                        $(E)/comm/ipc_cuda.o $(E)/comm/scratch_cuda.o $(E)/comm/sp_cuda.o $(E)/comm/sp.o \
                         $(CMP_OBJ) $(EMU_RT) \
                         $(E)/tests/emu/nccl_emu.o $(EMU_REF)
 	$(LINK) -o $@ $^ $(LIBS)
