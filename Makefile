@@ -71,7 +71,8 @@ NVCCFLAGS ?= -O3 -std=c++17 $(CUDA_ARCH) -DOPS_BF16 -I. $(MPI_CFLAGS) -Xcompiler
 CUDA_LIBS  = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart
 OPS_CU_OBJ = $(patsubst %.cu,$(BUILD)/gpu/%.o,$(wildcard ops/*.cu))
 GPU_CU_OBJ = $(patsubst %.cu,$(BUILD)/gpu/%.o,$(wildcard ops/*.cu compress/*.cu comm/*.cu model/*.cu))
-GPU_CORE   = $(patsubst %.c,$(BUILD)/gpuc/%.o,$(CORE_SRC) comm/collectives_cuda.c comm/oneshot_cuda.c comm/sp_cuda.c comm/comm_nccl.c) $(GPU_CU_OBJ)
+GPU_CORE   = $(patsubst %.c,$(BUILD)/gpuc/%.o,$(CORE_SRC) comm/collectives_cuda.c comm/oneshot_cuda.c comm/sp_cuda.c comm/comm_nccl.c \
+                                               comm/sites_dev.c comm/ipc_cuda.c comm/scratch_cuda.c) $(GPU_CU_OBJ)
 GPU_LIBS   = $(CUDA_LIBS) -lnccl -lstdc++
 
 $(BUILD)/gpuc/%.o: %.c

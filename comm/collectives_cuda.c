@@ -48,64 +48,14 @@
 #include <string.h>
 
 #include <mpi.h>
-#if defined(__has_include)
-#if __has_include(<mpi-ext.h>)
-#include <mpi-ext.h> /* Open MPI: MPIX_CUDA_AWARE_SUPPORT, MPIX_Query_cuda_support */
-#endif
-#endif
 
 #include "comm/collectives_cuda.h"
+#include "comm/ipc_cuda.h"
 #include "comm/watchdog.h"
 #include "comm/nccl_util.h"
 #include "common/check.h"
 
 enum { TAG_RS = 0x5100, TAG_AG = 0x5100 + COLL_DEV_MAX_K }; /* + sub-chunk index */
-
-int coll_mpi_cuda_aware(void) {
-#if defined(MPIX_CUDA_AWARE_SUPPORT) && MPIX_CUDA_AWARE_SUPPORT
-    return MPIX_Query_cuda_support() == 1;
-#else
-    return 0;
-#endif
-}
-
-void coll_scratch_dev_init(CollScratchDev* s) {
-    memset(s, 0, sizeof(*s));
-    s->K = COLL_DEV_DEFAULT_K;
-    s->min_sub = 65536;
-    s->cuda_aware = -1;
-}
-
-void coll_scratch_dev_free(CollScratchDev* s) {
-    if (s->d_buf) CUDA_CHECK(cudaFree(s->d_buf));
-    if (s->h_buf) CUDA_CHECK(cudaFreeHost(s->h_buf));
-    if (s->d_acc) CUDA_CHECK(cudaFree(s->d_acc));
-    if (s->d_st) compress_stats_dev_free(s->d_st);
-    if (s->h_st) CUDA_CHECK(cudaFreeHost(s->h_st));
-    if (s->s_d2h) CUDA_CHECK(cudaStreamDestroy(s->s_d2h));
-    if (s->s_h2d) CUDA_CHECK(cudaStreamDestroy(s->s_h2d));
-    if (s->s_net) CUDA_CHECK(cudaStreamDestroy(s->s_net));
-    for (int i = 0; i < s->ev_cap; i++) CUDA_CHECK(cudaEventDestroy(s->ev[i]));
-    free(s->ev);
-    free(s->req);
-    free(s->plan);
-    if (s->d_one) CUDA_CHECK(cudaFree(s->d_one));
-    if (s->h_one) CUDA_CHECK(cudaFreeHost(s->h_one));
-    if (s->d_ost) compress_stats_dev_free(s->d_ost);
-    if (s->h_ost) CUDA_CHECK(cudaFreeHost(s->h_ost));
-    if (s->ev_one) CUDA_CHECK(cudaEventDestroy(s->ev_one));
-    int K = s->K;
-    size_t min_sub = s->min_sub;
-    int aware = s->cuda_aware;
-    void* nccl = s->nccl;
-    int unfused = s->unfused;
-    memset(s, 0, sizeof(*s));
-    s->unfused = unfused;
-    s->K = K; /* keep the settings: the struct can be used again */
-    s->min_sub = min_sub;
-    s->cuda_aware = aware;
-    s->nccl = nccl;
-}
 
 /* ------------------------------------------------------------------------ */
 /* the plan: where each message of a call lives                              */
@@ -187,6 +137,9 @@ typedef struct {
     size_t* c;
     Msg* plan;
     CompressJobDev* jobs; /* P jobs */
+    const float* damax_rs; /* device delayed amax of each phase (CollDevSite), or NULL */
+    const float* damax_ag;
+    int host_stats;       /* the caller wants CollStats: copy the statistics to the host */
 } Call;
 
 static Msg* rs_send(const Call* C, int k, int q) { return &C->plan[(size_t)k * C->P + q]; }
@@ -209,6 +162,8 @@ static cudaEvent_t ev_ag_h2d(const Call* C, int k) { return C->s->ev[EV_FIXED + 
 
 static uint8_t* mpi_base(const Call* C) { return C->s->aware ? C->s->d_buf : C->s->h_buf; }
 
+/* (the progress loop's waits for device work: the transport's, counted in
+ * CollScratchDev.host_syncs by their callers) */
 static int event_done(cudaEvent_t e) {
     cudaError_t err = cudaEventQuery(e);
     if (err == cudaSuccess) return 1;
@@ -284,9 +239,12 @@ static void ag_job_from_sum(Call* C, int k, CompressJobDev* j) {
     j->out = wire_out_of(C->s->d_buf, m);
     j->stream = coll_stream_of(C->stream, C->r, C->r, 1);
     j->st = &C->s->d_st[C->P];
+    j->delayed_amax = C->damax_ag;
 }
 
+/* the statistics to the pinned host copy, when the caller asked for CollStats */
 static void stats_copy(Call* C) {
+    if (!C->host_stats) return;
     CUDA_CHECK(cudaMemcpyAsync(C->s->h_st, C->s->d_st, sizeof(CompressStatsDev) * (size_t)(C->P + 1),
                              cudaMemcpyDeviceToHost, C->cs));
     CUDA_CHECK(cudaEventRecord(C->s->ev[EV_STATS], C->cs));
@@ -459,6 +417,7 @@ static void rs_encode_k(Call* C, int k) {
         jb->out = wire_out_of(s->d_buf, m);
         jb->stream = coll_stream_of(C->stream, C->r, jc, 0);
         jb->st = &s->d_st[jc];
+        jb->delayed_amax = C->damax_rs;
     }
     compress_jobs_encode_dev(C->p_rs, 1, C->jobs, C->P, C->cs);
     CUDA_CHECK(cudaEventRecord(ev_rs(C, k), C->cs));
@@ -533,6 +492,7 @@ static void run_mpi(Call* C) {
     while (rs_sent < K || rs_done < K || ag_sent < K || ag_done < K) {
         int progress = 0;
         if (rs_sent < K && event_done(ev_rs(C, rs_sent))) {
+            s->host_syncs++;
             rs_send_k(C, rs_sent++);
             progress = 1;
         }
@@ -547,6 +507,7 @@ static void run_mpi(Call* C) {
             progress = 1;
         }
         if (ag_sent < ag_ready && event_done(ev_ag(C, ag_sent))) {
+            s->host_syncs++;
             ag_send_k(C, ag_sent++);
             progress = 1;
         }
@@ -567,6 +528,7 @@ static void run_mpi(Call* C) {
     CUDA_CHECK(cudaEventRecord(s->ev[EV_END], C->cs));
     if (!s->aware) CUDA_CHECK(cudaStreamSynchronize(s->s_h2d));
     else CUDA_CHECK(cudaStreamSynchronize(C->cs));
+    s->host_syncs++;
 }
 
 /* NCCL transport: sub-chunk k of phase ph (0 reduce-scatter, 1 all-gather)
@@ -627,7 +589,19 @@ static void run_nccl(Call* C) {
     CUDA_CHECK(cudaEventRecord(s->ev[EV_END], C->cs));
 }
 
-static void coll_run(Call* C, CollStats* st) {
+/* IPC transport: the peers read what this rank encodes where it lies
+ * (comm/ipc_cuda.c); the same arithmetic, so the same bits */
+static void run_ipc(Call* C) {
+    CollIpcCall a = {C->do_rs, C->do_ag, C->p_rs, C->p_ag, C->n, C->unit, C->stream, C->x_rs, C->rs_out, C->rs_out_bf16,
+                     C->ag_in, C->ag_in_bf16, C->ag_out, C->damax_rs, C->damax_ag};
+    coll_ipc_two_shot(C->comm, &a, C->s, C->cs);
+    stats_copy(C);
+    CUDA_CHECK(cudaEventRecord(C->s->ev[EV_END], C->cs));
+}
+
+/* Runs the call; returns the bytes this rank sent. The host waits for the
+ * statistics only when st is given (the tests' and tools' CollStats). */
+static uint64_t coll_run(Call* C, CollStats* st, const CollDevSite* site) {
     CollScratchDev* s = C->s;
     int P = C->P, r = C->r;
     const CompressParams* pl = C->do_rs ? C->p_rs : C->p_ag;
@@ -665,18 +639,18 @@ static void coll_run(Call* C, CollStats* st) {
         C->ag_src = AG_FROM_MINE;
     }
 
-    /* lay out every message */
-    int nplan = 3 * K * P;
+    /* lay out every message (the IPC transport has a layout of its own) */
+    int nplan = s->ipc ? 0 : 3 * K * P;
     ensure_state(s, P, K, 0, 0, nplan);
     C->plan = s->plan;
     size_t cursor = 0;
-    for (int k = 0; k < K && C->do_rs; k++)
+    for (int k = 0; k < K && C->do_rs && !s->ipc; k++)
         for (int q = 0; q < P; q++) place(&cursor, rs_send(C, k, q), &l_rs, C->c[rank_at(C, q)], K, k);
-    for (int k = 0; k < K && C->do_rs; k++)
+    for (int k = 0; k < K && C->do_rs && !s->ipc; k++)
         for (int q = 0; q < P - 1; q++) place(&cursor, rs_recv(C, k, q), &l_rs, C->c[r], K, k);
-    for (int k = 0; k < K && C->do_ag; k++)
+    for (int k = 0; k < K && C->do_ag && !s->ipc; k++)
         for (int q = 0; q < P; q++) place(&cursor, ag_msg(C, k, q), &l_ag, C->c[rank_at(C, q)], K, k);
-    ensure_state(s, P, K, cursor, C->ag_src == AG_VIA_F32 ? C->c[r] : 0, nplan);
+    if (!s->ipc) ensure_state(s, P, K, cursor, C->ag_src == AG_VIA_F32 ? C->c[r] : 0, nplan);
     C->plan = s->plan;
     C->jobs = callocCheck((size_t)P + 1, sizeof(CompressJobDev));
 
@@ -685,11 +659,24 @@ static void coll_run(Call* C, CollStats* st) {
     CUDA_CHECK(cudaStreamWaitEvent(s->s_h2d, s->ev[EV_END], 0));
     compress_stats_dev_reset(s->d_st, P + 1, C->cs);
 
-    if (s->nccl) run_nccl(C);
+    C->host_stats = st != NULL;
+    if (site && site->delayed_amax) {
+        C->damax_rs = &site->delayed_amax[0];
+        C->damax_ag = &site->delayed_amax[1];
+    }
+    if (s->ipc) run_ipc(C);
+    else if (s->nccl) run_nccl(C);
     else run_mpi(C);
+    if (site && site->stats) coll_stats_fold_dev(site->stats, s->d_st, P, C->do_rs, C->do_ag, C->cs);
 
+    uint64_t bytes = 0;
+    if (C->do_rs)
+        for (int j = 0; j < P; j++)
+            if (j != r) bytes += compress_bound(C->p_rs, C->c[j]);
+    if (C->do_ag) bytes += (uint64_t)compress_bound(C->p_ag, C->c[r]) * (uint64_t)(P - 1);
     if (st) {
         wd_event_wait(s->ev[EV_STATS], C->comm, s->nccl ? "device exchange (NCCL)" : "device exchange");
+        s->host_syncs++;
         for (int j = 0; j <= P; j++) {
             if (j == P && !C->do_ag) break;
             if (j < P && !C->do_rs) continue;
@@ -701,13 +688,11 @@ static void coll_run(Call* C, CollStats* st) {
             float* dst = j < P ? &st->amax_rs : &st->amax_ag;
             if (a > *dst) *dst = a;
         }
-        if (C->do_rs)
-            for (int j = 0; j < P; j++)
-                if (j != r) st->bytes_sent += compress_bound(C->p_rs, C->c[j]);
-        if (C->do_ag) st->bytes_sent += (uint64_t)compress_bound(C->p_ag, C->c[r]) * (uint64_t)(P - 1);
+        st->bytes_sent += bytes;
     }
     free(C->b);
     free(C->jobs);
+    return bytes;
 }
 
 static void call_init(Call* C, MPI_Comm comm, CollScratchDev* s, size_t n, uint64_t stream, cudaStream_t cs) {
@@ -723,51 +708,64 @@ static void call_init(Call* C, MPI_Comm comm, CollScratchDev* s, size_t n, uint6
 
 void coll_allreduce_dev(MPI_Comm comm, const CompressParams* p_rs, const CompressParams* p_ag, uint16_t* x, size_t n,
                         uint64_t stream, CollScratchDev* s, CollStats* st, cudaStream_t cs) {
+    coll_allreduce_site_dev(comm, p_rs, p_ag, x, n, stream, s, NULL, st, cs);
+}
+
+uint64_t coll_allreduce_site_dev(MPI_Comm comm, const CompressParams* p_rs, const CompressParams* p_ag, uint16_t* x,
+                                 size_t n, uint64_t stream, CollScratchDev* s, const CollDevSite* site, CollStats* st,
+                                 cudaStream_t cs) {
     Call C;
     call_init(&C, comm, s, n, stream, cs);
-    if (C.P == 1) return; /* as coll_allreduce: nothing to exchange, nothing to compress */
+    if (C.P == 1) return 0; /* as coll_allreduce: nothing to exchange, nothing to compress */
+    /* a device amax replaces the host one: the host plans as for "no prediction yet" */
+    CompressParams prs = *p_rs, pag = *p_ag;
+    if (site && site->delayed_amax) prs.delayed_amax = pag.delayed_amax = 0.0f;
     C.do_rs = C.do_ag = 1;
-    C.p_rs = p_rs;
-    C.p_ag = p_ag;
+    C.p_rs = &prs;
+    C.p_ag = &pag;
     C.x_rs = x;
     C.ag_out = x;
-    coll_run(&C, st);
+    return coll_run(&C, st, site);
 }
 
 void coll_reduce_scatter_dev(MPI_Comm comm, const CompressParams* p, const uint16_t* x, size_t n, void* out,
                              int out_is_bf16, uint64_t stream, CollScratchDev* s, CollStats* st, cudaStream_t cs) {
-    coll_reduce_scatter_unit_dev(comm, p, x, n, 0, out, out_is_bf16, stream, s, st, cs);
+    coll_reduce_scatter_unit_dev(comm, p, x, n, 0, out, out_is_bf16, stream, s, NULL, st, cs);
 }
 
-void coll_reduce_scatter_unit_dev(MPI_Comm comm, const CompressParams* p, const uint16_t* x, size_t n, size_t unit,
-                                  void* out, int out_is_bf16, uint64_t stream, CollScratchDev* s, CollStats* st,
-                                  cudaStream_t cs) {
+uint64_t coll_reduce_scatter_unit_dev(MPI_Comm comm, const CompressParams* p, const uint16_t* x, size_t n, size_t unit,
+                                      void* out, int out_is_bf16, uint64_t stream, CollScratchDev* s,
+                                      const CollDevSite* site, CollStats* st, cudaStream_t cs) {
     Call C;
     call_init(&C, comm, s, n, stream, cs);
+    CompressParams pd = *p; /* a device amax replaces the host one (coll_allreduce_site_dev) */
+    if (site && site->delayed_amax) pd.delayed_amax = 0.0f;
     C.unit = unit;
     C.do_rs = 1;
-    C.p_rs = p;
+    C.p_rs = &pd;
     C.x_rs = x;
     C.rs_out = out;
     C.rs_out_bf16 = out_is_bf16;
-    coll_run(&C, st);
+    return coll_run(&C, st, site);
 }
 
 void coll_all_gather_dev(MPI_Comm comm, const CompressParams* p, const void* mine, int mine_is_bf16, size_t n,
                          uint16_t* out, uint64_t stream, CollScratchDev* s, CollStats* st, cudaStream_t cs) {
-    coll_all_gather_unit_dev(comm, p, mine, mine_is_bf16, n, 0, out, stream, s, st, cs);
+    coll_all_gather_unit_dev(comm, p, mine, mine_is_bf16, n, 0, out, stream, s, NULL, st, cs);
 }
 
-void coll_all_gather_unit_dev(MPI_Comm comm, const CompressParams* p, const void* mine, int mine_is_bf16, size_t n,
-                              size_t unit, uint16_t* out, uint64_t stream, CollScratchDev* s, CollStats* st,
-                              cudaStream_t cs) {
+uint64_t coll_all_gather_unit_dev(MPI_Comm comm, const CompressParams* p, const void* mine, int mine_is_bf16, size_t n,
+                                  size_t unit, uint16_t* out, uint64_t stream, CollScratchDev* s,
+                                  const CollDevSite* site, CollStats* st, cudaStream_t cs) {
     Call C;
     call_init(&C, comm, s, n, stream, cs);
+    CompressParams pd = *p;
+    if (site && site->delayed_amax) pd.delayed_amax = 0.0f;
     C.unit = unit;
     C.do_ag = 1;
-    C.p_ag = p;
+    C.p_ag = &pd;
     C.ag_in = mine;
     C.ag_in_bf16 = mine_is_bf16;
     C.ag_out = out;
-    coll_run(&C, st);
+    return coll_run(&C, st, site);
 }

@@ -16,7 +16,11 @@
  * is needed first, so the all-gather starts after the reduce-scatter).
  * Device pointers go to MPI directly when it is CUDA-aware
  * (MPIX_Query_cuda_support), otherwise through pinned host buffers; or the
- * messages go by NCCL send/recv when the scratch holds an NCCL communicator.
+ * messages go by NCCL send/recv when the scratch holds an NCCL communicator,
+ * or (CollScratchDev.ipc) the ranks of a node read each other's device
+ * buffers through CUDA IPC (comm/ipc_cuda.h: whole chunks, no sub-chunks).
+ * The _site_ variants keep the scale and the statistics in device memory, so
+ * that only the staged transport's own progress ever waits for the device.
  * Design and measurements: compress/CUDA.md.
  */
 #ifndef COLLECTIVES_CUDA_H
@@ -33,6 +37,7 @@
 #include <cuda_runtime_api.h>
 
 #include "comm/collectives.h"
+#include "comm/stats_cuda.h"
 #include "compress/compress_cuda.h"
 
 #ifdef __cplusplus
@@ -54,6 +59,7 @@ typedef struct CollScratchDev {
                            separate pass, never fused into the reduce (for the benchmark) */
     void* nccl;         /* NULL: MPI moves the messages; else an ncclComm_t of the same group
                            with the same rank order: NCCL send/recv of device buffers */
+    int ipc;            /* 1: the CUDA IPC transport (comm/ipc_cuda.h; the group on one node) */
     /* state (owned by the collectives; zero it or call coll_scratch_dev_init) */
     int initialized, aware;
     uint8_t* d_buf;     /* device: every message of a call, laid out by the plan */
@@ -78,9 +84,26 @@ typedef struct CollScratchDev {
     CompressStatsDev* d_ost; /* its encode's statistics, and the pinned copy */
     CompressStatsDev* h_ost;
     cudaEvent_t ev_one;
+    /* what the calls cost the host, for the benchmark and the tests: times
+     * the host waited for device work (an event, a stream), counted since
+     * the scratch was made */
+    unsigned long long host_syncs;
+    struct CollIpc* ipc_state; /* the IPC transport's buffers, events and tokens (comm/ipc_cuda.c) */
 } CollScratchDev;
 
+/* Where a site's exchange keeps its state in device memory (comm/stats_cuda.h),
+ * so that the call never waits for the host: the kernels read the delayed
+ * amax of each phase when they run, and the call's statistics are added to
+ * a device record. Either pointer may be NULL. With delayed_amax set, the
+ * params' own delayed_amax is ignored (the device value, under the same
+ * rule, takes its place). */
+typedef struct {
+    const float* delayed_amax; /* device [2]: the reduce-scatter's and the all-gather's (one-shot: [0]) */
+    CollDevStats* stats;       /* device: this call's statistics are added here */
+} CollDevSite;
+
 void coll_scratch_dev_init(CollScratchDev* s);
+/* (collective over the group when the IPC transport was used) */
 void coll_scratch_dev_free(CollScratchDev* s);
 
 /* In place: x (bf16, device) = sum over ranks, reduce-scatter with p_rs then
@@ -90,6 +113,14 @@ void coll_scratch_dev_free(CollScratchDev* s);
  * accumulates like CollStats in comm/collectives.h. */
 void coll_allreduce_dev(MPI_Comm comm, const CompressParams* p_rs, const CompressParams* p_ag, uint16_t* x,
                         size_t n, uint64_t stream, CollScratchDev* s, CollStats* st, cudaStream_t cs);
+/* The same for an exchange site: the scale and statistics in device memory
+ * (site, may be NULL). st may be NULL; when it is not, the host WAITS for
+ * the statistics (one synchronisation), as coll_allreduce_dev does. Returns
+ * the bytes this rank sent (what CollStats.bytes_sent adds), known without
+ * waiting. */
+uint64_t coll_allreduce_site_dev(MPI_Comm comm, const CompressParams* p_rs, const CompressParams* p_ag, uint16_t* x,
+                                 size_t n, uint64_t stream, CollScratchDev* s, const CollDevSite* site, CollStats* st,
+                                 cudaStream_t cs);
 /* x[n] (bf16) -> out[count of my chunk] (fp32, or bf16 if out_is_bf16): as
  * coll_reduce_scatter. */
 void coll_reduce_scatter_dev(MPI_Comm comm, const CompressParams* p, const uint16_t* x, size_t n, void* out,
@@ -102,13 +133,16 @@ void coll_all_gather_dev(MPI_Comm comm, const CompressParams* p, const void* min
 
 /* The two halves with the chunks cut on multiples of `unit` elements (0:
  * the group size), as coll_reduce_scatter_unit / coll_all_gather_unit: the
- * row cut of sequence parallelism (comm/sp.c). */
-void coll_reduce_scatter_unit_dev(MPI_Comm comm, const CompressParams* p, const uint16_t* x, size_t n, size_t unit,
-                                  void* out, int out_is_bf16, uint64_t stream, CollScratchDev* s, CollStats* st,
-                                  cudaStream_t cs);
-void coll_all_gather_unit_dev(MPI_Comm comm, const CompressParams* p, const void* mine, int mine_is_bf16, size_t n,
-                              size_t unit, uint16_t* out, uint64_t stream, CollScratchDev* s, CollStats* st,
-                              cudaStream_t cs);
+ * row cut of sequence parallelism (comm/sp.c). site (may be NULL): the
+ * scale and statistics in device memory, as coll_allreduce_site_dev (the
+ * reduce-scatter's phase is [0], the all-gather's [1]). Return the bytes
+ * this rank sent. */
+uint64_t coll_reduce_scatter_unit_dev(MPI_Comm comm, const CompressParams* p, const uint16_t* x, size_t n, size_t unit,
+                                      void* out, int out_is_bf16, uint64_t stream, CollScratchDev* s,
+                                      const CollDevSite* site, CollStats* st, cudaStream_t cs);
+uint64_t coll_all_gather_unit_dev(MPI_Comm comm, const CompressParams* p, const void* mine, int mine_is_bf16, size_t n,
+                                  size_t unit, uint16_t* out, uint64_t stream, CollScratchDev* s,
+                                  const CollDevSite* site, CollStats* st, cudaStream_t cs);
 
 /* In place, in one phase, as coll_allreduce_one_shot (comm/collectives.h):
  * every rank compresses x once with p, the wires are gathered, every rank
@@ -117,6 +151,11 @@ void coll_all_gather_unit_dev(MPI_Comm comm, const CompressParams* p, const void
  * path. The result is ready in stream order on cs. */
 void coll_allreduce_one_shot_dev(MPI_Comm comm, const CompressParams* p, uint16_t* x, size_t n, uint64_t stream,
                                  CollScratchDev* s, CollStats* st, cudaStream_t cs);
+/* ... for an exchange site, as coll_allreduce_site_dev (the one phase is the
+ * reduce-scatter's: site->delayed_amax[0], CollDevStats.amax_rs_bits). */
+uint64_t coll_allreduce_one_shot_site_dev(MPI_Comm comm, const CompressParams* p, uint16_t* x, size_t n,
+                                          uint64_t stream, CollScratchDev* s, const CollDevSite* site, CollStats* st,
+                                          cudaStream_t cs);
 
 /* 1 if this MPI takes device pointers (compile-time and run-time check). */
 int coll_mpi_cuda_aware(void);

@@ -19,6 +19,7 @@
 #ifdef OPS_BF16
 #include "comm/collectives_cuda.h"
 #include "comm/comm_nccl.h"
+#include "comm/sites_dev.h"
 #include "comm/sp_cuda.h"
 #endif
 
@@ -48,6 +49,7 @@ void comm_free(Comm* c) {
     free(c->host_ref);
 #ifdef OPS_BF16
     ops_free(c->dev_f32);
+    sites_dev_free(c);
     if (c->dscratch) coll_scratch_dev_free(c->dscratch);
     sp_side_free(c->sp_side);
     free(c->dscratch);

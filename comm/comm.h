@@ -55,6 +55,7 @@ typedef struct {
     float* dev_f32;         /* device fp32 copy of an exchange, for staging */
     size_t dev_cap;
     struct CollScratchDev* dscratch; /* the device collectives' buffers and streams */
+    struct SitesDev* sdev;           /* the sites' scales and statistics on the device (comm/sites_dev.h) */
     struct SpSide* sp_side;          /* comm.overlap's second stream (comm/sp_cuda.h) */
     struct ncclComm* nccl_tp;        /* comm.backend "nccl" (comm_nccl_init): the groups' */
     struct ncclComm* nccl_dp;        /* NCCL communicators; NULL with the MPI backend */

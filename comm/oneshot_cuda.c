@@ -20,19 +20,23 @@
 #include <mpi.h>
 
 #include "comm/collectives_cuda.h"
+#include "comm/ipc_cuda.h"
 #include "comm/nccl_util.h"
 #include "comm/watchdog.h"
 #include "common/check.h"
 
 static size_t up16(size_t v) { return (v + 15) & ~(size_t)15; }
 
+/* the encode's statistics and the event of the host's waits (made once) */
+static void one_shot_stats(CollScratchDev* s) {
+    if (s->d_ost) return;
+    s->d_ost = compress_stats_dev_alloc(1);
+    CUDA_CHECK(cudaMallocHost((void**)&s->h_ost, sizeof(CompressStatsDev)));
+    CUDA_CHECK(cudaEventCreateWithFlags(&s->ev_one, cudaEventDisableTiming));
+}
+
 /* the device slots (and their pinned host mirror when staged), grown as needed */
 static void one_shot_buffers(CollScratchDev* s, size_t bytes, int staged) {
-    if (!s->d_ost) {
-        s->d_ost = compress_stats_dev_alloc(1);
-        CUDA_CHECK(cudaMallocHost((void**)&s->h_ost, sizeof(CompressStatsDev)));
-        CUDA_CHECK(cudaEventCreateWithFlags(&s->ev_one, cudaEventDisableTiming));
-    }
     if (bytes > s->one_cap) {
         CUDA_CHECK(cudaDeviceSynchronize()); /* queued work may still use the old buffers (first calls only) */
         if (s->d_one) CUDA_CHECK(cudaFree(s->d_one));
@@ -48,13 +52,48 @@ static void one_shot_buffers(CollScratchDev* s, size_t bytes, int staged) {
 static void wait_cs(CollScratchDev* s, cudaStream_t cs, MPI_Comm comm, const char* op) {
     CUDA_CHECK(cudaEventRecord(s->ev_one, cs));
     wd_event_wait(s->ev_one, comm, op);
+    s->host_syncs++;
+}
+
+/* the staged and NCCL transports: the P wires gathered into P slots, then summed */
+static void one_shot_moved(MPI_Comm comm, const CompressParams* p, uint16_t* x, size_t n, uint64_t stream,
+                           const float* damax, CollScratchDev* s, cudaStream_t cs, int r, int P, int aware, size_t pad,
+                           size_t stride) {
+    one_shot_buffers(s, stride * (size_t)P, !aware);
+    uint8_t* slot = s->d_one + (size_t)r * stride;
+
+    compress_dev_scaled(p, x, 1, n, coll_stream_of(stream, r, 0, 2), slot + pad, s->d_ost, damax, cs);
+    if (s->nccl) { /* in place: my slot is where the gather puts my part */
+        NCCL_CHECK(ncclAllGather(slot, s->d_one, stride, ncclUint8, (ncclComm_t)s->nccl, cs));
+    } else {
+        uint8_t* base = aware ? s->d_one : s->h_one;
+        if (!aware) CUDA_CHECK(cudaMemcpyAsync(s->h_one + (size_t)r * stride, slot, stride, cudaMemcpyDeviceToHost, cs));
+        wait_cs(s, cs, comm, "one-shot all-reduce (encode)"); /* MPI reads what cs wrote: the transport's wait */
+        MPI_Request req;
+        MPI_CHECK(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_BYTE, base, (int)stride, MPI_BYTE, comm, &req));
+        wd_waitall(1, &req, comm, "one-shot all-reduce (all-gather)");
+        if (!aware) CUDA_CHECK(cudaMemcpyAsync(s->d_one, s->h_one, stride * (size_t)P, cudaMemcpyHostToDevice, cs));
+    }
+    const uint8_t* copies[COMPRESS_DEV_MAX_IN];
+    for (int i = 0; i < P; i++) copies[i] = s->d_one + (size_t)i * stride + pad;
+    decompress_reduce_dev(p, copies, P, n, x, CDEV_SUM_BF16, cs);
 }
 
 void coll_allreduce_one_shot_dev(MPI_Comm comm, const CompressParams* p, uint16_t* x, size_t n, uint64_t stream,
                                  CollScratchDev* s, CollStats* st, cudaStream_t cs) {
+    coll_allreduce_one_shot_site_dev(comm, p, x, n, stream, s, NULL, st, cs);
+}
+
+uint64_t coll_allreduce_one_shot_site_dev(MPI_Comm comm, const CompressParams* p_in, uint16_t* x, size_t n,
+                                          uint64_t stream, CollScratchDev* s, const CollDevSite* site, CollStats* st,
+                                          cudaStream_t cs) {
     int P, r;
     MPI_CHECK(MPI_Comm_size(comm, &P));
-    if (P == 1) return; /* as the host version: nothing to exchange, nothing to compress */
+    if (P == 1) return 0; /* as the host version: nothing to exchange, nothing to compress */
+    CompressParams pd = *p_in; /* a device amax replaces the host one (coll_allreduce_site_dev) */
+    const float* damax = site ? site->delayed_amax : NULL;
+    if (damax) pd.delayed_amax = 0.0f;
+    const CompressParams* p = &pd;
     MPI_CHECK(MPI_Comm_rank(comm, &r));
     if (P > COMPRESS_DEV_MAX_IN) FATAL("the one-shot all-reduce sums up to %d ranks' copies, not %d", COMPRESS_DEV_MAX_IN, P);
     const int aware = s->nccl ? 1 : s->cuda_aware < 0 ? coll_mpi_cuda_aware() : s->cuda_aware != 0;
@@ -64,29 +103,16 @@ void coll_allreduce_one_shot_dev(MPI_Comm comm, const CompressParams* p, uint16_
     const size_t pad = (16 - compress_wire_codes_offset(&l, n) % 16) % 16;
     const size_t stride = up16(pad + wire);
     if (stride > (size_t)INT32_MAX) FATAL("one-shot all-reduce of %zu elements is too large for MPI int counts", n);
-    one_shot_buffers(s, stride * (size_t)P, !aware);
-    uint8_t* slot = s->d_one + (size_t)r * stride;
-
+    one_shot_stats(s);
     compress_stats_dev_reset(s->d_ost, 1, cs);
-    compress_dev(p, x, 1, n, coll_stream_of(stream, r, 0, 2), slot + pad, s->d_ost, cs);
-    if (s->nccl) { /* in place: my slot is where the gather puts my part */
-        NCCL_CHECK(ncclAllGather(slot, s->d_one, stride, ncclUint8, (ncclComm_t)s->nccl, cs));
-    } else {
-        uint8_t* base = aware ? s->d_one : s->h_one;
-        if (!aware) CUDA_CHECK(cudaMemcpyAsync(s->h_one + (size_t)r * stride, slot, stride, cudaMemcpyDeviceToHost, cs));
-        wait_cs(s, cs, comm, "one-shot all-reduce (encode)"); /* MPI reads what cs wrote */
-        MPI_Request req;
-        MPI_CHECK(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_BYTE, base, (int)stride, MPI_BYTE, comm, &req));
-        wd_waitall(1, &req, comm, "one-shot all-reduce (all-gather)");
-        if (!aware) CUDA_CHECK(cudaMemcpyAsync(s->d_one, s->h_one, stride * (size_t)P, cudaMemcpyHostToDevice, cs));
-    }
-    const uint8_t* copies[COMPRESS_DEV_MAX_IN];
-    for (int i = 0; i < P; i++) copies[i] = s->d_one + (size_t)i * stride + pad;
-    decompress_reduce_dev(p, copies, P, n, x, CDEV_SUM_BF16, cs);
+    if (s->ipc) coll_ipc_one_shot(comm, p, x, n, stream, damax, s->d_ost, s, cs); /* read where it lies */
+    else one_shot_moved(comm, p, x, n, stream, damax, s, cs, r, P, aware, pad, stride);
 
     /* The next call reuses the slots in stream order: its encode and copies
      * run on cs after this call's decode, and its MPI all-gather only after
      * its own wait for them. */
+    if (site && site->stats) coll_stats_fold_dev(site->stats, s->d_ost, 1, 1, 0, cs); /* the one chunk as an RS chunk */
+    const uint64_t bytes = (uint64_t)wire * (uint64_t)(P - 1);
     if (st) {
         CUDA_CHECK(cudaMemcpyAsync(s->h_ost, s->d_ost, sizeof(CompressStatsDev), cudaMemcpyDeviceToHost, cs));
         wait_cs(s, cs, comm, s->nccl ? "one-shot all-reduce (NCCL)" : "one-shot all-reduce");
@@ -95,6 +121,7 @@ void coll_allreduce_one_shot_dev(MPI_Comm comm, const CompressParams* p, uint16_
         st->saturated += s->h_ost->saturated;
         st->nonfinite += s->h_ost->nonfinite;
         if (a > st->amax_rs) st->amax_rs = a;
-        st->bytes_sent += (uint64_t)wire * (uint64_t)(P - 1);
+        st->bytes_sent += bytes;
     }
+    return bytes;
 }

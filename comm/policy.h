@@ -48,13 +48,35 @@ typedef struct {
     int auto_steps;
     double auto_min_speedup, auto_max_err;
     /* the all-reduce's shape (both backends) */
-    int one_shot;                 /* 1: one phase (gather every rank's tensor, sum); 0: reduce-scatter + all-gather */
+    int one_shot;                 /* 1: one phase (gather every rank's tensor, sum); 0: reduce-scatter + all-gather;
+                                     COMM_ALLREDUCE_AUTO: one phase where the bytes it moves beyond two-shot's,
+                                     (P - 1)(P - 2) / P times the tensor's, are at most one_shot_extra_bytes
+                                     (the all-reduce sites only: sequence parallelism's row exchanges are one phase each) */
+    long long one_shot_extra_bytes;
+    /* how the GPU build's TP exchanges move (comm/sites_dev.c): AUTO is NCCL
+     * under comm.backend "nccl", else IPC when the TP group is on one node
+     * (comm/ipc_cuda.h), else STAGED (MPI, through pinned host memory or
+     * device pointers when MPI is CUDA-aware); the same for the all-reduces
+     * and for sequence parallelism's reduce-scatters and all-gathers */
+    int transport;                /* CommTransport */
     /* sequence parallelism (comm/sp.h): the sites are reduce-scatters and
      * all-gathers of rows instead of all-reduces */
     int sp;
     int sp_chunks;                /* K: every rank's rows in K pieces, each its own compression unit */
     int overlap;                  /* 1: piece k's exchange runs while the GEMM of piece k+1 computes */
 } CommPolicy;
+
+enum { COMM_ALLREDUCE_AUTO = 2 };
+/* comm.allreduce "auto"'s switch point, comm.one_shot_extra_kb. One-shot
+ * saves a phase, i.e. one cross-rank hand-off (~150 us between processes
+ * sharing an H200, ~10 us between GPUs), and moves (P - 1)(P - 2) / P tensors
+ * more per rank than two-shot: none at P = 2, so P = 2 always takes it. The
+ * default is what a ~370 GB/s link moves in ~10 us; on a shared GPU the
+ * hand-off is worth far more. tools/bench_compress_gpu --transports measures
+ * both shapes per size, to refit it. */
+#define COMM_ONE_SHOT_EXTRA_KB_DEFAULT 4096
+
+typedef enum { COMM_TRANSPORT_AUTO = 0, COMM_TRANSPORT_STAGED, COMM_TRANSPORT_IPC, COMM_TRANSPORT_NCCL } CommTransport;
 
 /* Every site exact, nothing recorded: the policy of tests and tools that
  * only need the exact exchange; fill what differs after the call. */

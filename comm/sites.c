@@ -20,6 +20,11 @@
  *   - delayed scaling: the amax of the transformed values seen by each phase
  *     over the last SITE_HISTORY exchanges predicts the next chunk scale.
  *
+ * In the GPU build the history and the statistics live on the device
+ * (comm/sites_dev.h), for the all-reduces and the row exchanges alike: an
+ * exchange is queued and never waited for; the host reads the statistics
+ * when it logs them (comm_sites_read).
+ *
  * Sites: embed.fwd, L<l>.attn.fwd, L<l>.mlp.fwd, L<l>.attn.bwd, L<l>.mlp.bwd,
  * lm_head.bwd; with sequence parallelism (policy.sp) the reduce-scatters and
  * all-gathers of rows of comm/sp.h instead (sites.h lists them), each a
@@ -38,7 +43,7 @@
 #include "common/check.h"
 #include "compress/methods.h"
 #ifdef OPS_BF16
-#include "comm/collectives_cuda.h"
+#include "comm/sites_dev.h"
 #include "comm/sp_cuda.h"
 #include "ops/ops_cuda.h"
 #endif
@@ -101,6 +106,7 @@ void comm_policy_default(CommPolicy* p) {
     p->dump_step = -1;
     p->fuse = 1;
     p->sp_chunks = 1;
+    p->one_shot_extra_bytes = (long long)COMM_ONE_SHOT_EXTRA_KB_DEFAULT * 1024;
 }
 
 /* The wire of the sites that are not compressed: fp32 on the CPU build.
@@ -168,6 +174,9 @@ void comm_step_begin(Comm* c, int step) {
     c->step = step;
     c->step_bytes = 0;
     c->step_ms = 0.0;
+#ifdef OPS_BF16
+    if (c->tp_size > 1) sites_dev_step_begin(c);
+#endif
     for (int i = 0; i < c->nsites; i++) {
         CommSite* s = &c->sites[i];
         s->bytes = s->saturated = s->nonfinite = 0;
@@ -251,6 +260,7 @@ static float hist_max(const CommSite* s, int phase) {
     return m;
 }
 
+#ifndef OPS_BF16 /* the GPU build pushes on the device (comm/stats_cuda.cu) */
 static void hist_push(CommSite* s, float a_rs, float a_ag) {
     memmove(&s->amax_hist[0][1], &s->amax_hist[0][0], (SITE_HISTORY - 1) * sizeof(float));
     memmove(&s->amax_hist[1][1], &s->amax_hist[1][0], (SITE_HISTORY - 1) * sizeof(float));
@@ -258,6 +268,7 @@ static void hist_push(CommSite* s, float a_rs, float a_ag) {
     s->amax_hist[1][0] = a_ag;
     if (s->hist_len < SITE_HISTORY) s->hist_len++;
 }
+#endif
 
 static double rel_error(const float* y, const float* ref, size_t n) {
     double ne = 0.0, nr = 0.0;
@@ -291,49 +302,44 @@ static float* stage_to_host(Comm* c, const floatX* x, size_t n) {
  * bf16 tensor with the pipelined kernels of comm/collectives_cuda.c; two
  * phases (reduce-scatter with p_rs, all-gather with p_ag) or, with
  * comm.allreduce = one_shot, one (every rank's tensor compressed with p_rs,
- * gathered and summed). */
-#ifdef OPS_BF16
-static CollScratchDev* comm_dev_scratch(Comm* c) {
-    if (!c->dscratch) {
-        c->dscratch = callocCheck(1, sizeof(CollScratchDev));
-        coll_scratch_dev_init(c->dscratch);
-        c->dscratch->nccl = c->nccl_tp; /* NULL: MPI */
-        if (c->policy.pipeline_depth > 0) c->dscratch->K = c->policy.pipeline_depth;
-        c->dscratch->unfused = !c->policy.fuse;
-    }
-    return c->dscratch;
-}
-#endif
-
-static void allreduce(Comm* c, const CompressParams* p_rs, const CompressParams* p_ag, floatX* x, size_t n,
+ * gathered and summed). On the GPU the scale and the statistics are site
+ * `site`'s on the device, and st gets the bytes only. */
+static void allreduce(Comm* c, int site, const CompressParams* p_rs, const CompressParams* p_ag, floatX* x, size_t n,
                       uint64_t stream, CollStats* st) {
+    /* comm.allreduce "auto" (policy.h): one phase while its extra bytes are few; the same choice on every rank */
+    const double extra = (double)n * sizeof(floatX) * (c->tp_size - 1) * (c->tp_size - 2) / c->tp_size;
+    const int one_shot = c->policy.one_shot == COMM_ALLREDUCE_AUTO ? extra <= (double)c->policy.one_shot_extra_bytes
+                                                                   : c->policy.one_shot;
 #ifdef OPS_BF16
-    comm_dev_scratch(c);
-    if (c->policy.one_shot) coll_allreduce_one_shot_dev(c->tp_comm, p_rs, x, n, stream, c->dscratch, st, (cudaStream_t)ops_cuda_stream());
-    else coll_allreduce_dev(c->tp_comm, p_rs, p_ag, x, n, stream, c->dscratch, st, (cudaStream_t)ops_cuda_stream());
+    const uint64_t bytes = sites_dev_allreduce(c, site, one_shot, p_rs, p_ag, x, n, stream);
+    if (st) st->bytes_sent += bytes;
 #else
-    if (c->policy.one_shot) coll_allreduce_one_shot(c->tp_comm, p_rs, x, n, stream, &c->scratch, st);
+    (void)site;
+    if (one_shot) coll_allreduce_one_shot(c->tp_comm, p_rs, x, n, stream, &c->scratch, st);
     else coll_allreduce(c->tp_comm, p_rs, p_ag, x, n, stream, &c->scratch, st);
 #endif
 }
 
-/* One exchange of op on backend memory: AR in place on out (= in, n
- * elements), RS of in[n] into out[n/P], AG of in[n/P] into out[n]; n =
- * rows * cols of the full tensor. */
-static void collective(Comm* c, SiteOp op, const CompressParams* p_rs, const CompressParams* p_ag, const floatX* in,
-                       floatX* out, int rows, int cols, uint64_t stream, CollStats* st) {
+/* One exchange of op of site `site` on backend memory: AR in place on out
+ * (= in, n elements), RS of in[n] into out[n/P], AG of in[n/P] into out[n];
+ * n = rows * cols of the full tensor. On the GPU the row exchanges keep
+ * their scale and statistics on the device as the all-reduce does, and st
+ * gets the bytes only. */
+static void collective(Comm* c, int site, SiteOp op, const CompressParams* p_rs, const CompressParams* p_ag,
+                       const floatX* in, floatX* out, int rows, int cols, uint64_t stream, CollStats* st) {
     const int K = c->policy.sp_chunks;
-    if (op == OP_AR) allreduce(c, p_rs, p_ag, out, (size_t)rows * cols, stream, st);
+    if (op == OP_AR) {
+        allreduce(c, site, p_rs, p_ag, out, (size_t)rows * cols, stream, st);
+        return;
+    }
 #ifdef OPS_BF16
-    else if (op == OP_RS)
-        sp_reduce_scatter_dev(c->tp_comm, K, p_rs, in, out, rows, cols, 0, K, stream, comm_dev_scratch(c), st,
-                              (cudaStream_t)ops_cuda_stream());
-    else
-        sp_all_gather_dev(c->tp_comm, K, p_ag, in, out, rows, cols, 0, K, stream, comm_dev_scratch(c), st,
-                          (cudaStream_t)ops_cuda_stream());
+    const uint64_t bytes = sites_dev_rows(c, site, op == OP_RS, op == OP_RS ? p_rs : p_ag, in, out, rows, cols, 0, K,
+                                          stream, NULL);
+    if (st) st->bytes_sent += bytes;
 #else
-    else if (op == OP_RS) sp_reduce_scatter_host(c->tp_comm, K, p_rs, in, out, rows, cols, 0, K, stream, &c->scratch, st);
+    if (op == OP_RS) sp_reduce_scatter_host(c->tp_comm, K, p_rs, in, out, rows, cols, 0, K, stream, &c->scratch, st);
     else sp_all_gather_host(c->tp_comm, K, p_ag, in, out, rows, cols, 0, K, stream, &c->scratch, st);
+    (void)site;
 #endif
 }
 
@@ -365,20 +371,20 @@ static void collective_exact_host(Comm* c, SiteOp op, float* h, float* ref, int 
  * auto_decide then keeps the compressor where it is both fast enough and
  * faithful enough, on every rank alike. */
 
-static double timed_collective(Comm* c, SiteOp op, const CompressParams* p, const floatX* in, floatX* out, int rows,
-                               int cols, uint64_t stream, CollStats* st) {
+static double timed_collective(Comm* c, int site, SiteOp op, const CompressParams* p, const floatX* in, floatX* out,
+                               int rows, int cols, uint64_t stream, CollStats* st) {
     ops_sync();
     wd_barrier(c->tp_comm, "auto trial (barrier)");
     double t0 = MPI_Wtime();
-    collective(c, op, p, p, in, out, rows, cols, stream, st);
+    collective(c, site, op, p, p, in, out, rows, cols, stream, st);
     ops_sync();
     return MPI_Wtime() - t0;
 }
 
 /* n_out: the output's elements; an all-reduce works in place, so its
  * compressed twin runs on a copy of the input taken first */
-static void auto_trial(Comm* c, CommSite* s, SiteOp op, const floatX* in, floatX* out, size_t n_out, int rows, int cols,
-                       uint64_t stream, CollStats* st) {
+static void auto_trial(Comm* c, CommSite* s, int site, SiteOp op, const floatX* in, floatX* out, size_t n_out, int rows,
+                       int cols, uint64_t stream, CollStats* st) {
     if (n_out > c->auto_cap) {
         ops_free(c->auto_x);
         c->auto_cap = n_out + n_out / 4;
@@ -388,9 +394,14 @@ static void auto_trial(Comm* c, CommSite* s, SiteOp op, const floatX* in, floatX
     const floatX* in_c = op == OP_AR ? c->auto_x : in;
     CompressParams exact;
     compress_params_default(&exact, EXACT_WIRE);
-    const double te = timed_collective(c, op, &exact, in, out, rows, cols, stream, st);
-    CollStats sc = {0};
-    const double tc = timed_collective(c, op, &s->p, in_c, c->auto_x, rows, cols, stream, &sc);
+    const double te = timed_collective(c, site, op, &exact, in, out, rows, cols, stream, st);
+#ifdef OPS_BF16
+    sites_dev_after(c, site, 1, 0); /* the exact run's statistics are the step's; the trial's are dropped */
+#endif
+    const double tc = timed_collective(c, site, op, &s->p, in_c, c->auto_x, rows, cols, stream, NULL);
+#ifdef OPS_BF16
+    sites_dev_after(c, site, 0, 0);
+#endif
     memcpy(c->host_ref, stage_to_host(c, out, n_out), n_out * sizeof(float));
     const double err = rel_error(stage_to_host(c, c->auto_x, n_out), c->host_ref, n_out);
     if (s->auto_calls == 0 || te < s->auto_t_exact) s->auto_t_exact = te;
@@ -496,7 +507,7 @@ static void site_begin(Comm* c, TpSeg* x, SiteKind kind, int layer, const floatX
     if (x->op == OP_AR) site_record_input(c, x);
     x->p_rs = s->p;
     x->p_ag = s->p;
-    x->p_rs.delayed_amax = hist_max(s, 0);
+    x->p_rs.delayed_amax = hist_max(s, 0); /* the GPU build's kernels read the device history instead */
     x->p_ag.delayed_amax = hist_max(s, 1);
     x->stream = ((uint64_t)c->step << 20) ^ ((uint64_t)x->si << 4) ^ (uint64_t)s->calls;
     x->K = x->op == OP_AR ? 1 : c->policy.sp_chunks;
@@ -504,25 +515,46 @@ static void site_begin(Comm* c, TpSeg* x, SiteKind kind, int layer, const floatX
     x->busy = MPI_Wtime() - t0;
 }
 
+/* GPU build: the start or the end of an exchange's work on stream cs (NULL:
+ * the compute stream), for the device's exchange clock (comm_step_end) */
+static void exchange_mark(Comm* c, void* cs) {
+#ifdef OPS_BF16
+    if (c->train_mode) sites_dev_mark(c, cs);
+#else
+    (void)c;
+    (void)cs;
+#endif
+}
+
 static void site_run(Comm* c, TpSeg* x) {
-    if (x->trial) auto_trial(c, &c->sites[x->si], (SiteOp)x->op, x->in, x->out, seg_n_out(c, x), x->rows, x->cols,
-                             x->stream, &x->st);
-    else collective(c, (SiteOp)x->op, &x->p_rs, &x->p_ag, x->in, x->out, x->rows, x->cols, x->stream, &x->st);
+    exchange_mark(c, NULL);
+    if (x->trial) auto_trial(c, &c->sites[x->si], x->si, (SiteOp)x->op, x->in, x->out, seg_n_out(c, x), x->rows,
+                             x->cols, x->stream, &x->st);
+    else collective(c, x->si, (SiteOp)x->op, &x->p_rs, &x->p_ag, x->in, x->out, x->rows, x->cols, x->stream, &x->st);
+    exchange_mark(c, NULL);
 }
 
 static void site_end(Comm* c, TpSeg* x) {
-    const double t0 = MPI_Wtime();
+    const double t0 = MPI_Wtime(); /* the CPU build's exchange clock (the GPU build's: exchange_mark) */
+    (void)t0;
     CommSite* s = &c->sites[x->si];
     if (x->op != OP_AR) site_record_input(c, x);
-    if (s->compressed && c->train_mode && !x->trial) hist_push(s, x->st.amax_rs, x->st.amax_ag);
+    const int push = s->compressed && c->train_mode && !x->trial;
+#ifdef OPS_BF16
+    if (!x->trial) sites_dev_after(c, x->si, c->train_mode, push); /* (the compute stream follows the side's here) */
+#else
+    if (push) hist_push(s, x->st.amax_rs, x->st.amax_ag);
+#endif
     if (x->sample) s->rel_err = rel_error(stage_to_host(c, x->out, seg_n_out(c, x)), c->host_ref, seg_n_out(c, x));
     if (c->train_mode) {
         s->bytes += x->st.bytes_sent;
-        s->saturated += x->st.saturated;
+        s->saturated += x->st.saturated; /* (GPU: 0 here; comm_sites_read brings the device's) */
         s->nonfinite += x->st.nonfinite;
         s->calls++;
         c->step_bytes += x->st.bytes_sent;
+#ifndef OPS_BF16 /* the GPU build's exchange clock is on the device (exchange_mark) */
         c->step_ms += (x->busy + MPI_Wtime() - t0) * 1e3;   /* the time in the exchange's calls, not the GEMMs' between */
+#endif
     }
     wd_set_site(NULL);
 }
@@ -535,12 +567,10 @@ static void site_segment(Comm* c, TpSeg* x, int k) {
 #ifdef OPS_BF16
     SpSide* sd = sp_side_get(&c->sp_side);
     sp_side_follow(sd, x->op == OP_RS ? k : 0, sd->side);
-    if (x->op == OP_RS)
-        sp_reduce_scatter_dev(c->tp_comm, x->K, &x->p_rs, x->in, x->out, x->rows, x->cols, k, k + 1, x->stream,
-                              comm_dev_scratch(c), &x->st, sd->side);
-    else
-        sp_all_gather_dev(c->tp_comm, x->K, &x->p_ag, x->in, x->out, x->rows, x->cols, k, k + 1, x->stream,
-                          comm_dev_scratch(c), &x->st, sd->side);
+    exchange_mark(c, sd->side);
+    x->st.bytes_sent += sites_dev_rows(c, x->si, x->op == OP_RS, x->op == OP_RS ? &x->p_rs : &x->p_ag, x->in, x->out,
+                                       x->rows, x->cols, k, k + 1, x->stream, sd->side);
+    exchange_mark(c, sd->side);
 #else
     if (x->op == OP_RS)
         sp_reduce_scatter_host(c->tp_comm, x->K, &x->p_rs, x->in, x->out, x->rows, x->cols, k, k + 1, x->stream,
@@ -640,6 +670,22 @@ void tp_ag_wait(Comm* c, TpSeg* x, int k) {
 
 void tp_ag_end(Comm* c, TpSeg* x) { site_end(c, x); }
 
+void comm_sites_read(Comm* c) {
+#ifdef OPS_BF16
+    if (c->tp_size > 1 && c->nsites > 0) sites_dev_read(c);
+#else
+    (void)c;
+#endif
+}
+
+void comm_step_end(Comm* c) {
+#ifdef OPS_BF16
+    if (c->tp_size > 1) c->step_ms = sites_dev_step_ms(c);
+#else
+    (void)c;
+#endif
+}
+
 /* ---- logging and state ------------------------------------------------------ */
 
 int comm_sites_json(const Comm* c, char* buf, size_t cap) {
@@ -676,8 +722,17 @@ size_t comm_state_bytes_other(const Comm* c) {
     return (size_t)(c->policy.sp ? 4 * c->L + 2 : 8 * c->L + 4) * sizeof(SiteState);
 }
 
-void comm_state_save(const Comm* c, void* dst) {
+void comm_state_save(Comm* c, void* dst) {
     SiteState* out = dst;
+#ifdef OPS_BF16
+    SiteScaleDev* dev = c->tp_size > 1 ? mallocCheck(sizeof(SiteScaleDev) * (size_t)(c->nsites ? c->nsites : 1)) : NULL;
+    if (dev) sites_dev_scale_get(c, dev);
+    for (int i = 0; dev && i < c->nsites; i++) { /* the device holds the history of record, for every site */
+        c->sites[i].hist_len = dev[i].hist_len;
+        memcpy(c->sites[i].amax_hist, dev[i].amax_hist, sizeof(c->sites[i].amax_hist));
+    }
+    free(dev);
+#endif
     for (int i = 0; i < c->nsites; i++) {
         const CommSite* s = &c->sites[i];
         memset(&out[i], 0, sizeof(SiteState));
@@ -722,5 +777,19 @@ int comm_state_load(Comm* c, const void* src, size_t bytes) {
         const SiteState* from = &in[site_index_in(!c->policy.sp, c->L, kind_in_other_layout(s->kind), s->layer)];
         if (s->compressed) site_state_load(s, from, 0);
     }
+#ifdef OPS_BF16
+    if (c->tp_size == 1) return other;
+    /* every site's history to the device (the other layout's: none, so empty) */
+    SiteScaleDev* dev = callocCheck((size_t)(c->nsites ? c->nsites : 1), sizeof(SiteScaleDev));
+    for (int i = 0; i < c->nsites; i++) {
+        const CommSite* s = &c->sites[i];
+        dev[i].hist_len = s->hist_len;
+        memcpy(dev[i].amax_hist, s->amax_hist, sizeof(s->amax_hist));
+        dev[i].delayed[0] = hist_max(s, 0); /* what the next exchange predicts, as the host would */
+        dev[i].delayed[1] = hist_max(s, 1);
+    }
+    sites_dev_scale_put(c, dev);
+    free(dev);
+#endif
     return other;
 }

@@ -136,6 +136,13 @@ void tp_rs_end(Comm* c, TpSeg* x);
 void tp_ag_begin(Comm* c, TpSeg* x, SiteKind kind, int layer, const floatX* local, floatX* full, int rows, int cols);
 void tp_ag_wait(Comm* c, TpSeg* x, int k);
 void tp_ag_end(Comm* c, TpSeg* x);
+/* The step's site statistics (saturated, nonfinite) to the host sites: on
+ * the GPU they accumulate on the device and this reads them (one copy, one
+ * wait); call it before comm_sites_json or before reading them. */
+void comm_sites_read(Comm* c);
+/* The step's work is done (the caller synchronised): step_ms from the
+ * device's exchange clock (GPU build; the CPU build times on the host). */
+void comm_step_end(Comm* c);
 
 /* The site index of (kind, layer). */
 int comm_site_index(const Comm* c, SiteKind kind, int layer);
@@ -147,7 +154,8 @@ size_t comm_state_bytes(const Comm* c);
 /* The size of the same state in the other site layout (policy.sp flipped),
  * which comm_state_load also takes. */
 size_t comm_state_bytes_other(const Comm* c);
-void comm_state_save(const Comm* c, void* dst);
+/* (GPU build: copies the device history to the host first, and back on load) */
+void comm_state_save(Comm* c, void* dst);
 /* bytes: comm_state_bytes (loaded as saved) or comm_state_bytes_other (a
  * checkpoint of the other layout: each site takes the state of the site of
  * the same block and pass - for a reduce-scatter the all-reduce of the same

@@ -8,7 +8,9 @@
  * sp_*_host on float(x) rounded to bf16 (tests/test_coll_gpu.c). The
  * reduce-scatter writes the bf16 sum of this rank's piece; the all-gather
  * decodes every piece, this rank's included, from the gathered bytes.
- * Also the side stream of comm.overlap (SpSide).
+ * With a CollDevSite the scale and statistics stay on the device
+ * (comm/sites_dev.c), on any transport. Also the side stream of
+ * comm.overlap (SpSide).
  */
 #include "comm/sp_cuda.h"
 
@@ -18,22 +20,28 @@
 #include "common/check.h"
 #include "common/cuda_check.h"
 
-void sp_reduce_scatter_dev(MPI_Comm comm, int K, const CompressParams* p, const uint16_t* full, uint16_t* local, int N,
-                           int C, int k0, int k1, uint64_t stream, CollScratchDev* s, CollStats* st, cudaStream_t cs) {
+uint64_t sp_reduce_scatter_dev(MPI_Comm comm, int K, const CompressParams* p, const uint16_t* full, uint16_t* local,
+                               int N, int C, int k0, int k1, uint64_t stream, CollScratchDev* s, const CollDevSite* site,
+                               CollStats* st, cudaStream_t cs) {
     size_t seg, piece;
     sp_sizes(comm, N, C, K, &seg, &piece);
+    uint64_t bytes = 0;
     for (int k = k0; k < k1; k++)
-        coll_reduce_scatter_unit_dev(comm, p, full + k * seg, seg, piece, local + k * piece, 1, sp_stream(stream, k), s,
-                                     st, cs);
+        bytes += coll_reduce_scatter_unit_dev(comm, p, full + k * seg, seg, piece, local + k * piece, 1,
+                                              sp_stream(stream, k), s, site, st, cs);
+    return bytes;
 }
 
-void sp_all_gather_dev(MPI_Comm comm, int K, const CompressParams* p, const uint16_t* local, uint16_t* full, int N,
-                       int C, int k0, int k1, uint64_t stream, CollScratchDev* s, CollStats* st, cudaStream_t cs) {
+uint64_t sp_all_gather_dev(MPI_Comm comm, int K, const CompressParams* p, const uint16_t* local, uint16_t* full, int N,
+                           int C, int k0, int k1, uint64_t stream, CollScratchDev* s, const CollDevSite* site,
+                           CollStats* st, cudaStream_t cs) {
     size_t seg, piece;
     sp_sizes(comm, N, C, K, &seg, &piece);
+    uint64_t bytes = 0;
     for (int k = k0; k < k1; k++)
-        coll_all_gather_unit_dev(comm, p, local + k * piece, 1, seg, piece, full + k * seg, sp_stream(stream, k), s, st,
-                                 cs);
+        bytes += coll_all_gather_unit_dev(comm, p, local + k * piece, 1, seg, piece, full + k * seg,
+                                          sp_stream(stream, k), s, site, st, cs);
+    return bytes;
 }
 
 SpSide* sp_side_get(SpSide** slot) {

@@ -14,11 +14,18 @@ extern "C" {
 #endif
 
 /* Segments [k0, k1) of K: full[N, C] (bf16) partial sums -> this rank's
- * rows local[N/P, C] (bf16), and back by the all-gather. */
-void sp_reduce_scatter_dev(MPI_Comm comm, int K, const CompressParams* p, const uint16_t* full, uint16_t* local, int N,
-                           int C, int k0, int k1, uint64_t stream, CollScratchDev* s, CollStats* st, cudaStream_t cs);
-void sp_all_gather_dev(MPI_Comm comm, int K, const CompressParams* p, const uint16_t* local, uint16_t* full, int N,
-                       int C, int k0, int k1, uint64_t stream, CollScratchDev* s, CollStats* st, cudaStream_t cs);
+ * rows local[N/P, C] (bf16), and back by the all-gather. site (may be NULL):
+ * the exchange site's scale and statistics in device memory
+ * (CollDevSite; comm/sites_dev.c), the same for every segment, so nothing
+ * waits for the host; st (may be NULL) makes the host wait for the
+ * statistics, as in coll_allreduce_site_dev. Return the bytes this rank
+ * sent. Every transport of CollScratchDev, the IPC one included. */
+uint64_t sp_reduce_scatter_dev(MPI_Comm comm, int K, const CompressParams* p, const uint16_t* full, uint16_t* local,
+                               int N, int C, int k0, int k1, uint64_t stream, CollScratchDev* s, const CollDevSite* site,
+                               CollStats* st, cudaStream_t cs);
+uint64_t sp_all_gather_dev(MPI_Comm comm, int K, const CompressParams* p, const uint16_t* local, uint16_t* full, int N,
+                           int C, int k0, int k1, uint64_t stream, CollScratchDev* s, const CollDevSite* site,
+                           CollStats* st, cudaStream_t cs);
 
 /* comm.overlap's second stream: segment exchanges run on `side` while the
  * compute stream runs the GEMMs; the events order the two. Mark i of a

@@ -70,6 +70,9 @@ static Codec codec_of(const CompressParams* p, const char* who) {
         c.delayed = 1;
         c.delayed_amax = delayed_amax;
     }
+    /* a job's device amax (CompressJobDev.delayed_amax) is honoured where a host one would be */
+    const CompressMethodInfo* mi = compress_method_info(p->method);
+    c.delayed_dev = c.dual && p->delayed && (mi->hdr > 0 || mi->tbytes > 0);
     c.tpg = c.G > UNIT ? c.G / UNIT : 1;
     c.lg = 0;
     while ((1 << c.lg) < c.G) c.lg++;
@@ -159,6 +162,7 @@ static CJob cjob_of(const Codec& c, const CompressJobDev* j, int encode, const c
     r.sp = span_of(j, who);
     r.stream = j->stream;
     r.st = j->st;
+    r.damax = j->delayed_amax;
     if (!r.x && r.sp.u1 > r.sp.u0) FATAL("%s: job without an input pointer", who);
     if (encode) { /* the amax pass writes nothing but the slot */
         if (!r.codes && r.sp.u1 > r.sp.u0) FATAL("%s: job without an element-byte pointer", who);
@@ -316,6 +320,7 @@ void decompress_jobs_dev(const CompressParams* p_in, const CompressJobDev* jobs,
             d.sp = span_of(j, who);
             d.stream = j->stream;
             d.st = j->st;
+            d.damax = j->delayed_amax;
             d.in_first = nin_used;
             d.nin = j->nin;
             if (out == OUT_RECOMP) {
@@ -425,6 +430,11 @@ static float* scratch_f32(size_t n) {
 
 size_t compress_dev(const CompressParams* p, const void* x, int x_is_bf16, size_t n, uint64_t stream, uint8_t* out,
                     CompressStatsDev* st, cudaStream_t s) {
+    return compress_dev_scaled(p, x, x_is_bf16, n, stream, out, st, nullptr, s);
+}
+
+size_t compress_dev_scaled(const CompressParams* p, const void* x, int x_is_bf16, size_t n, uint64_t stream,
+                           uint8_t* out, CompressStatsDev* st, const float* delayed_amax, cudaStream_t s) {
     const CompressWireLayout l = compress_wire_layout(p);
     const int two = compress_dev_two_pass(p);
     CompressJobDev j;
@@ -436,6 +446,7 @@ size_t compress_dev(const CompressParams* p, const void* x, int x_is_bf16, size_
     j.out = wire_out(l, out, n);
     j.stream = stream;
     j.st = st ? st : (two ? scratch_stats() : nullptr);
+    j.delayed_amax = delayed_amax;
     if (two) {
         CUDA_CHECK(cudaMemsetAsync(&j.st->scale_amax_bits, 0, sizeof(unsigned), s));
         compress_jobs_amax_dev(p, x_is_bf16, &j, 1, s);

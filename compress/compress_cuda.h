@@ -76,6 +76,10 @@ CompressStats compress_stats_dev_read(const CompressStatsDev* st, int count, Com
  * then the encode pass. */
 size_t compress_dev(const CompressParams* p, const void* x, int x_is_bf16, size_t n, uint64_t stream, uint8_t* out,
                     CompressStatsDev* st, cudaStream_t s);
+/* compress_dev with the delayed amax read from device memory when the kernel
+ * runs (CompressJobDev.delayed_amax; NULL: p's). */
+size_t compress_dev_scaled(const CompressParams* p, const void* x, int x_is_bf16, size_t n, uint64_t stream,
+                           uint8_t* out, CompressStatsDev* st, const float* delayed_amax, cudaStream_t s);
 /* in (compress_bound(p, n) bytes) -> out[n] as fp32, or bf16 (round to
  * nearest even of the fp32 decompress() result) if out_is_bf16. */
 void decompress_dev(const CompressParams* p, const uint8_t* in, size_t n, void* out, int out_is_bf16, cudaStream_t s);
@@ -139,6 +143,12 @@ typedef struct {
     uint64_t stream;       /* SR stream of the (re)compressed chunk (compress()'s stream) */
     CompressStatsDev* st;  /* stats + scale amax slot of the (re)compressed chunk; required
                               for current dual scaling, else may be NULL */
+    const float* delayed_amax; /* device memory, or NULL: the (re)compression's delayed amax, read
+                              when the kernel runs instead of p->delayed_amax (same rule: used
+                              when > 0 and finite, else the current amax). For methods that honour
+                              p->delayed; the caller passes p->delayed_amax = 0, so that the host
+                              plans for the current amax (an amax pass for fp8_tensor, which the
+                              kernels then ignore when the device value is valid) */
 } CompressJobDev;
 
 /* 1 if p's chunk scale needs the current amax of the whole chunk (an amax

@@ -43,6 +43,7 @@ struct Codec {
     int cast;         /* the bare codec: no scaling, NaN stays NaN, inf saturates */
     int hadamard, adaptive, dual;
     int delayed;      /* dual scale from delayed_amax (valid: > 0 and finite) */
+    int delayed_dev;  /* the method scales by a delayed amax (dual, p->delayed): a job's device value may set it */
     int stochastic;
     int hdr, gb, eb;  /* wire: header bytes, bytes per group, bytes per element */
     int tiled;        /* an fp32 second scale per tile of COMPRESS_WIRE_TILE (taco), not one in the header */
@@ -608,6 +609,20 @@ __device__ __forceinline__ int chunk_kc(const Codec& c, const CompressStatsDev* 
     if (c.delayed) return pow2_fit_dev(c.delayed_amax, __fdiv_rn(c.L, COMPRESS_HEADROOM_DELAYED));
     if (c.tiled) return 0;
     return pow2_fit_dev(__uint_as_float(st->scale_amax_bits), __fdiv_rn(c.L, COMPRESS_HEADROOM_CURRENT));
+}
+/* The codec a job runs with: when the delayed amax lives in device memory
+ * (a site's history, comm/site_dev.h), it is read here, as the kernel
+ * starts, and taco_encode's rule applied to it as codec_of applies it on the
+ * host: used when > 0 and finite, else the current amax. So the host never
+ * needs the value, and an exchange never waits to learn it. */
+__device__ __forceinline__ Codec job_codec(const Codec& c, const float* damax) {
+    Codec r = c;
+    if (damax && c.delayed_dev) {
+        const float a = *damax;
+        r.delayed = a > 0.0f && isfinite(a);
+        r.delayed_amax = a;
+    }
+    return r;
 }
 /* 1 if each tile's scale comes from its own current amax (one block per tile) */
 __device__ __forceinline__ bool tile_current(const Codec& c) {

@@ -46,6 +46,7 @@ struct CJob {
     Span sp;
     u64 stream;
     CompressStatsDev* st;
+    const float* damax; /* device: the delayed amax, read when the kernel runs (job_codec); NULL: the Codec's */
 };
 struct CLaunch {
     int njobs;
@@ -63,6 +64,7 @@ struct DJob {
     Span sp;
     u64 stream;
     CompressStatsDev* st;
+    const float* damax;                         /* device: the recompression's delayed amax (job_codec) */
     int in_first, nin;                          /* inputs in[in_first .. in_first + nin) in sum order */
 };
 struct DLaunch {
@@ -575,10 +577,11 @@ __global__ void __launch_bounds__(THREADS, COMPRESS_MIN_BLOCKS) k_amax(const Cod
 
 template <int FAM, int FMT, bool SR, bool BF16>
 __global__ void __launch_bounds__(THREADS, SR ? COMPRESS_MIN_BLOCKS - 1 : COMPRESS_MIN_BLOCKS)
-    k_compress(const Codec c, const __grid_constant__ CLaunch L) {
+    k_compress(const Codec c0, const __grid_constant__ CLaunch L) {
     DYNAMIC_SMEM(smem);
     constexpr int EBO = FAM == FAM_NONE ? 4 : 1;
     const CJob& J = L.job[blockIdx.y];
+    const Codec c = job_codec(c0, J.damax);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const Span sp = J.sp;
     const int kc = chunk_kc(c, J.st);
@@ -603,13 +606,14 @@ __global__ void __launch_bounds__(THREADS, SR ? COMPRESS_MIN_BLOCKS - 1 : COMPRE
 /* Sum the job's inputs over its range, then OUT. */
 template <int IN, int OUT, int FMT_OUT, bool SR>
 __global__ void __launch_bounds__(THREADS, SR ? DECOMPRESS_MIN_BLOCKS - 1 : DECOMPRESS_MIN_BLOCKS)
-    k_decompress(const Codec ci, const Codec co, const __grid_constant__ DLaunch L) {
+    k_decompress(const Codec ci, const Codec co0, const __grid_constant__ DLaunch L) {
     DYNAMIC_SMEM(smem);
     constexpr int EBI = in_bytes(IN), EBO = decompress_out_bytes<IN, OUT>();
     __shared__ const uint8_t* s_codes[MAX_IN];
     __shared__ const uint8_t* s_exps[MAX_IN];
     __shared__ const uint8_t* s_scales[MAX_IN];
     const DJob& J = L.job[blockIdx.y];
+    const Codec co = job_codec(co0, OUT == OUT_RECOMP ? J.damax : nullptr);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const Span sp = J.sp;
     if ((int)threadIdx.x < J.nin) {

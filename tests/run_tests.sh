@@ -27,6 +27,7 @@ if [ -d "${CUDA_HOME:-/usr/local/cuda}/include" ]; then
     run test_compress_gpu_emulated build/emu/test_compress_gpu_emu --quick
     run test_coll_gpu_emulated_np2 $MPIRUN -np 2 build/emu/test_coll_gpu_emu --quick
     run test_coll_gpu_emulated_nccl_np3 $MPIRUN -np 3 build/emu/test_coll_gpu_emu --quick --nccl
+    run test_coll_gpu_emulated_ipc_np4 $MPIRUN -np 4 build/emu/test_coll_gpu_emu --quick --ipc
 fi
 echo "multi-rank tests"
 for p in 2 3 4; do run "test_collectives_np$p" $MPIRUN -np $p build/test_collectives; done

@@ -17,6 +17,11 @@
 #                       checkpoint resumed bit for bit, the device init at TP=1 and 2
 #   gpu_sequence_parallel  parallel.sp vs not at TP=2, activations per rank, comm.overlap on == off
 #   (and the compression kernels' tests when they are built)
+#   gpu_transports      comm.transport ipc (two ranks sharing the GPU) trains to the staged
+#                       transport's bits: none and taco (delayed scale), two-shot and one-shot
+#   gpu_resume_delayed  taco with delayed scaling, the history on the device: a resume from a
+#                       checkpoint repeats the uninterrupted run bit for bit
+#   test_coll_gpu       the device collectives (staged, IPC) against the host ones at 2, 3, 4 ranks
 #   the NCCL backend (tests/test_nccl_gpu.sh): with 2+ GPUs bit-identical to MPI
 # `tests/run_tests_gpu.sh nccl` runs only the NCCL part.
 set -u
@@ -65,6 +70,48 @@ t_gpu_taco() {
     timeout 600 $MPIRUN -np 2 build/train_gpu "${GPT[@]}" --set parallel.tp=2 --set train.steps=60 \
         --set compress.method=taco --set log.dir=$T/gpu_taco || return 1
     python3 tests/compare_logs.py $T/gpu_taco/log.jsonl $T/gpu_none/log.jsonl --key loss --rtol 3e-2 --from-step 50
+}
+
+t_gpu_transports() {
+    local base=("${GPT[@]}" --set parallel.tp=2 --set train.steps=20 --set compress.stats_every=5)
+    local m shape d
+    for m in none taco; do
+        for shape in two_shot one_shot sp; do  # sp: the row exchanges, piece by piece beside the GEMMs
+            d=$T/tr_${m}_$shape
+            local cfg=(--set compress.method=$m --set compress.scale=delayed)
+            if [ $shape = sp ]; then cfg+=(--set parallel.sp=true --set comm.overlap=true)
+            else cfg+=(--set comm.allreduce=$shape); fi
+            timeout 600 $MPIRUN -np 2 build/train_gpu "${base[@]}" "${cfg[@]}" --set comm.transport=staged \
+                --set log.dir=${d}_staged > ${d}_staged.out || return 1
+            timeout 600 $MPIRUN -np 2 build/train_gpu "${base[@]}" "${cfg[@]}" --set comm.transport=ipc \
+                --set log.dir=${d}_ipc > ${d}_ipc.out || return 1
+            grep -q "^comm: TP exchanges by MPI (staged)" ${d}_staged.out || return 1
+            grep -q "^comm: TP exchanges by CUDA IPC" ${d}_ipc.out || { echo "ipc was not used"; return 1; }
+            python3 tests/compare_logs.py ${d}_ipc/log.jsonl ${d}_staged/log.jsonl --key loss --exact || return 1
+            python3 tests/compare_logs.py ${d}_ipc/log.jsonl ${d}_staged/log.jsonl --key grad_norm --exact || return 1
+            python3 tests/compare_logs.py ${d}_ipc/log.jsonl ${d}_staged/log.jsonl --key comm_bytes --exact || return 1
+        done
+    done
+}
+
+# the delayed-scale history lives on the device: a checkpoint must carry it (copied to the host
+# when saved, back when loaded), or the resumed steps would scale differently; the all-reduce
+# sites and the sequence-parallel row exchanges alike
+t_gpu_resume_delayed() {
+    local sp d
+    for sp in false true; do
+        local base=("${GPT[@]}" --set parallel.tp=2 --set train.steps=20 --set compress.method=taco --set compress.scale=delayed
+                    --set parallel.sp=$sp)
+        d=$T/rd_sp$sp
+        timeout 600 $MPIRUN -np 2 build/train_gpu "${base[@]}" --set log.dir=${d}_full > /dev/null || return 1
+        timeout 600 $MPIRUN -np 2 build/train_gpu "${base[@]}" --set log.dir=${d}_part --set checkpoint.every=10 > /dev/null || return 1
+        rm -f ${d}_part/ckpt/*00000020*
+        timeout 600 $MPIRUN -np 2 build/train_gpu "${base[@]}" --set log.dir=${d}_part --set checkpoint.resume=true \
+            > ${d}_resume.out || return 1
+        grep -q "resumed from .* at step 10" ${d}_resume.out || return 1
+        python3 tests/compare_logs.py ${d}_part/log.jsonl ${d}_full/log.jsonl --exact --from-step 11 || return 1
+        python3 tests/compare_logs.py ${d}_part/log.jsonl ${d}_full/log.jsonl --key grad_norm --exact --from-step 11 || return 1
+    done
 }
 
 # a model whose activations cannot fit the GPU (~250 GB estimated for a 139 GB
@@ -179,6 +226,8 @@ run gpu_determinism t_gpu_determinism
 run gpu_taco_tracks_none t_gpu_taco
 run gpu_sequence_parallel t_gpu_sp
 run gpu_memory_refusal t_gpu_memory_refusal
+run gpu_transports t_gpu_transports
+run gpu_resume_delayed t_gpu_resume_delayed
 # the stop tests of the CPU suite on the GPU build, ranks sharing the GPU (staged exchanges):
 # SIGTERM/SIGINT/SIGUSR1 then a bit-identical resume; a SIGSTOPped rank caught by the watchdog
 STOP_TRAIN=build/train_gpu
@@ -192,6 +241,6 @@ run gpu_watchdog_stopped_rank t_watchdog_stopped_rank
 run qwen2_gpu_vs_cpu t_qwen2_gpu_vs_cpu
 run qwen2_gpu_tp t_qwen2_gpu_tp
 for t in build/gpu/test_compress_gpu; do [ -x $t ] && run "$(basename $t)" $t; done
-for p in 2 4; do [ -x build/gpu/test_coll_gpu ] && run "test_coll_gpu_np$p" $MPIRUN -np $p build/gpu/test_coll_gpu; done
+for p in 2 3 4; do [ -x build/gpu/test_coll_gpu ] && run "test_coll_gpu_np$p" $MPIRUN -np $p build/gpu/test_coll_gpu; done
 source tests/test_nccl_gpu.sh
 summary

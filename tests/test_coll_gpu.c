@@ -3,10 +3,12 @@
  * against the host collectives (comm/collectives.c), bit for bit, under
  * mpirun -np 2 / -np 4 (several ranks may share one GPU).
  *
- * For every method pair, size and pipeline depth K (and both transports:
- * pinned-host staging, and device pointers handed to MPI when it is
- * CUDA-aware - or always under the CPU emulator, whose device memory is host
- * memory):
+ * For every method pair, size and pipeline depth K (and every transport:
+ * pinned-host staging; device pointers handed to MPI when it is CUDA-aware -
+ * or always under the CPU emulator, whose device memory is host memory; and
+ * CUDA IPC (comm/ipc_cuda.h) when the ranks share a node and a GPU or peer
+ * access - the emulator maps the ranks' blocks through shared memory; it
+ * cuts no sub-chunks, so once per size):
  *   all-reduce      coll_allreduce_dev(bf16 x) == bf16(coll_allreduce(float(x)))
  *                   (round to nearest even; NaN equals NaN), the CollStats
  *                   (bytes, saturated, nonfinite, both amaxes) are equal, and
@@ -16,6 +18,10 @@
  *   one-shot        coll_allreduce_one_shot_dev == bf16(coll_allreduce_one_shot),
  *                   the same statistics, identical on every rank, and with
  *                   the exact wires the two-shot all-reduce's bits;
+ *   site scale      a site's delayed-scale history kept on the device
+ *                   (comm/stats_cuda.h) against the host's over 21 calls: the
+ *                   same bits each call, the same history and statistics, and
+ *                   no host waits on the NCCL and IPC transports;
  *   sp rows         the sequence-parallel reduce-scatter and all-gather of
  *                   rows (comm/sp_cuda.h) == bf16 of the host's
  *                   (comm/sp.h), the same statistics, the all-gather
@@ -25,7 +31,9 @@
  * prints one row per method pair; exit status 0 iff all pass on all ranks.
  * Options: --quick (fewer sizes, for the emulator); --nccl (the messages go
  * by NCCL send/recv instead of MPI: needs one GPU per rank, or the emulator,
- * whose NCCL is tests/emu/nccl_emu.c).
+ * whose NCCL is tests/emu/nccl_emu.c; IPC is tested beside it); --ipc (the
+ * IPC transport only: its bits against the host's, which the other runs tie
+ * to the staged transport's).
  */
 #include <math.h>
 #include <mpi.h>
@@ -38,6 +46,7 @@
 
 #include "comm/collectives_cuda.h"
 #include "comm/comm.h"
+#include "comm/ipc_cuda.h"
 #include "comm/nccl_util.h"
 #include "comm/sp.h"
 #include "comm/sp_cuda.h"
@@ -139,6 +148,108 @@ static void record(const char* name, int ok_here, const char* fmt, const char* w
     }
 }
 
+/* ---- a site's delayed scale kept on the device ------------------------------------
+ * T calls of one exchange site in a row. The host keeps the amax history
+ * as comm/sites.c does and passes its maximum by value; the device keeps it
+ * in a SiteScaleDev that the kernels read when they run and that
+ * site_scale_push_dev updates after each call, with the statistics summed in
+ * a CollDevStats (comm/stats_cuda.h). Each call's result, the summed
+ * statistics and the final history must be the same bits, and the device
+ * calls must not wait for the host (host_syncs unchanged, staged transport
+ * excepted: its waits are the transport's). The shapes: the two-shot and the
+ * one-shot all-reduce of n elements, and sequence parallelism's row
+ * reduce-scatter and all-gather (comm/sp_cuda.h) of [N, C] with K = 2
+ * pieces per rank, N C about n, both phases' history kept per site alike. */
+typedef struct {
+    float *xf, *hout;
+    uint16_t *xb, *ref, *got, *d_x, *d_out;
+} Bufs;
+enum { SHAPE_TWO_SHOT, SHAPE_ONE_SHOT, SHAPE_SP_RS, SHAPE_SP_AG };
+
+static void site_history_case(const char* name, CompressParams p, int shape, size_t n, int T, CollScratchDev* s,
+                              CollScratch* hs, const Bufs* b, cudaStream_t cs) {
+    const int sp = shape == SHAPE_SP_RS || shape == SHAPE_SP_AG, K = 2, C = 64, N = P * K * (int)(n / (64u * 2u * P) + 1);
+    if (sp) n = (size_t)N * C;
+    const size_t n_in = shape == SHAPE_SP_AG ? n / (size_t)P : n, n_out = shape == SHAPE_SP_RS ? n / (size_t)P : n;
+    enum { H = SITE_DEV_HISTORY };
+    float ring[2][H]; /* the host's history: entry t % H is call t's */
+    int held = 0;
+    SiteScaleDev *d_h = NULL, h_end;
+    CollDevStats *d_call = NULL, *d_tot = NULL, tot;
+    CUDA_CHECK(cudaMalloc((void**)&d_h, sizeof(*d_h)));
+    CUDA_CHECK(cudaMalloc((void**)&d_call, sizeof(*d_call)));
+    CUDA_CHECK(cudaMalloc((void**)&d_tot, sizeof(*d_tot)));
+    CUDA_CHECK(cudaMemsetAsync(d_h, 0, sizeof(*d_h), cs));
+    CUDA_CHECK(cudaMemsetAsync(d_call, 0, sizeof(*d_call), cs));
+    CUDA_CHECK(cudaMemsetAsync(d_tot, 0, sizeof(*d_tot), cs));
+    CollStats sum = {0};
+    long bad_call = -1, bad_elem = -1;
+    const unsigned long long syncs0 = s->host_syncs;
+    p.delayed = 1;
+    for (int t = 0; t < T; t++) {
+        fill(b->xf, n_in, rank, 500 + t, 0);
+        const float scale = ldexpf(1.0f, t % 5 - 2); /* the amax moves: the prediction lags, and saturates */
+        for (size_t i = 0; i < n_in; i++) {
+            b->xb[i] = bf16_from_f32(b->xf[i] * scale);
+            b->xf[i] = bf16_to_f32(b->xb[i]);
+        }
+        CompressParams prs = p, pag = p;
+        prs.delayed_amax = pag.delayed_amax = 0.0f;
+        for (int i = 0; i < held; i++) {
+            if (ring[0][i] > prs.delayed_amax) prs.delayed_amax = ring[0][i];
+            if (ring[1][i] > pag.delayed_amax) pag.delayed_amax = ring[1][i];
+        }
+        CollStats st = {0};
+        float* hy = sp ? b->hout : b->xf;
+        if (shape == SHAPE_ONE_SHOT) coll_allreduce_one_shot(MPI_COMM_WORLD, &prs, b->xf, n, (uint64_t)t, hs, &st);
+        else if (shape == SHAPE_TWO_SHOT) coll_allreduce(MPI_COMM_WORLD, &prs, &pag, b->xf, n, (uint64_t)t, hs, &st);
+        else if (shape == SHAPE_SP_RS) sp_reduce_scatter_host(MPI_COMM_WORLD, K, &prs, b->xf, hy, N, C, 0, K, (uint64_t)t, hs, &st);
+        else sp_all_gather_host(MPI_COMM_WORLD, K, &pag, b->xf, hy, N, C, 0, K, (uint64_t)t, hs, &st);
+        ring[0][t % H] = st.amax_rs;
+        ring[1][t % H] = st.amax_ag;
+        if (held < H) held++;
+        sum.saturated += st.saturated;
+        sum.nonfinite += st.nonfinite;
+        for (size_t i = 0; i < n_out; i++) b->ref[i] = bf16_from_f32(hy[i]);
+
+        CUDA_CHECK(cudaMemcpyAsync(b->d_x, b->xb, n_in * 2, cudaMemcpyHostToDevice, cs));
+        const CollDevSite site = {d_h->delayed, d_call};
+        uint16_t* dy = sp ? b->d_out : b->d_x;
+        if (shape == SHAPE_ONE_SHOT) coll_allreduce_one_shot_site_dev(MPI_COMM_WORLD, &p, b->d_x, n, (uint64_t)t, s, &site, NULL, cs);
+        else if (shape == SHAPE_TWO_SHOT) coll_allreduce_site_dev(MPI_COMM_WORLD, &p, &p, b->d_x, n, (uint64_t)t, s, &site, NULL, cs);
+        else if (shape == SHAPE_SP_RS) sp_reduce_scatter_dev(MPI_COMM_WORLD, K, &p, b->d_x, dy, N, C, 0, K, (uint64_t)t, s, &site, NULL, cs);
+        else sp_all_gather_dev(MPI_COMM_WORLD, K, &p, b->d_x, dy, N, C, 0, K, (uint64_t)t, s, &site, NULL, cs);
+        site_scale_push_dev(d_h, d_call, d_tot, 1, cs);
+        CUDA_CHECK(cudaMemcpyAsync(b->got, dy, n_out * 2, cudaMemcpyDeviceToHost, cs));
+        CUDA_CHECK(cudaStreamSynchronize(cs));
+        const long e = diff_bf16(b->ref, b->got, n_out);
+        if (e >= 0 && bad_call < 0) {
+            bad_call = t;
+            bad_elem = e;
+        }
+    }
+    const unsigned long long syncs = s->host_syncs - syncs0;
+    CUDA_CHECK(cudaMemcpyAsync(&h_end, d_h, sizeof(h_end), cudaMemcpyDeviceToHost, cs));
+    CUDA_CHECK(cudaMemcpyAsync(&tot, d_tot, sizeof(tot), cudaMemcpyDeviceToHost, cs));
+    CUDA_CHECK(cudaStreamSynchronize(cs));
+    int hist_ok = h_end.hist_len == held;
+    for (int i = 0; i < held && hist_ok; i++) /* newest first on the device */
+        for (int ph = 0; ph < 2; ph++)
+            hist_ok &= !memcmp(&h_end.amax_hist[ph][i], &ring[ph][(T - 1 - i) % H], sizeof(float));
+    const int stats_ok = tot.saturated == sum.saturated && tot.nonfinite == sum.nonfinite;
+    const int no_wait = s->nccl || s->ipc ? syncs <= 1 : 1; /* (1: the IPC buffers' first growth) */
+    char msg[200], what[96];
+    static const char* SHAPE[4] = {"two-shot", "one-shot", "sp reduce-scatter", "sp all-gather"};
+    snprintf(what, sizeof(what), "%s n=%zu %s", name, n, SHAPE[shape]);
+    snprintf(msg, sizeof(msg), "rank %d: call %ld element %ld; history %s; saturated host %llu device %llu; host syncs %llu",
+             rank, bad_call, bad_elem, hist_ok ? "equal" : "differs", (unsigned long long)sum.saturated,
+             (unsigned long long)tot.saturated, syncs);
+    record("site scale on the device", bad_call < 0 && hist_ok && stats_ok && no_wait, msg, what);
+    CUDA_CHECK(cudaFree(d_h));
+    CUDA_CHECK(cudaFree(d_call));
+    CUDA_CHECK(cudaFree(d_tot));
+}
+
 /* ---- configurations ------------------------------------------------------------ */
 
 typedef struct {
@@ -165,11 +276,12 @@ int main(int argc, char** argv) {
     MPI_CHECK(MPI_Init(&argc, &argv));
     MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
     MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &P));
-    int quick = 0, use_nccl = 0;
+    int quick = 0, use_nccl = 0, only_ipc = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--nccl")) use_nccl = 1;
-        else FATAL("unknown option %s (use --quick, --nccl)", argv[i]);
+        else if (!strcmp(argv[i], "--ipc")) only_ipc = 1;
+        else FATAL("unknown option %s (use --quick, --nccl, --ipc)", argv[i]);
     }
     int ndev = 0;
     CUDA_CHECK(cudaGetDeviceCount(&ndev));
@@ -184,9 +296,14 @@ int main(int argc, char** argv) {
 #endif
     ncclComm_t nccl = NULL;
     if (use_nccl) nccl = nccl_comm_over(MPI_COMM_WORLD);
+    /* the IPC transport (comm/ipc_cuda.h): ranks sharing a GPU, or GPUs with peer access; the emulator
+     * maps the ranks' blocks into each other through shared memory */
+    const int ipc_ok = coll_ipc_usable(MPI_COMM_WORLD);
+    if (only_ipc && !ipc_ok) FATAL("--ipc: the CUDA IPC transport is not usable for these ranks (one node, one GPU or peer access)");
     if (rank == 0)
-        printf("test_coll_gpu: %d ranks, %d device(s), transport %s\n", P, ndev,
-               use_nccl ? "NCCL send/recv" : coll_mpi_cuda_aware() ? "MPI, CUDA-aware" : "MPI (device-pointer mode tested only under the emulator)");
+        printf("test_coll_gpu: %d ranks, %d device(s), transport %s%s\n", P, ndev,
+               use_nccl ? "NCCL send/recv" : coll_mpi_cuda_aware() ? "MPI, CUDA-aware" : "MPI (device-pointer mode tested only under the emulator)",
+               ipc_ok ? ", and CUDA IPC" : " (CUDA IPC not usable here: not tested)");
 
     Pair pairs[24];
     int np = 0;
@@ -233,27 +350,31 @@ int main(int argc, char** argv) {
     CUDA_CHECK(cudaMalloc(&d_mine, nmax * sizeof(float)));
     CollScratch hs;
     memset(&hs, 0, sizeof(hs));
-    CollScratchDev ds[2][4]; /* [device pointers to MPI][K], reused across cases */
-    for (int a = 0; a < 2; a++)
+    CollScratchDev ds[3][4]; /* [staged, device pointers to MPI, IPC][K], reused across cases */
+    for (int a = 0; a < 3; a++)
         for (int k = 0; k < 4; k++) {
             coll_scratch_dev_init(&ds[a][k]);
             ds[a][k].K = Ks[k];
             ds[a][k].min_sub = 256;
-            ds[a][k].cuda_aware = a;
-            ds[a][k].nccl = nccl;
+            ds[a][k].cuda_aware = a == 1;
+            ds[a][k].nccl = a == 2 ? NULL : nccl;
+            ds[a][k].ipc = a == 2;
         }
+    static const char* TRANSPORT[3] = {"staged", "device-ptr", "ipc"};
 
     int salt = 0;
     for (int pi = 0; pi < np; pi++) {
         const Pair* pr = &pairs[pi];
         for (int si = 0; si < nsizes; si++) {
             size_t n = sizes[si];
-            for (int a = 0; a < (aware_ok ? 2 : 1); a++) {
+            for (int a = 0; a < 3; a++) {
+                if ((a == 1 && !aware_ok) || (a == 2 && !ipc_ok) || (only_ipc && a != 2)) continue;
                 for (int ki = 0; ki < 4; ki++) {
                     if (n > 100000 && ki != 2 && ki != 0) continue; /* big sizes: K = 1 and 4 */
+                    if (a == 2 && ki != 0) continue; /* IPC does not cut sub-chunks: K plays no part */
                     CollScratchDev* s = &ds[a][ki];
                     char what[160];
-                    snprintf(what, sizeof(what), "%s n=%zu K=%d %s", pr->name, n, Ks[ki], a ? "device-ptr" : "staged");
+                    snprintf(what, sizeof(what), "%s n=%zu K=%d %s", pr->name, n, Ks[ki], TRANSPORT[a]);
                     uint64_t stream = (uint64_t)(salt * 31 + 5);
                     fill(xf, n, rank, salt++, pr->nonfinite);
                     for (size_t i = 0; i < n; i++) {
@@ -277,6 +398,7 @@ int main(int argc, char** argv) {
                     else if (!st_ok) stats_diff(msg, sizeof(msg), rank, &sh, &sd);
                     record(pr->name, e < 0 && st_ok, msg, what);
                     record("(all ranks identical)", same_on_all_ranks(got, n * 2), "outputs differ across ranks", what);
+                    if (a == 2) record("ipc == host (== staged)", e < 0 && st_ok, msg, what);
 
                     /* the one-shot all-reduce with the first method (K plays no part: once
                      * per size and transport); the exact wires give the two-shot bits */
@@ -366,46 +488,49 @@ int main(int argc, char** argv) {
         for (size_t si = 0; si < sizeof(sp_shapes) / sizeof(sp_shapes[0]); si++) {
             const int rs = sp_shapes[si][0], C = sp_shapes[si][1], K = sp_shapes[si][2], N = P * K * rs;
             const size_t n = (size_t)N * C, nl = n / (size_t)P;
-            CollScratchDev* s = &ds[0][1];
-            char what[160], msg[200] = "";
-            snprintf(what, sizeof(what), "%s N=%d C=%d K=%d", pr->name, N, C, K);
-            fill(xf, n, rank, salt++, pr->nonfinite);
-            for (size_t i = 0; i < n; i++) {
-                xb[i] = bf16_from_f32(xf[i]);
-                xf[i] = bf16_to_f32(xb[i]);
-            }
-            CollStats sh = {0}, sd = {0};
-            sp_reduce_scatter_host(MPI_COMM_WORLD, K, &pr->rs, xf, hout, N, C, 0, K, 41, &hs, &sh);
-            for (size_t i = 0; i < nl; i++) ref[i] = bf16_from_f32(hout[i]);
-            copy_sync(d_x, xb, n * 2, cudaMemcpyHostToDevice, cs);
-            sp_reduce_scatter_dev(MPI_COMM_WORLD, K, &pr->rs, d_x, (uint16_t*)d_out, N, C, 0, K, 41, s, &sd, cs);
-            copy_sync(got, d_out, nl * 2, cudaMemcpyDeviceToHost, cs);
-            long e = diff_bf16(ref, got, nl);
-            if (e >= 0) snprintf(msg, sizeof(msg), "rank %d element %ld: host 0x%04x device 0x%04x", rank, e, ref[e], got[e]);
-            else if (!stats_equal(&sh, &sd)) stats_diff(msg, sizeof(msg), rank, &sh, &sd);
-            record("sp reduce-scatter", e < 0 && stats_equal(&sh, &sd), msg, what);
-            for (int k = 0; k < K; k++)
-                sp_reduce_scatter_dev(MPI_COMM_WORLD, K, &pr->rs, d_x, (uint16_t*)d_mine, N, C, k, k + 1, 41, s, NULL, cs);
-            copy_sync(two, d_mine, nl * 2, cudaMemcpyDeviceToHost, cs);
-            record("sp rs by segment", memcmp(two, got, nl * 2) == 0, "one segment per call differs", what);
+            for (int a = 0; a < 3; a += 2) { /* staged (or NCCL), and IPC */
+                if ((a == 0 && only_ipc) || (a == 2 && !ipc_ok)) continue;
+                CollScratchDev* s = a == 2 ? &ds[2][0] : &ds[0][1];
+                char what[160], msg[200] = "";
+                snprintf(what, sizeof(what), "%s N=%d C=%d K=%d %s", pr->name, N, C, K, TRANSPORT[a]);
+                fill(xf, n, rank, salt++, pr->nonfinite);
+                for (size_t i = 0; i < n; i++) {
+                    xb[i] = bf16_from_f32(xf[i]);
+                    xf[i] = bf16_to_f32(xb[i]);
+                }
+                CollStats sh = {0}, sd = {0};
+                sp_reduce_scatter_host(MPI_COMM_WORLD, K, &pr->rs, xf, hout, N, C, 0, K, 41, &hs, &sh);
+                for (size_t i = 0; i < nl; i++) ref[i] = bf16_from_f32(hout[i]);
+                copy_sync(d_x, xb, n * 2, cudaMemcpyHostToDevice, cs);
+                sp_reduce_scatter_dev(MPI_COMM_WORLD, K, &pr->rs, d_x, (uint16_t*)d_out, N, C, 0, K, 41, s, NULL, &sd, cs);
+                copy_sync(got, d_out, nl * 2, cudaMemcpyDeviceToHost, cs);
+                long e = diff_bf16(ref, got, nl);
+                if (e >= 0) snprintf(msg, sizeof(msg), "rank %d element %ld: host 0x%04x device 0x%04x", rank, e, ref[e], got[e]);
+                else if (!stats_equal(&sh, &sd)) stats_diff(msg, sizeof(msg), rank, &sh, &sd);
+                record("sp reduce-scatter", e < 0 && stats_equal(&sh, &sd), msg, what);
+                for (int k = 0; k < K; k++)
+                    sp_reduce_scatter_dev(MPI_COMM_WORLD, K, &pr->rs, d_x, (uint16_t*)d_mine, N, C, k, k + 1, 41, s, NULL, NULL, cs);
+                copy_sync(two, d_mine, nl * 2, cudaMemcpyDeviceToHost, cs);
+                record("sp rs by segment", memcmp(two, got, nl * 2) == 0, "one segment per call differs", what);
 
-            /* the all-gather of the bf16 rows the reduce-scatter left */
-            for (size_t i = 0; i < nl; i++) xh[i] = bf16_to_f32(got[i]);
-            CollStats gh = {0}, gd = {0};
-            sp_all_gather_host(MPI_COMM_WORLD, K, &pr->ag, xh, hout, N, C, 0, K, 42, &hs, &gh);
-            for (size_t i = 0; i < n; i++) ref[i] = bf16_from_f32(hout[i]);
-            sp_all_gather_dev(MPI_COMM_WORLD, K, &pr->ag, (const uint16_t*)d_out, d_x, N, C, 0, K, 42, s, &gd, cs);
-            copy_sync(got, d_x, n * 2, cudaMemcpyDeviceToHost, cs);
-            e = diff_bf16(ref, got, n);
-            msg[0] = '\0';
-            if (e >= 0) snprintf(msg, sizeof(msg), "rank %d element %ld: host 0x%04x device 0x%04x", rank, e, ref[e], got[e]);
-            else if (!stats_equal(&gh, &gd)) stats_diff(msg, sizeof(msg), rank, &gh, &gd);
-            record("sp all-gather", e < 0 && stats_equal(&gh, &gd), msg, what);
-            record("sp ag (ranks identical)", same_on_all_ranks(got, n * 2), "outputs differ across ranks", what);
-            for (int k = 0; k < K; k++)
-                sp_all_gather_dev(MPI_COMM_WORLD, K, &pr->ag, (const uint16_t*)d_out, d_x, N, C, k, k + 1, 42, s, NULL, cs);
-            copy_sync(two, d_x, n * 2, cudaMemcpyDeviceToHost, cs);
-            record("sp ag by segment", memcmp(two, got, n * 2) == 0, "one segment per call differs", what);
+                /* the all-gather of the bf16 rows the reduce-scatter left */
+                for (size_t i = 0; i < nl; i++) xh[i] = bf16_to_f32(got[i]);
+                CollStats gh = {0}, gd = {0};
+                sp_all_gather_host(MPI_COMM_WORLD, K, &pr->ag, xh, hout, N, C, 0, K, 42, &hs, &gh);
+                for (size_t i = 0; i < n; i++) ref[i] = bf16_from_f32(hout[i]);
+                sp_all_gather_dev(MPI_COMM_WORLD, K, &pr->ag, (const uint16_t*)d_out, d_x, N, C, 0, K, 42, s, NULL, &gd, cs);
+                copy_sync(got, d_x, n * 2, cudaMemcpyDeviceToHost, cs);
+                e = diff_bf16(ref, got, n);
+                msg[0] = '\0';
+                if (e >= 0) snprintf(msg, sizeof(msg), "rank %d element %ld: host 0x%04x device 0x%04x", rank, e, ref[e], got[e]);
+                else if (!stats_equal(&gh, &gd)) stats_diff(msg, sizeof(msg), rank, &gh, &gd);
+                record("sp all-gather", e < 0 && stats_equal(&gh, &gd), msg, what);
+                record("sp ag (ranks identical)", same_on_all_ranks(got, n * 2), "outputs differ across ranks", what);
+                for (int k = 0; k < K; k++)
+                    sp_all_gather_dev(MPI_COMM_WORLD, K, &pr->ag, (const uint16_t*)d_out, d_x, N, C, k, k + 1, 42, s, NULL, NULL, cs);
+                copy_sync(two, d_x, n * 2, cudaMemcpyDeviceToHost, cs);
+                record("sp ag by segment", memcmp(two, got, n * 2) == 0, "one segment per call differs", what);
+            }
         }
     }
 
@@ -433,6 +558,31 @@ int main(int argc, char** argv) {
         record("bf16 wire == fp32 wire", e < 0 && 2 * s16.bytes_sent == s32.bytes_sent, msg, what);
     }
 
+    /* delayed scaling over more calls than the history holds */
+    {
+        const Bufs b = {xf, hout, xb, ref, got, d_x, (uint16_t*)d_out};
+        const CompressParams taco = params(CM_TACO, 64, FP8_E4M3, 0, 0), tens = params(CM_FP8_TENSOR, 64, FP8_E4M3, 0, 0);
+        const CompressParams sr = params(CM_TACO, 32, FP8_E5M2, 1, 0);
+        const size_t n = quick ? 12345 : (1u << 18) + 3;
+        const int T = SITE_DEV_HISTORY + 5;
+        if (!only_ipc) {
+            site_history_case("taco delayed", taco, 0, n, T, &ds[0][2], &hs, &b, cs);
+            site_history_case("fp8_tensor delayed", tens, 0, n, T, &ds[0][1], &hs, &b, cs);
+            site_history_case("taco sr delayed", sr, 0, n, T, &ds[0][0], &hs, &b, cs);
+            site_history_case("taco delayed", taco, 1, n, T, &ds[0][0], &hs, &b, cs);
+            site_history_case("taco delayed", taco, SHAPE_SP_RS, n, T, &ds[0][1], &hs, &b, cs);
+            site_history_case("fp8_tensor delayed", tens, SHAPE_SP_AG, n, T, &ds[0][2], &hs, &b, cs);
+            site_history_case("taco sr delayed", sr, SHAPE_SP_AG, n, T, &ds[0][0], &hs, &b, cs);
+        }
+        if (ipc_ok) {
+            site_history_case("taco delayed ipc", taco, 0, n, T, &ds[2][0], &hs, &b, cs);
+            site_history_case("fp8_tensor delayed ipc", tens, 0, n, T, &ds[2][0], &hs, &b, cs);
+            site_history_case("taco delayed ipc", taco, 1, n, T, &ds[2][0], &hs, &b, cs);
+            site_history_case("taco delayed ipc", taco, SHAPE_SP_RS, n, T, &ds[2][0], &hs, &b, cs);
+            site_history_case("fp8_tensor delayed ipc", tens, SHAPE_SP_AG, n, T, &ds[2][0], &hs, &b, cs);
+        }
+    }
+
     int failed = 0;
     if (rank == 0) printf("\n%-26s %8s  %s\n", "case", "subcases", "result");
     for (int i = 0; i < nrows; i++) {
@@ -444,7 +594,7 @@ int main(int argc, char** argv) {
         }
     }
     if (rank == 0) printf("\n%s: %d of %d rows failed (P = %d)\n", failed ? "FAILED" : "ALL PASS", failed, nrows, P);
-    for (int a = 0; a < 2; a++)
+    for (int a = 0; a < 3; a++)
         for (int k = 0; k < 4; k++) coll_scratch_dev_free(&ds[a][k]);
     coll_scratch_free(&hs);
     if (nccl) NCCL_CHECK(ncclCommDestroy(nccl));

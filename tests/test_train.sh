@@ -47,6 +47,24 @@ t_one_shot() {
     python3 tests/compare_logs.py $T/taco_two/log.jsonl $T/taco_one/log.jsonl --ratio comm_bytes 0.97 1.03
 }
 
+# comm.allreduce=auto picks a shape per exchange by the bytes one-shot adds
+# (comm/policy.h): none at TP=2, so there it is one-shot; at TP=4 a switch
+# point of 0 KB keeps two-shot and a large one takes one-shot, bit for bit
+t_allreduce_auto() {
+    local base=(configs/default.json "${SMALL[@]}" --set train.steps=20 --set compress.method=taco)
+    $TRAIN -np 2 build/train "${base[@]}" --set parallel.tp=2 --set comm.allreduce=auto --set log.dir=$T/auto_ar2 || return 1
+    python3 tests/compare_logs.py $T/auto_ar2/log.jsonl $T/taco_one/log.jsonl --exact || return 1
+    $TRAIN -np 4 build/train "${base[@]}" --set parallel.tp=4 --set log.dir=$T/ar4_two || return 1
+    $TRAIN -np 4 build/train "${base[@]}" --set parallel.tp=4 --set comm.allreduce=one_shot --set log.dir=$T/ar4_one || return 1
+    $TRAIN -np 4 build/train "${base[@]}" --set parallel.tp=4 --set comm.allreduce=auto --set comm.one_shot_extra_kb=0 \
+        --set log.dir=$T/ar4_auto0 || return 1
+    $TRAIN -np 4 build/train "${base[@]}" --set parallel.tp=4 --set comm.allreduce=auto --set comm.one_shot_extra_kb=100000 \
+        --set log.dir=$T/ar4_autobig || return 1
+    python3 tests/compare_logs.py $T/ar4_auto0/log.jsonl $T/ar4_two/log.jsonl --exact || return 1
+    python3 tests/compare_logs.py $T/ar4_autobig/log.jsonl $T/ar4_one/log.jsonl --exact || return 1
+    ! python3 tests/compare_logs.py $T/ar4_one/log.jsonl $T/ar4_two/log.jsonl --exact > /dev/null # the two shapes differ
+}
+
 # compress.method=auto: with a fidelity bound nothing meets (auto_max_err=0)
 # every site stays exact, and the run equals method=none bit for bit; with no
 # speed or error demand every site takes the candidate after the trial steps,
@@ -173,6 +191,7 @@ t_taco_vs_none() {
 
 run tp_equivalence t_tp_equivalence
 run one_shot_allreduce t_one_shot
+run allreduce_auto t_allreduce_auto
 run auto_compression t_auto
 run checkpoint_resume t_checkpoint_resume
 run config_errors t_config_errors

@@ -27,6 +27,18 @@
  * with the pipeline depth K (default 4) and K = 1 (no overlap), the fused
  * all-gather encode off, and the speedups over MPI_Allreduce and over the
  * exact bf16 path. --nccl: the messages go by NCCL (one GPU per rank).
+ *
+ * Transport mode (ranks may share one GPU):
+ *   mpirun -np P bench_compress_gpu --transports [--kb 4,16,...,262144] [--reps N]
+ * one table, machine and date on top: the time of one in-place all-reduce
+ * (max over ranks, median over N) of a bf16 tensor of 4 KB .. 256 MB, exact
+ * (bf16 wire) and taco G=64 (delayed scale, as the trainer runs it), two-shot
+ * and one-shot, on the staged transport (MPI through pinned host memory,
+ * K = 4) and on CUDA IPC (comm/ipc_cuda.h); beside each, the host syncs per
+ * exchange (CollScratchDev.host_syncs: waits for device work) and the
+ * cross-rank hand-offs the algorithm needs per exchange (on a shared GPU each
+ * is a possible context switch: a phase for IPC, a sub-chunk message per
+ * phase for staged); and the reference, a D2D copy of the same size.
  */
 #define OMPI_SKIP_MPICXX 1 /* MPI's C API only (its C++ bindings do not build warning-free) */
 #define MPICH_SKIP_MPICXX 1
@@ -46,6 +58,7 @@
 #include <string.h>
 
 #include "comm/collectives_cuda.h"
+#include "comm/ipc_cuda.h"
 #include "comm/nccl_util.h"
 #include "compress/compress.h"
 #include "compress/compress_cuda.h"
@@ -260,6 +273,19 @@ static int bench_kernels(std::vector<int> sizes, int reps, const char* csv, cons
 
 /* ---- MPI mode ----------------------------------------------------------------------------- */
 
+/* one call of op on every rank, timed from a barrier to the end of its work on
+ * s: the slowest rank's seconds (what a step waits for) */
+static double slowest_s(const std::function<void()>& op, cudaStream_t s) {
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    MPI_Barrier(MPI_COMM_WORLD);
+    const double t0 = MPI_Wtime();
+    op();
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    double dt = MPI_Wtime() - t0, mx = 0.0;
+    MPI_Allreduce(&dt, &mx, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    return mx;
+}
+
 static int bench_mpi(std::vector<int> sizes, int reps, int K, int use_nccl) {
     int rank, P, ndev;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -301,13 +327,7 @@ static int bench_mpi(std::vector<int> sizes, int reps, int K, int use_nccl) {
             for (int r = 0; r < reps + 2; r++) {
                 k_fill<<<1024, 256, 0, s>>>(x, n, (unsigned)(rank * 1000 + r));
                 CUDA_CHECK_LAUNCH("k_fill");
-                CUDA_CHECK(cudaStreamSynchronize(s));
-                MPI_Barrier(MPI_COMM_WORLD);
-                double t0 = MPI_Wtime();
-                op();
-                CUDA_CHECK(cudaStreamSynchronize(s));
-                double dt = MPI_Wtime() - t0, mx = 0.0;
-                MPI_Allreduce(&dt, &mx, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+                const double mx = slowest_s(op, s);
                 if (r >= 2) t.push_back(mx * 1e3);
             }
             return median(t);
@@ -356,13 +376,98 @@ static int bench_mpi(std::vector<int> sizes, int reps, int K, int use_nccl) {
     return 0;
 }
 
+/* ---- transport mode ------------------------------------------------------------------------ */
+
+static int bench_transports(const char* kb_list, int reps) {
+    int rank, P, ndev;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &P);
+    CUDA_CHECK(cudaGetDeviceCount(&ndev));
+    CUDA_CHECK(cudaSetDevice(rank % ndev));
+    const int ipc_ok = coll_ipc_usable(MPI_COMM_WORLD);
+    if (rank == 0) {
+        print_header("transports");
+        printf("%d ranks on %d GPU(s); CUDA IPC %s\n", P, ndev, ipc_ok ? "usable" : "NOT usable (ipc rows skipped)");
+        printf("%10s %-6s %-9s %-8s %10s %7s %6s\n", "bytes", "wire", "shape", "transport", "us", "syncs", "hands");
+    }
+    cudaStream_t s;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CollScratchDev sc[2];
+    for (int t = 0; t < 2; t++) {
+        coll_scratch_dev_init(&sc[t]);
+        sc[t].cuda_aware = 0;
+        sc[t].ipc = t == 1;
+    }
+    const CompressParams bf = mk(CM_BF16, 64, 0, 0), taco = mk(CM_TACO, 64, 1, 0);
+    float* d_amax = NULL; /* the trainer's delayed scale lives on the device */
+    CUDA_CHECK(cudaMalloc((void**)&d_amax, 2 * sizeof(float)));
+    const float am[2] = {8.0f, 16.0f};
+    CUDA_CHECK(cudaMemcpy(d_amax, am, sizeof(am), cudaMemcpyHostToDevice));
+    const CollDevSite site = {d_amax, NULL};
+    std::vector<int> kbs = parse_sizes(kb_list);
+    for (int kb : kbs) {
+        const size_t n = ((size_t)kb << 10) / 2;
+        uint16_t *x = NULL, *y = NULL;
+        CUDA_CHECK(cudaMalloc((void**)&x, n * 2));
+        CUDA_CHECK(cudaMalloc((void**)&y, n * 2));
+        k_fill<<<1024, 256, 0, s>>>(x, n, (unsigned)rank);
+        CUDA_CHECK_LAUNCH("k_fill");
+        /* median us over reps (after 2 warm-ups); *syncs: the scratch's host waits per call */
+        auto timed = [&](const std::function<void()>& op, double* syncs, CollScratchDev* c) {
+            std::vector<double> t;
+            unsigned long long before = 0;
+            for (int r = 0; r < reps + 2; r++) {
+                if (r == 2 && c) before = c->host_syncs;
+                t.push_back(slowest_s(op, s) * 1e6);
+            }
+            if (c) *syncs = (double)(c->host_syncs - before) / reps;
+            t.erase(t.begin(), t.begin() + 2);
+            return median(t);
+        };
+        double none = 0.0;
+        const double t_copy = timed([&]() { CUDA_CHECK(cudaMemcpyAsync(y, x, n * 2, cudaMemcpyDeviceToDevice, s)); }, &none, NULL);
+        if (rank == 0) printf("%10zu %-6s %-9s %-8s %10.1f %7s %6s\n", n * 2, "-", "D2D copy", "-", t_copy, "-", "-");
+        for (int w = 0; w < 2; w++)
+            for (int shape = 0; shape < 2; shape++)
+                for (int t = 0; t < 2; t++) {
+                    if (t == 1 && !ipc_ok) continue;
+                    const CompressParams* p = w ? &taco : &bf;
+                    double syncs = 0.0;
+                    const double us = timed([&]() {
+                        if (shape) coll_allreduce_one_shot_site_dev(MPI_COMM_WORLD, p, x, n, 7, &sc[t], &site, NULL, s);
+                        else coll_allreduce_site_dev(MPI_COMM_WORLD, p, p, x, n, 7, &sc[t], &site, NULL, s);
+                    }, &syncs, &sc[t]);
+                    /* hand-offs: IPC one per phase; staged one per message of a phase (K sub-chunks, fewer for
+                     * small tensors: min_sub elements a piece) */
+                    size_t chunk = n / (size_t)P, kk = (chunk + sc[0].min_sub - 1) / sc[0].min_sub;
+                    if (kk < 1) kk = 1;
+                    if (kk > (size_t)sc[0].K) kk = (size_t)sc[0].K;
+                    const int hands = t ? (shape ? 1 : 2) : (shape ? 1 : 2 * (int)kk);
+                    if (rank == 0)
+                        printf("%10zu %-6s %-9s %-8s %10.1f %7.1f %6d\n", n * 2, w ? "taco" : "bf16", shape ? "one-shot" : "two-shot",
+                               t ? "ipc" : "staged", us, syncs, hands);
+                }
+        CUDA_CHECK(cudaFree(x));
+        CUDA_CHECK(cudaFree(y));
+    }
+    if (rank == 0)
+        printf("(us = max over ranks, median of %d; syncs = host waits for device work per exchange; hands = cross-rank "
+               "hand-offs per exchange)\n", reps);
+    for (int t = 0; t < 2; t++) coll_scratch_dev_free(&sc[t]);
+    CUDA_CHECK(cudaFree(d_amax));
+    CUDA_CHECK(cudaStreamDestroy(s));
+    return 0;
+}
+
 int main(int argc, char** argv) {
-    int mpi = 0, reps = 0, K = COLL_DEV_DEFAULT_K, use_nccl = 0;
+    int mpi = 0, reps = 0, K = COLL_DEV_DEFAULT_K, use_nccl = 0, transports = 0;
     const char* sizes = NULL;
     const char* csv = NULL;
     const char* only = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--mpi")) mpi = 1;
+        else if (!strcmp(argv[i], "--transports")) transports = 1;
+        else if (!strcmp(argv[i], "--kb") && i + 1 < argc) sizes = argv[++i];
         else if (!strcmp(argv[i], "--sizes") && i + 1 < argc) sizes = argv[++i];
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--K") && i + 1 < argc) K = atoi(argv[++i]);
@@ -370,13 +475,15 @@ int main(int argc, char** argv) {
         else if (!strcmp(argv[i], "--nccl")) use_nccl = 1;
         else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
         else {
-            fprintf(stderr, "usage: %s [--mpi [--nccl]] [--sizes MB,MB,..] [--reps N] [--K k] [--csv FILE] [--only NAME-PART]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--mpi [--nccl]] [--transports [--kb KB,KB,..]] [--sizes MB,MB,..] [--reps N] [--K k] "
+                    "[--csv FILE] [--only NAME-PART]\n", argv[0]);
             return 2;
         }
     }
     MPI_Init(&argc, &argv);
     int rc;
-    if (mpi) rc = bench_mpi(parse_sizes(sizes ? sizes : "1,4,16,64,256"), reps ? reps : 20, K, use_nccl);
+    if (transports) rc = bench_transports(sizes ? sizes : "4,16,64,256,1024,4096,16384,65536,262144", reps ? reps : 20);
+    else if (mpi) rc = bench_mpi(parse_sizes(sizes ? sizes : "1,4,16,64,256"), reps ? reps : 20, K, use_nccl);
     else rc = bench_kernels(parse_sizes(sizes ? sizes : "4,16,64,256"), reps ? reps : 50, csv, only);
     MPI_Finalize();
     return rc;

@@ -82,7 +82,9 @@ typedef struct {
         char backend[16]; /* "mpi" | "nccl" */
         int pipeline_depth; /* GPU exchanges: sub-chunks per rank chunk in flight (1 = no overlap) */
         int fuse;           /* GPU all-reduce: decode + sum + re-encode in one kernel (0: via an fp32 sum) */
-        char allreduce[16]; /* "two_shot" (reduce-scatter + all-gather) | "one_shot" */
+        char allreduce[16]; /* "two_shot" (reduce-scatter + all-gather) | "one_shot" | "auto" (by size) */
+        int one_shot_extra_kb; /* "auto": one-shot while it moves at most this many KB more than two-shot */
+        char transport[16]; /* GPU TP exchanges: "auto" | "staged" (MPI) | "ipc" (CUDA IPC, one node) | "nccl" */
         int sp_chunks;      /* parallel.sp: pieces per rank, the compression units and GEMM chunks */
         int overlap;        /* boolean, parallel.sp: piece k's exchange beside the GEMM of piece k+1 */
         float timeout_s;    /* watchdog: a collective not done in this many seconds ends the job; 0 = off */

@@ -113,7 +113,12 @@ void config_comm_policy(const Config* c, CommPolicy* p) {
     snprintf(p->dump_dir, sizeof(p->dump_dir), "%s", c->compress.dump_dir[0] ? c->compress.dump_dir : c->log.dir);
     p->pipeline_depth = c->comm.pipeline_depth;
     p->fuse = c->comm.fuse;
-    p->one_shot = strcmp(c->comm.allreduce, "one_shot") == 0;
+    p->one_shot = !strcmp(c->comm.allreduce, "one_shot") ? 1 : !strcmp(c->comm.allreduce, "auto") ? COMM_ALLREDUCE_AUTO : 0;
+    p->one_shot_extra_bytes = (long long)c->comm.one_shot_extra_kb * 1024;
+    p->transport = !strcmp(c->comm.transport, "staged") ? COMM_TRANSPORT_STAGED
+                 : !strcmp(c->comm.transport, "ipc")    ? COMM_TRANSPORT_IPC
+                 : !strcmp(c->comm.transport, "nccl")   ? COMM_TRANSPORT_NCCL
+                                                        : COMM_TRANSPORT_AUTO;
     p->sp = c->parallel.sp;
     p->sp_chunks = c->comm.sp_chunks;
     p->overlap = c->comm.overlap;

@@ -293,6 +293,7 @@ int main(int argc, char** argv) {
                         "no checkpoint was written for this step. Try a lower train.lr or a larger warmup.\n",
                         isfinite(mean_loss) ? "gradient norm" : "loss", done, mean_loss, norm);
                 int shown = 0, more = 0;   /* the first sites to see NaN/inf point at where it started */
+                comm_sites_read(&comm);
                 for (int i = 0; i < comm.nsites; i++) {
                     if (!comm.sites[i].nonfinite) continue;
                     if (shown++ < 4) fprintf(stderr, "  exchange site %s saw %llu non-finite values\n",
@@ -309,11 +310,13 @@ int main(int argc, char** argv) {
         gpt_update(&model, lr, cfg.train.beta1, cfg.train.beta2, cfg.train.eps, cfg.train.weight_decay, scale, done);
         ops_sync();
         double ms = (MPI_Wtime() - t0) * 1e3;
+        comm_step_end(&comm);
         memcheck_sample(&dev_peak);
 
         StepRecord rec = {done, cfg.train.steps, mean_loss, lr, norm, ms, (double)N * comm.dp_size / (ms / 1e3),
                           comm.step_bytes, comm.step_ms, -1.0f, 0};
         rec.with_sites = comm.policy.stats_every > 0 && step % comm.policy.stats_every == 0;
+        if (rec.with_sites) comm_sites_read(&comm); /* the one read of the step's site statistics */
         int last = done == cfg.train.steps;
         int eval = have_val && cfg.train.eval_every > 0 && (done % cfg.train.eval_every == 0 || last);
         if (eval) rec.val_loss = evaluate(&model, &comm, &val_dl, cfg.train.eval_batches, inputs, targets);

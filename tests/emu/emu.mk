@@ -5,8 +5,9 @@
 #                          vs the fp32 CPU ops: tests/test_ops_gpu.cu (+ test_ops_gpu_qwen2.cu)
 #   test_compress_gpu_emu  the compression kernels (every compress/*.cu) vs the CPU
 #                          reference, bit for bit: tests/test_compress_gpu.cu (--quick in CI)
-#   test_coll_gpu_emu      the device collectives (comm/collectives_cuda.c, comm/sp_cuda.c) vs the host ones:
-#                          tests/test_coll_gpu.c under mpirun (--quick; --nccl: NCCL = nccl_emu.c)
+#   test_coll_gpu_emu      the device collectives (comm/collectives_cuda.c, comm/sp_cuda.c, the IPC
+#                          transport of comm/ipc_cuda.c) vs the host ones: tests/test_coll_gpu.c under
+#                          mpirun (--quick; --nccl: NCCL = nccl_emu.c; --ipc: the IPC transport only)
 # Standalone (not included by the top Makefile; tests/run_tests.sh calls it for `make test`):
 #   make -f tests/emu/emu.mk [-j2]        build the three
 #   make -f tests/emu/emu.mk run          build, then run them as `make test` does
@@ -73,8 +74,9 @@ $(E)/test_ops_gpu_emu: $(E)/tests/test_ops_gpu.o $(E)/tests/test_ops_gpu_qwen2.o
 	$(LINK) -o $@ $^ $(LIBS)
 $(E)/test_compress_gpu_emu: $(E)/tests/test_compress_gpu.o $(CMP_OBJ) $(EMU_RT) $(EMU_REF)
 	$(LINK) -o $@ $^ $(LIBS)
-$(E)/test_coll_gpu_emu: $(E)/tests/test_coll_gpu.o $(E)/comm/collectives_cuda.o $(E)/comm/oneshot_cuda.o \
-                        $(E)/comm/sp_cuda.o $(E)/comm/sp.o $(CMP_OBJ) $(EMU_RT) \
+$(E)/test_coll_gpu_emu: $(E)/tests/test_coll_gpu.o $(E)/comm/collectives_cuda.o $(E)/comm/oneshot_cuda.o $(E)/comm/stats_cuda.o \
+                        $(E)/comm/ipc_cuda.o $(E)/comm/scratch_cuda.o $(E)/comm/sp_cuda.o $(E)/comm/sp.o \
+                        $(CMP_OBJ) $(EMU_RT) \
                         $(E)/tests/emu/nccl_emu.o $(EMU_REF)
 	$(LINK) -o $@ $^ $(LIBS)
 
@@ -84,5 +86,6 @@ run: $(TESTS)
 	$(E)/test_compress_gpu_emu --quick
 	OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np 2 $(E)/test_coll_gpu_emu --quick
 	OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np 3 $(E)/test_coll_gpu_emu --quick --nccl
+	OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np 4 $(E)/test_coll_gpu_emu --quick --ipc
 
 -include $(shell find $(E) -name '*.dep' 2>/dev/null)

@@ -12,7 +12,13 @@
  */
 #include "tests/emu/emu_cuda.h" /* first: it defines the CUDA keywords before the CUDA headers do */
 
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <map>
 #include <set>
@@ -30,6 +36,9 @@ const unsigned char GUARD_BYTE = 0xC3, FRESH_BYTE = 0xA5;
 struct Alloc {
     size_t bytes, padded;
     bool host;
+    int ipc_fd;     /* >= 0: exported (cudaIpcGetMemHandle): the block's pages are this memfd's */
+    size_t total;   /* the block's pages from its guard: [user - GUARD, + total) */
+    bool mapped;    /* a peer's block mapped by cudaIpcOpenMemHandle (munmap, not free) */
 };
 std::map<uintptr_t, Alloc> g_allocs; /* by start address */
 std::set<cudaStream_t> g_streams;
@@ -86,17 +95,37 @@ void check_runtime_range(const void* p, size_t n, const char* what) {
                  a->bytes);
 }
 
+/* Blocks start on a page and span whole pages (with guards), so that an
+ * exported block's pages can be replaced in place by shared ones. */
+const size_t PAGE = 4096;
+
 cudaError_t emu_alloc(void** p, size_t bytes, bool host) {
     const size_t padded = (bytes + 255) / 256 * 256;
-    const size_t total = padded + (kGuards ? 2 * GUARD : 0);
+    size_t total = padded + (kGuards ? 2 * GUARD : 0);
+    if (kGuards) total = (total + PAGE - 1) / PAGE * PAGE;
     unsigned char* base = nullptr;
-    if (posix_memalign((void**)&base, 256, total ? total : 1) != 0) return cudaErrorMemoryAllocation;
+    if (posix_memalign((void**)&base, kGuards ? PAGE : 256, total ? total : 1) != 0) return cudaErrorMemoryAllocation;
     unsigned char* user = base + (kGuards ? GUARD : 0);
     if (kGuards) memset(base, GUARD_BYTE, total);
     memset(user, FRESH_BYTE, bytes); /* fresh memory is not zero: whoever needs zeros must set them */
     *p = user;
-    g_allocs[(uintptr_t)user] = Alloc{bytes, kGuards ? padded : bytes, host};
+    g_allocs[(uintptr_t)user] = Alloc{bytes, kGuards ? padded : bytes, host, -1, total, false};
     return cudaSuccess;
+}
+
+/* an exported block goes back to private pages before the allocator gets it */
+void unshare(uintptr_t user, Alloc& a) {
+    if (a.ipc_fd < 0) return;
+    void* base = (void*)(user - GUARD);
+    void* keep = malloc(a.total);
+    if (!keep) emu_fail("out of memory un-sharing an exported block");
+    memcpy(keep, base, a.total);
+    if (mmap(base, a.total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == MAP_FAILED)
+        emu_fail("cudaFree: cannot remap an exported block (%s)", strerror(errno));
+    memcpy(base, keep, a.total);
+    free(keep);
+    close(a.ipc_fd);
+    a.ipc_fd = -1;
 }
 
 cudaError_t emu_free(void* p, bool host) {
@@ -105,8 +134,10 @@ cudaError_t emu_free(void* p, bool host) {
     if (it == g_allocs.end() || it->second.host != host)
         emu_fail(host ? "cudaFreeHost of a pointer cudaMallocHost did not return"
                       : "cudaFree of a pointer cudaMalloc did not return");
+    if (it->second.mapped) emu_fail("cudaFree of a peer's block (cudaIpcOpenMemHandle): close it with cudaIpcCloseMemHandle");
     if (!guards_intact(it->first, it->second))
         emu_fail("cudaFree: a write outside the %zu-byte block at %p (guard zone damaged)", it->second.bytes, p);
+    unshare(it->first, it->second);
     g_allocs.erase(it);
     free((unsigned char*)p - (kGuards ? GUARD : 0));
     return cudaSuccess;
@@ -310,6 +341,102 @@ cudaError_t CUDARTAPI cudaEventSynchronize(cudaEvent_t e) {
     check_event(e, "cudaEventSynchronize");
     return cudaSuccess;
 }
+/* ---- CUDA IPC between the MPI ranks of one machine --------------------------------------
+ * Exporting a block moves its pages into a memfd (in place: MAP_FIXED over
+ * the same addresses, contents kept); the handle names the exporter's pid and
+ * descriptor, and a peer maps the same pages through /proc/<pid>/fd/<fd>. So
+ * the peers' kernels read the very bytes the exporter's kernels wrote, as on
+ * a GPU. Everything runs when it is queued, so IPC events need no state: a
+ * peer that has seen the exporter's host token sees its work done. */
+struct EmuIpcHandle {
+    unsigned magic;
+    int pid, fd;
+    size_t total, bytes;
+};
+static_assert(sizeof(EmuIpcHandle) <= sizeof(cudaIpcMemHandle_t), "the handle fits CUDA's");
+const unsigned IPC_MAGIC = 0x1bc0e3a1u;
+
+cudaError_t CUDARTAPI cudaIpcGetMemHandle(cudaIpcMemHandle_t* handle, void* devPtr) {
+    if (!kGuards) emu_fail("cudaIpcGetMemHandle is not emulated in the sanitizer build (exact-size blocks)");
+    auto it = g_allocs.find((uintptr_t)devPtr);
+    if (it == g_allocs.end() || it->second.host || it->second.mapped)
+        emu_fail("cudaIpcGetMemHandle of a pointer that is not the start of a cudaMalloc'd block");
+    Alloc& a = it->second;
+    if (a.ipc_fd < 0) {
+        void* base = (void*)(it->first - GUARD);
+        const int fd = memfd_create("emu-cuda-ipc", 0);
+        if (fd < 0 || ftruncate(fd, (off_t)a.total) != 0) emu_fail("cudaIpcGetMemHandle: memfd (%s)", strerror(errno));
+        if (pwrite(fd, base, a.total, 0) != (ssize_t)a.total) emu_fail("cudaIpcGetMemHandle: writing the memfd");
+        if (mmap(base, a.total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED)
+            emu_fail("cudaIpcGetMemHandle: mapping the memfd (%s)", strerror(errno));
+        a.ipc_fd = fd;
+    }
+    EmuIpcHandle h = {IPC_MAGIC, (int)getpid(), a.ipc_fd, a.total, a.bytes};
+    memset(handle, 0, sizeof(*handle));
+    memcpy(handle, &h, sizeof(h));
+    return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaIpcOpenMemHandle(void** devPtr, cudaIpcMemHandle_t handle, unsigned int flags) {
+    (void)flags;
+    EmuIpcHandle h;
+    memcpy(&h, &handle, sizeof(h));
+    if (h.magic != IPC_MAGIC) emu_fail("cudaIpcOpenMemHandle of a handle cudaIpcGetMemHandle did not make");
+    if (h.pid == (int)getpid()) return cudaErrorInvalidValue; /* as CUDA: not in the exporting process */
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/fd/%d", h.pid, h.fd);
+    const int fd = open(path, O_RDWR);
+    if (fd < 0) emu_fail("cudaIpcOpenMemHandle: cannot open %s (%s)", path, strerror(errno));
+    void* base = mmap(nullptr, h.total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (base == MAP_FAILED) emu_fail("cudaIpcOpenMemHandle: cannot map %s (%s)", path, strerror(errno));
+    unsigned char* user = (unsigned char*)base + GUARD;
+    g_allocs[(uintptr_t)user] = Alloc{h.bytes, (h.bytes + 255) / 256 * 256, false, -1, h.total, true};
+    *devPtr = user;
+    return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaIpcCloseMemHandle(void* devPtr) {
+    auto it = g_allocs.find((uintptr_t)devPtr);
+    if (it == g_allocs.end() || !it->second.mapped) emu_fail("cudaIpcCloseMemHandle of a pointer cudaIpcOpenMemHandle did not return");
+    munmap((void*)(it->first - GUARD), it->second.total);
+    g_allocs.erase(it);
+    return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaIpcGetEventHandle(cudaIpcEventHandle_t* handle, cudaEvent_t e) {
+    check_event(e, "cudaIpcGetEventHandle");
+    memset(handle, 0, sizeof(*handle));
+    memcpy(handle, &IPC_MAGIC, sizeof(IPC_MAGIC));
+    return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaIpcOpenEventHandle(cudaEvent_t* e, cudaIpcEventHandle_t handle) {
+    if (memcmp(&handle, &IPC_MAGIC, sizeof(IPC_MAGIC))) emu_fail("cudaIpcOpenEventHandle of a handle cudaIpcGetEventHandle did not make");
+    *e = handle_new(g_events);
+    return cudaSuccess;
+}
+/* One emulated GPU per process, on the same "bus" for all: the ranks share it
+ * (and IPC works). The sanitizer build cannot export blocks, so there each
+ * process has a GPU of its own, which the others cannot see: IPC is then
+ * found unusable (comm/ipc_cuda.c, coll_ipc_usable) and not tried. */
+static void bus_id(char* id, size_t len) {
+    if (kGuards) snprintf(id, len, "0000:00:00.0");
+    else snprintf(id, len, "%04x:%02x:00.0", ((unsigned)getpid() >> 8) & 0xFFFFu, (unsigned)getpid() & 0xFFu);
+}
+cudaError_t CUDARTAPI cudaDeviceGetPCIBusId(char* id, int len, int device) {
+    if (device != 0) return cudaErrorInvalidDevice;
+    bus_id(id, (size_t)len);
+    return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaDeviceGetByPCIBusId(int* device, const char* id) {
+    char mine[32];
+    bus_id(mine, sizeof(mine));
+    if (strcmp(id, mine)) return cudaErrorInvalidDevice;
+    *device = 0;
+    return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaDeviceCanAccessPeer(int* can, int device, int peer) {
+    *can = device == 0 && peer == 0;
+    return cudaSuccess;
+}
+
 cudaError_t CUDARTAPI cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
     check_event(a, "cudaEventElapsedTime");
     check_event(b, "cudaEventElapsedTime");
