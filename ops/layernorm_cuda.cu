@@ -259,7 +259,8 @@ static void norm_forward(const char* who, floatX* out, float* mean, float* rstd,
 }
 
 /* Fixed, not per-device: the reduction order depends on shapes only. 256
- * blocks of 8 warps are one wave on an H200 (2 resident per SM for C <= 1024),
+ * blocks of 8 warps are one wave on an H200 for C <= 768 (128 registers a
+ * thread, 2 blocks per SM; C = 1024 takes 162 and fits 1),
  * and fewer blocks mean fewer partial sums for colsum_finish. */
 #define LN_BWD_MAX_BLOCKS 256
 
