@@ -202,7 +202,7 @@ PY
     for be in "${backends[@]}"; do
         for ov in false true; do
             timeout 600 $MPIRUN -np 2 build/train_gpu "${b[@]}" --set parallel.sp=true --set compress.method=taco \
-                --set comm.overlap=$ov --set comm.backend=$be --set log.dir=$T/gpu_sp_${be}_$ov > /dev/null || return 1
+                --set comm.sp_chunks=4 --set comm.overlap=$ov --set comm.backend=$be --set log.dir=$T/gpu_sp_${be}_$ov > /dev/null || return 1
         done
         python3 tests/compare_logs.py $T/gpu_sp_${be}_true/log.jsonl $T/gpu_sp_${be}_false/log.jsonl --exact || return 1
         python3 tests/compare_logs.py $T/gpu_sp_${be}_true/log.jsonl $T/gpu_sp_${be}_false/log.jsonl --key grad_norm --exact || return 1

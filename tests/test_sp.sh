@@ -23,9 +23,9 @@ t_sp_equivalence() {
         python3 tests/compare_logs.py $T/sp$r/log.jsonl $T/tp$r/log.jsonl --key grad_norm --rtol 1e-4 || return 1
         python3 tests/compare_logs.py $T/sp$r/log.jsonl $T/tp$r/log.jsonl --ratio comm_bytes 0.999 1.001 || return 1
     done
-    # one piece per rank (contiguous rows) or four: the same bits
-    $TRAIN -np 2 build/train "${SPB[@]}" --set parallel.tp=2 --set comm.sp_chunks=1 --set log.dir=$T/sp2k1 || return 1
-    python3 tests/compare_logs.py $T/sp2k1/log.jsonl $T/sp2/log.jsonl --exact || return 1
+    # one piece per rank (contiguous rows, the default without overlap) or four: the same bits
+    $TRAIN -np 2 build/train "${SPB[@]}" --set parallel.tp=2 --set comm.sp_chunks=4 --set log.dir=$T/sp2k4 || return 1
+    python3 tests/compare_logs.py $T/sp2k4/log.jsonl $T/sp2/log.jsonl --exact || return 1
     # qwen2 (RMSNorm, no positions, untied head) against its non-sp run of tests/test_qwen2.sh
     $TRAIN -np 2 build/train "${SPB[@]}" "${QWEN[@]}" --set train.steps=10 --set parallel.tp=2 --set log.dir=$T/q_sp2 || return 1
     python3 tests/compare_logs.py $T/q_sp2/log.jsonl $T/q_tp2/log.jsonl --rtol 1e-5
@@ -107,7 +107,7 @@ t_sp_resume() {
 t_sp_config_errors() {
     local out
     out=$(timeout 60 $MPIRUN -np 2 build/train configs/default.json --set parallel.tp=2 --set parallel.sp=true \
-          --set train.batch_size=1 --set train.seq_len=30 2>&1) && { echo "expected a failure"; return 1; }
+          --set comm.sp_chunks=4 --set train.batch_size=1 --set train.seq_len=30 2>&1) && { echo "expected a failure"; return 1; }
     echo "$out" | grep -q "parallel.sp: the 30 rows of a batch (train.batch_size 1 x train.seq_len 30) do not divide by parallel.tp x comm.sp_chunks = 2 x 4" || { echo "$out"; return 1; }
     out=$(timeout 60 $MPIRUN -np 2 build/train configs/default.json --set parallel.tp=2 --set comm.overlap=true 2>&1) \
         && { echo "expected a failure"; return 1; }
@@ -119,7 +119,7 @@ t_sp_config_errors() {
 # chunk scales are per piece either way), stochastic rounding and delayed
 # scaling, at TP=2 and 4, and for qwen2
 t_sp_overlap() {
-    local b=("${SPB[@]}" --set train.steps=10 --set compress.method=taco --set compress.stats_every=3)
+    local b=("${SPB[@]}" --set train.steps=10 --set compress.method=taco --set compress.stats_every=3 --set comm.sp_chunks=4)
     local cases=("2 --set compress.scale=delayed" "4 --set compress.rounding=stochastic" "2 ${QWEN[*]}")
     for i in 0 1 2; do
         local tp=${cases[$i]%% *} extra=(${cases[$i]#* })

@@ -135,7 +135,7 @@ static const CfgKey cfg_keys[] = {
     K_ENUM(comm.allreduce, "two_shot", "two_shot|one_shot|auto"),
     K_INT(comm.one_shot_extra_kb, COMM_ONE_SHOT_EXTRA_KB_DEFAULT, 0, NOMAX),
     { CFG_AT(comm.transport), .type = CFG_ENUM, .sdef = "auto", .choices = "auto|staged|ipc|nccl", .gpu_only = "ipc|nccl" },
-    K_INT(comm.sp_chunks, 4, 1, 64),
+    K_INT(comm.sp_chunks, 0, 0, 64), /* 0: 4 with comm.overlap, else 1 (config_sp_chunks) */
     K_BOOL(comm.overlap, 0),
     K_FLOAT(comm.timeout_s, 600, 0, FLT_MAX, 0), /* 0 = no watchdog */
     K_STR(log.dir, "runs/default"),

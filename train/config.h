@@ -127,6 +127,8 @@ int config_check_arch(const Config* c, char* err, size_t errlen);
 /* The checks of parallel.sp and comm.sp_chunks / comm.overlap against the
  * batch (train/config_model.c; config_load runs them). */
 int config_check_sp(const Config* c, char* err, size_t errlen);
+/* comm.sp_chunks with 0 resolved (4 with comm.overlap, else 1). */
+int config_sp_chunks(const Config* c);
 /* The model's shape at TP degree tp, derived defaults resolved (n_kv_head
  * 0 = n_head, d_ff 0 = 4 d_model). */
 GPTShape config_model_shape(const Config* c, int tp);

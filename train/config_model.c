@@ -63,21 +63,28 @@ int config_check_arch(const Config* c, char* err, size_t errlen) {
     return 0;
 }
 
+/* comm.sp_chunks, 0 resolved: with comm.overlap 4 pieces, so that three of a
+ * GEMM's four run beside an exchange; without it 1, since every piece is an
+ * exchange of its own and each costs a fixed latency (on a shared H200 over
+ * CUDA IPC, GPT-2 124M TP=2 with sp: 133 ms a step at 4 pieces, docs/RESULTS.md
+ * section 5) */
+int config_sp_chunks(const Config* c) { return c->comm.sp_chunks ? c->comm.sp_chunks : c->comm.overlap ? 4 : 1; }
+
 int config_check_sp(const Config* c, char* err, size_t errlen) {
+    const int K = config_sp_chunks(c);
     if (c->comm.overlap && !c->parallel.sp) {
         return check_errorf(err, errlen, "config error: comm.overlap: true needs parallel.sp: true (it overlaps the "
                         "sequence-parallel exchanges with the GEMMs)");
     }
-    if (c->comm.overlap && c->comm.sp_chunks < 2) {
+    if (c->comm.overlap && K < 2) {
         return check_errorf(err, errlen, "config error: comm.overlap: true needs comm.sp_chunks >= 2 (the pieces "
-                        "that overlap), not %d", c->comm.sp_chunks);
+                        "that overlap), not %d", K);
     }
-    long long N = (long long)c->train.batch_size * c->train.seq_len, d = (long long)c->parallel.tp * c->comm.sp_chunks;
+    long long N = (long long)c->train.batch_size * c->train.seq_len, d = (long long)c->parallel.tp * K;
     if (c->parallel.sp && N % d != 0) {
         return check_errorf(err, errlen, "config error: parallel.sp: the %lld rows of a batch (train.batch_size %d x "
                         "train.seq_len %d) do not divide by parallel.tp x comm.sp_chunks = %d x %d; change the batch, "
-                        "or comm.sp_chunks", N, c->train.batch_size, c->train.seq_len, c->parallel.tp,
-                        c->comm.sp_chunks);
+                        "or comm.sp_chunks", N, c->train.batch_size, c->train.seq_len, c->parallel.tp, K);
     }
     return 0;
 }
@@ -120,7 +127,7 @@ void config_comm_policy(const Config* c, CommPolicy* p) {
                  : !strcmp(c->comm.transport, "nccl")   ? COMM_TRANSPORT_NCCL
                                                         : COMM_TRANSPORT_AUTO;
     p->sp = c->parallel.sp;
-    p->sp_chunks = c->comm.sp_chunks;
+    p->sp_chunks = config_sp_chunks(c);
     p->overlap = c->comm.overlap;
 }
 
