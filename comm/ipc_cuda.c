@@ -79,6 +79,20 @@ int coll_ipc_usable(MPI_Comm comm) {
     return all_ok;
 }
 
+int coll_ranks_share_gpu(MPI_Comm comm) {
+    int P, dev;
+    MPI_CHECK(MPI_Comm_size(comm, &P));
+    char bus[32] = {0}, *all = mallocCheck((size_t)P * sizeof(bus));
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetPCIBusId(bus, (int)sizeof(bus), dev));
+    MPI_CHECK(MPI_Allgather(bus, (int)sizeof(bus), MPI_CHAR, all, (int)sizeof(bus), MPI_CHAR, comm));
+    int shared = 0; /* the same answer on every rank: all hold the same list */
+    for (int q = 0; q < P && !shared; q++)
+        for (int u = q + 1; u < P && !shared; u++) shared = !strcmp(all + (size_t)q * sizeof(bus), all + (size_t)u * sizeof(bus));
+    free(all);
+    return shared;
+}
+
 /* ---- setup: tokens and events once, buffers when they grow ------------------------- */
 
 static CollIpc* ipc_setup(MPI_Comm comm, CollScratchDev* s) {

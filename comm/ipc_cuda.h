@@ -47,6 +47,8 @@ extern "C" {
  * MPI shared-memory domain) and every pair on one GPU or with peer access.
  * Collective over comm; the same answer on every rank. */
 int coll_ipc_usable(MPI_Comm comm);
+/* 1 if two ranks of comm run on the same GPU (collective over comm). */
+int coll_ranks_share_gpu(MPI_Comm comm);
 
 /* The IPC versions of coll_run's three shapes, called by collectives_cuda.c
  * and oneshot_cuda.c when CollScratchDev.ipc is set. Same arguments and

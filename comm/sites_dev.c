@@ -75,6 +75,12 @@ CollScratchDev* sites_dev_scratch(Comm* c) {
         c->dscratch->nccl = ipc ? NULL : c->nccl_tp; /* NULL: MPI */
         if (c->world_rank == 0)
             printf("comm: TP exchanges by %s\n", ipc ? "CUDA IPC" : c->nccl_tp ? "NCCL" : "MPI (staged)");
+        /* a piece waiting on a peer process resolves only when the GPU switches processes, which it
+         * does at a time slice while this one has GEMMs queued (docs/RESULTS.md section 5) */
+        if (ipc && c->policy.overlap && coll_ranks_share_gpu(c->tp_comm) && c->world_rank == 0)
+            printf("warning: comm.overlap with ranks sharing a GPU over CUDA IPC is slow: the GPU runs one process "
+                   "at a time, so each piece waits for a time slice (measured about 2 ms a piece, a 7x slower "
+                   "GPT-2 124M step). It pays with one rank per GPU; here set comm.overlap false\n");
         if (c->policy.pipeline_depth > 0) c->dscratch->K = c->policy.pipeline_depth;
         c->dscratch->unfused = !c->policy.fuse;
     }
