@@ -10,8 +10,9 @@
 # the ms of TP exchanges per step (log.jsonl's comm_ms: the device time between
 # the events recorded around each exchange on the stream that runs it; with
 # overlap off it is all exposed, with overlap on it includes the hidden part),
-# MB sent per rank, the measured device high-water per rank (cudaMemGetInfo,
-# max over ranks) and the activation bytes per rank (exact, what sp shrinks).
+# MB sent per rank, the measured device high-water (cudaMemGetInfo, max over
+# GPUs: per rank with one rank per GPU, the sharing ranks' sum under SHARE=1)
+# and the activation bytes per rank (exact, what sp shrinks).
 # For each sp run with overlap the overlap efficiency
 #   (t_compute + t_exchange - t_step) / min(t_compute, t_exchange)
 # with t_exchange = the exposed exchange ms and t_compute = step ms minus it,

@@ -129,11 +129,24 @@ void memcheck_sample(size_t* peak) {
 void memcheck_report(GPTShape s, const Comm* c, int B, int T, size_t peak) {
     MemEstimate e;
     memcheck_estimate(&e, s, c, B, T, peak > 0);
-    unsigned long long mine[2] = {peak, e.acts}, most[2];
-    wd_allreduce(mine, most, 2, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD, "the memory report");
+    /* cudaMemGetInfo sees the whole GPU: with ranks sharing one, its high-water is theirs together */
+    size_t dfree = 0, dtotal = 0;
+    int dev = -1, share = 1;
+    ops_mem_info(&dfree, &dtotal, &dev);
+    MPI_Comm node, gpu;
+    MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+    MPI_CHECK(MPI_Comm_split(node, dev < 0 ? 0 : dev, 0, &gpu));
+    MPI_CHECK(MPI_Comm_size(gpu, &share));
+    MPI_CHECK(MPI_Comm_free(&gpu));
+    MPI_CHECK(MPI_Comm_free(&node));
+    unsigned long long mine[3] = {peak, e.acts, (unsigned long long)share}, most[3];
+    wd_allreduce(mine, most, 3, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD, "the memory report");
     if (c->world_rank != 0) return;
     const double MIB = 1024.0 * 1024.0;
-    if (most[0]) printf("memory (measured): device high-water %.1f MiB per rank (max over ranks); ", (double)most[0] / MIB);
+    if (most[0] && most[2] > 1)
+        printf("memory (measured): device high-water %.1f MiB per GPU, up to %llu ranks sharing one (max over GPUs); ",
+               (double)most[0] / MIB, most[2]);
+    else if (most[0]) printf("memory (measured): device high-water %.1f MiB per rank (max over ranks); ", (double)most[0] / MIB);
     else printf("memory (measured): ");
     printf("activations %.1f MiB per rank (exact: the buffers the model allocated)\n", (double)most[1] / MIB);
     fflush(stdout);

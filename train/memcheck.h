@@ -43,7 +43,8 @@ int memcheck_run(GPTShape s, const Comm* c, int B, int T, char* err, size_t errl
  * grows during it), so sampling at every step's end finds the peak. */
 void memcheck_sample(size_t* peak);
 /* Collective: rank 0 prints "memory (measured): device high-water ... MiB
- * per rank (max over ranks); activations ... MiB (exact)", the activations
+ * per rank (max over ranks)" (or "per GPU" where ranks share one: the device
+ * counts their memory together); activations ... MiB (exact)", the activations
  * being the bytes of the activation buffers gpt_init allocated (what
  * parallel.sp shrinks). The CPU build prints the activations only. */
 void memcheck_report(GPTShape s, const Comm* c, int B, int T, size_t peak);
