@@ -4,8 +4,8 @@
 #   1. GPT-2 124M (V=50257 padded to 50304, B=16, T=1024, bf16) at TP=1: our
 #      build/train_gpu next to the PyTorch reference measured in the same run
 #      (tools/bench_pytorch.py, eager and torch.compile).
-#   2. TP=1, 2, 4 on one GPU (ranks share the card, TP traffic goes through
-#      host memory) with the exact path and with taco: step time and the time
+#   2. TP=1, 2, 4 on one GPU (ranks share the card, TP traffic by the default
+#      comm.transport: CUDA IPC on one node) with the exact path and with taco: step time and the time
 #      spent in TP exchanges (the exact path sends bf16: bit-equal to fp32).
 #   3. TP=2 taco with each part of the compressed exchange disabled in turn.
 #   4. With 2+ GPUs: TP=2 one rank per GPU, MPI vs NCCL backend.
@@ -52,7 +52,7 @@ echo
 fi
 
 if [[ ",$PARTS," == *,tp,* ]]; then
-echo "### TP on one GPU (ranks share the card; exchanges staged through host memory)"
+echo "### TP on one GPU (ranks share the card; exchanges by the default transport, CUDA IPC)"
 echo
 echo "| TP | compress | ms/step | tokens/s | ms in TP exchanges | MB sent per rank per step |"
 echo "|---|---|---|---|---|---|"

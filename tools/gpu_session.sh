@@ -25,12 +25,20 @@ bench|kernels|train)
         for p in 2 4; do
             timeout 150 mpirun --oversubscribe -np $p build/gpu/bench_compress_gpu --mpi --sizes 1,16,64,256 > "$O/bench_allreduce_np$p.txt" 2>&1
         done
+        for p in 2 4; do
+            timeout 150 mpirun --oversubscribe -np $p build/gpu/bench_compress_gpu --transports > "$O/bench_transports_np$p.txt" 2>&1
+        done
         tail -20 "$O/bench_compress_torch.txt"; tail -42 "$O/bench_allreduce_np2.txt"; tail -42 "$O/bench_allreduce_np4.txt"
-        cp "$O"/bench_compress.txt "$O"/bench_compress_torch.txt "$O"/bench_allreduce_np*.txt "$KEEP"/ 2>/dev/null
+        cp "$O"/bench_compress.txt "$O"/bench_compress_torch.txt "$O"/bench_allreduce_np*.txt "$O"/bench_transports_np*.txt \
+            "$KEEP"/ 2>/dev/null
     fi
     if [ "$MODE" != kernels ]; then  # end to end
         OUT="$O/train" STEPS=${STEPS:-25} timeout 500 tools/bench_gpu.sh > "$O/bench_gpu.md" 2>&1
-        python3 tools/predict_speedup.py --runs "$O/train" > "$O/predict.md" 2>&1
+        # the step-time model: this session's exchange curve and kernel table, or the last ones kept in docs/bench
+        ex=$O/bench_transports_np2.txt; [ -s "$ex" ] || ex=docs/bench/bench_transports_np2.txt
+        kt=$O/bench_compress.txt; [ -s "$kt" ] || kt=docs/bench/bench_compress.txt
+        python3 tools/predict_speedup.py --runs "$O/train" --exchange "$ex" --kernels "$kt" --transport ipc \
+            --ranks-per-gpu 2 > "$O/predict.md" 2>&1
         cat "$O/bench_gpu.md" "$O/predict.md"
         cp "$O"/bench_gpu.md "$O"/predict.md "$KEEP"/ 2>/dev/null
     fi
