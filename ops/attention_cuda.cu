@@ -50,13 +50,15 @@
  * hs > 64 the backward narrows its inner tile to 32 to stay inside 255
  * registers without spills.
  *
- * The kernels are in ops/attention_kernels.cuh (which the CPU emulation
- * of tests/emu also compiles); this file holds the launchers.
+ * The kernels are in ops/attention_kernels.cuh (primitives, forward) and
+ * ops/attention_bwd_kernels.cuh (backward), which the CPU emulation of
+ * tests/emu also compiles; this file holds the launchers.
  */
 #include <math.h>
 
 #include "ops/cuda_common.cuh"
 #include "ops/attention_kernels.cuh"
+#include "ops/attention_bwd_kernels.cuh"
 
 /* ------------------------------------------------------------------------------ */
 /* host side */
