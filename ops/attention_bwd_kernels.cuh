@@ -44,25 +44,53 @@ __global__ void attn_bwd_d_kernel(float* Dbuf, const bf16* dout, const bf16* out
 }
 
 /* ------------------------------------------------------------------------------ */
-/* backward, step 2: dK, dV. Block = (b, kv head, 64 keys), 16 keys per warp;
- * loops over the query heads of the kv head's group (NH/NKV of them, one
- * for NKV = NH) and, for each, over query tiles of BQ from the diagonal to
- * the end, as one flat sequence of (head, tile) steps so that the next
- * step's tiles always load during this one. dK and dV sum over the whole
- * group in registers, in that fixed order: deterministic, no atomics. */
-template <int HS>
+/* The split dQ's partial tiles (DQ = true below). Key block kt (BN keys)
+ * meets query tile qt (BQ queries, BQ divides BN) iff qt >= kt * BN / BQ, so
+ * query tile qt has nk(qt) = qt / R + 1 partials, R = BN / BQ. The tiles of
+ * one (b, h) lie qt-major, kt ascending within a query tile: tile (qt, kt)
+ * is number attn_part_off(qt, R) + kt, and attn_part_off(nqt, R) tiles make
+ * one (b, h). attn_part_off(n, R) = sum_{q < n} (q / R + 1). */
+__host__ __device__ inline size_t attn_part_off(int n, int R) {
+    const size_t m = (size_t)(n / R);
+    return (size_t)n + (size_t)R * m * (m - 1) / 2 + m * (size_t)(n - R * (int)m); /* m = 0: 0 * (0 - 1) = 0 */
+}
+/* Inside a tile (BQ x HS fp32) the values are in mma fragment order, so that
+ * each warp stores and the reduction reads whole 512-byte runs: C tile
+ * (rg, nt) = rows 16 rg.., columns 8 nt.. is 128 floats at (rg * HS/8 + nt) *
+ * 128, lane L's c0..c3 at 4 L (rows 16 rg + L/4 and + 8, columns 8 nt + 2 (L%4)
+ * and + 1: the C layout of attention_cuda.cu's header). */
+
+/* ------------------------------------------------------------------------------ */
+/* backward, step 2: dK, dV and, with DQ, the split dQ's partials. Block =
+ * (b, kv head, BN = 16 NW keys), NW warps of 16 keys each; loops over the
+ * query heads of the kv head's group (NH/NKV of them, one for NKV = NH)
+ * and, for each, over query tiles of BQ from the diagonal to the end, as one
+ * flat sequence of (head, tile) steps so that the next step's tiles always
+ * load during this one. dK and dV sum over the whole group in registers, in
+ * that fixed order: deterministic, no atomics. A key's dK and dV do not
+ * depend on NW or DQ (same operations on the same 16-key rows), so every
+ * path of the backward gives them the same bits.
+ * DQ: each step also writes dS^T (bf16, as dK uses it) to shared memory and,
+ * after a barrier, computes the step's dQ partial dS K (BQ x HS, over the
+ * block's BN keys, fp32) into its tile of `part` (layout above). */
+template <int HS, int NW>
 struct DkvCfg {
-    static constexpr int BN = 64, BQ = HS <= 64 ? 64 : 32, STR = HS + 8;
-    static constexpr size_t SMEM = (size_t)(2 * BN + 4 * BQ) * STR * sizeof(bf16) + 4 * BQ * sizeof(float);
-    static constexpr int MINB = HS <= 64 ? ATT_BWD_MINB : 2;
+    static constexpr int NTH = 32 * NW;
+    static constexpr int BN = 16 * NW, BQ = HS <= 64 ? 64 : 32, STR = HS + 8;
+    static constexpr int SSTR = BQ + 8; /* row stride of the dS^T tile [BN][SSTR]: the same conflict-free pad */
+    static constexpr size_t SMEM_BASE = (size_t)(2 * BN + 4 * BQ) * STR * sizeof(bf16) + 4 * BQ * sizeof(float);
+    static constexpr size_t SMEM_DS = (size_t)BN * SSTR * sizeof(bf16);
+    /* 4 warps: 2 blocks per SM at hs <= 64 (ATT_BWD_MINB); 8 warps: one */
+    static constexpr int MINB = NW == 8 ? 1 : HS <= 64 ? ATT_BWD_MINB : 2;
+    static_assert(NW == 4 || NW == 8, "4 or 8 warps");
 };
 
-template <int HS>
-__global__ void __launch_bounds__(ATT_THREADS, DkvCfg<HS>::MINB)
-attn_bwd_dkdv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* Dbuf,
-                     int T, int NH, int NKV, float scale_log2, float scale) {
-    using Cfg = DkvCfg<HS>;
-    constexpr int BN = Cfg::BN, BQ = Cfg::BQ, STR = Cfg::STR;
+template <int HS, int NW, bool DQ>
+__global__ void __launch_bounds__(DkvCfg<HS, NW>::NTH, DkvCfg<HS, NW>::MINB)
+attn_bwd_dkdv_kernel(bf16* dqkv, float* part, size_t tiles_bh, const bf16* dout, const bf16* qkv, const float* lse,
+                     const float* Dbuf, int T, int NH, int NKV, float scale_log2, float scale) {
+    using Cfg = DkvCfg<HS, NW>;
+    constexpr int BN = Cfg::BN, BQ = Cfg::BQ, STR = Cfg::STR, NTH = Cfg::NTH, SSTR = Cfg::SSTR;
     constexpr int KS = HS / 16;
     constexpr int QT = BQ / 8; /* 8-query n-tiles of S^T */
     constexpr int OT = HS / 8;
@@ -73,6 +101,7 @@ attn_bwd_dkdv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float*
     bf16* sO = sQ + 2 * BQ * STR;                 /* dO, [2][BQ][STR] */
     float* sL = reinterpret_cast<float*>(sO + 2 * BQ * STR); /* lse * log2(e), [2][BQ] */
     float* sD = sL + 2 * BQ;                                 /* D, [2][BQ] */
+    bf16* sS = reinterpret_cast<bf16*>(sD + 2 * BQ);         /* DQ: dS^T, [BN][SSTR] */
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int kvh = blockIdx.x, b = blockIdx.y;
@@ -94,20 +123,20 @@ attn_bwd_dkdv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float*
     /* step it's Q and dO tiles (async) and per-row scalars (plain loads) into a stage */
     auto load_step = [&](int stage, int it) {
         const int h = kvh * group + it / nq, q0 = (qt0 + it % nq) * BQ;
-        load_tile<BQ, HS>(sQ + stage * BQ * STR, qb + (size_t)h * HS, rs, q0, T);
-        load_tile<BQ, HS>(sO + stage * BQ * STR, ob + (size_t)h * HS, os, q0, T);
+        load_tile<BQ, HS, NTH>(sQ + stage * BQ * STR, qb + (size_t)h * HS, rs, q0, T);
+        load_tile<BQ, HS, NTH>(sO + stage * BQ * STR, ob + (size_t)h * HS, os, q0, T);
         cp_async_commit();
         const float* lg = lse + ((size_t)b * NH + h) * T;
         const float* dg = Dbuf + ((size_t)b * NH + h) * T;
-        for (int i = threadIdx.x; i < BQ; i += ATT_THREADS) {
+        for (int i = threadIdx.x; i < BQ; i += NTH) {
             const int q = q0 + i;
             sL[stage * BQ + i] = q < T ? lg[q] * LOG2E : 0.0f;
             sD[stage * BQ + i] = q < T ? dg[q] : 0.0f;
         }
     };
 
-    load_tile<BN, HS>(sK, kg, rs, k0, T);
-    load_tile<BN, HS>(sV, vg, rs, k0, T);
+    load_tile<BN, HS, NTH>(sK, kg, rs, k0, T);
+    load_tile<BN, HS, NTH>(sV, vg, rs, k0, T);
     load_step(0, 0); /* one commit group: K, V and the first Q, dO */
 
     const int g = lane >> 2, t4 = lane & 3;
@@ -132,7 +161,7 @@ attn_bwd_dkdv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float*
         const bf16* cO = sO + st * BQ * STR;
         const float* cL = sL + st * BQ;
         const float* cD = sD + st * BQ;
-        const int q0 = (qt0 + it % nq) * BQ;
+        const int qt = qt0 + it % nq, q0 = qt * BQ;
 
         /* S^T = K Q^T (16 keys x BQ queries per warp) */
         float s[QT][4];
@@ -216,6 +245,14 @@ attn_bwd_dkdv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float*
             da[1] = pack_bf16(dpt[2 * kk][2], dpt[2 * kk][3]);
             da[2] = pack_bf16(dpt[2 * kk + 1][0], dpt[2 * kk + 1][1]);
             da[3] = pack_bf16(dpt[2 * kk + 1][2], dpt[2 * kk + 1][3]);
+            if constexpr (DQ) { /* rows kr + g (+8), queries 16 kk + 2 t4 (+8): 4-byte stores, no bank conflicts */
+                uint32_t* s0 = reinterpret_cast<uint32_t*>(sS + (kr + g) * SSTR + kk * 16 + 2 * t4);
+                uint32_t* s1 = reinterpret_cast<uint32_t*>(sS + (kr + g + 8) * SSTR + kk * 16 + 2 * t4);
+                s0[0] = da[0];
+                s1[0] = da[1];
+                s0[4] = da[2];
+                s1[4] = da[3];
+            }
 #pragma unroll
             for (int dp = 0; dp < HS / 16; dp++) {
                 uint32_t qb[4];
@@ -224,7 +261,56 @@ attn_bwd_dkdv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float*
                 mma16816(dk[2 * dp + 1], da, qb[2], qb[3]);
             }
         }
+        /* Without DQ this barrier ends the step (the prefetch at the next
+         * step overwrites this step's stage). With DQ it also publishes dS^T;
+         * the dQ product below reads only sS and sK, and the next step writes
+         * sS only after its own first barrier, so no third barrier is needed. */
         __syncthreads();
+        if constexpr (DQ) {
+            /* dQ partial (BQ x HS) = dS (BQ x BN) K (BN x HS): warp w takes the
+             * 16-query row group w % RG and the 16-column pairs w / RG,
+             * w / RG + NW / RG, ... (CPW of them), JG pairs per pass over the
+             * keys: one A fragment per k-step serves the pass, and the pass's
+             * accumulators stay at 16 registers next to dK and dV (32 spill at
+             * hs = 128 with 4 warps). */
+            constexpr int RG = BQ / 16, CP = HS / 16, WPR = NW / RG, CPW = (CP + WPR - 1) / WPR;
+            constexpr int JG = CPW < 2 ? CPW : 2;
+            static_assert(NW % RG == 0, "row groups must divide the warps");
+            const int rg = warp % RG, cw = warp / RG;
+            const int h = kvh * group + it / nq;
+            float* pt = part + ((size_t)(b * NH + h) * tiles_bh + attn_part_off(qt, BN / BQ) + kt) * (size_t)(BQ * HS);
+#pragma unroll
+            for (int j0 = 0; j0 < CPW; j0 += JG) {
+                float acc[JG][2][4];
+#pragma unroll
+                for (int j = 0; j < JG; j++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) acc[j][0][e] = acc[j][1][e] = 0.0f;
+#pragma unroll
+                for (int ks = 0; ks < BN / 16; ks++) {
+                    uint32_t sa[4];
+                    load_a_kmajor<SSTR>(sa, sS, ks * 16, rg * 16, lane);
+#pragma unroll
+                    for (int j = 0; j < JG; j++) {
+                        const int cp = cw + (j0 + j) * WPR;
+                        if (j0 + j >= CPW || cp >= CP) break; /* warp-uniform */
+                        uint32_t kb2[4];
+                        load_b_kmajor<STR>(kb2, sK, ks * 16, cp * 16, lane);
+                        mma16816(acc[j][0], sa, kb2[0], kb2[1]);
+                        mma16816(acc[j][1], sa, kb2[2], kb2[3]);
+                    }
+                }
+#pragma unroll
+                for (int j = 0; j < JG; j++) {
+                    const int cp = cw + (j0 + j) * WPR;
+                    if (j0 + j >= CPW || cp >= CP) break;
+#pragma unroll
+                    for (int n = 0; n < 2; n++)
+                        *reinterpret_cast<float4*>(pt + ((rg * (HS / 8) + 2 * cp + n) * 32 + lane) * 4) =
+                            make_float4(acc[j][n][0], acc[j][n][1], acc[j][n][2], acc[j][n][3]);
+                }
+            }
+        }
     }
 
     /* write dK * scale and dV for this thread's two keys */
@@ -408,5 +494,41 @@ attn_bwd_dq_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* l
     }
 }
 
+
+/* ------------------------------------------------------------------------------ */
+/* backward, step 3 of the split path: dQ = scale * the sum of a query tile's
+ * partials, kt ascending (a fixed order: deterministic). Block = (query tile,
+ * head, b); thread i takes float4 i, i + ATT_RED_THREADS, ... of the tile's
+ * fragment order, reads it from each partial (whole 512-byte runs per warp)
+ * and writes its four values as two bf16 pairs of rows r and r + 8. */
+#define ATT_RED_THREADS 256
+template <int HS, int BQ, int BN>
+__global__ void __launch_bounds__(ATT_RED_THREADS)
+attn_bwd_dq_reduce_kernel(bf16* dqkv, const float* part, size_t tiles_bh, int T, int NH, int NKV, float scale) {
+    constexpr int R = BN / BQ, N4 = BQ * HS / 4, NT = HS / 8;
+    const int qt = gridDim.x - 1 - blockIdx.x; /* the tiles with the most partials first */
+    const int h = blockIdx.y, b = blockIdx.z;
+    const int nk = qt / R + 1;
+    const float4* p =
+        reinterpret_cast<const float4*>(part + ((size_t)(b * NH + h) * tiles_bh + attn_part_off(qt, R)) * (BQ * HS));
+    const size_t rs = (size_t)(NH + 2 * NKV) * HS;
+    for (int i = threadIdx.x; i < N4; i += ATT_RED_THREADS) {
+        float4 acc = p[i];
+#pragma unroll 4
+        for (int k = 1; k < nk; k++) {
+            const float4 v = p[(size_t)k * N4 + i];
+            acc.x += v.x;
+            acc.y += v.y;
+            acc.z += v.z;
+            acc.w += v.w;
+        }
+        const int ct = i >> 5, lane = i & 31;
+        const int row = qt * BQ + (ct / NT) * 16 + (lane >> 2), col = (ct % NT) * 8 + 2 * (lane & 3);
+        bf16* dst = dqkv + ((size_t)b * T + row) * rs + (size_t)h * HS + col;
+        if (row < T) *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(acc.x * scale, acc.y * scale);
+        if (row + 8 < T)
+            *reinterpret_cast<__nv_bfloat162*>(dst + 8 * rs) = __floats2bfloat162_rn(acc.z * scale, acc.w * scale);
+    }
+}
 
 #endif /* ATTENTION_BWD_KERNELS_CUH */

@@ -55,8 +55,10 @@
  * tests/emu also compiles; this file holds the launchers.
  */
 #include <math.h>
+#include <stdlib.h>
 
 #include "ops/cuda_common.cuh"
+#include "ops/ops_cuda.h"
 #include "ops/attention_kernels.cuh"
 #include "ops/attention_bwd_kernels.cuh"
 
@@ -95,6 +97,60 @@ static void attn_forward_launch(bf16* out, float* lse, const bf16* qkv, int B, i
     CUDA_CHECK_LAUNCH("attn_fwd_kernel");
 }
 
+/* The split dQ's knobs (ops_cuda.h): the cap on its partial buffer, and the
+ * warps per block of its dK/dV/dQ kernel. Defaults from the environment
+ * (ATT_DQ_SPLIT_CAP in bytes, ATT_BWD_WARPS = 4 or 8), read at the first
+ * backward, else ATT_DQ_SPLIT_CAP_DEFAULT and 8. */
+#define ATT_DQ_SPLIT_CAP_DEFAULT ((size_t)1 << 30) /* 1 GiB (the scratch slot adds cuda_scratch's 25% headroom) */
+static bool g_att_knobs_read = false;
+static size_t g_att_split_cap = ATT_DQ_SPLIT_CAP_DEFAULT;
+static int g_att_bwd_warps = 8;
+
+static void attn_read_knobs(void) {
+    if (g_att_knobs_read) return;
+    g_att_knobs_read = true;
+    const char* cap = getenv("ATT_DQ_SPLIT_CAP");
+    if (cap && *cap) g_att_split_cap = (size_t)strtoull(cap, nullptr, 10);
+    const char* nw = getenv("ATT_BWD_WARPS");
+    if (nw && *nw) {
+        g_att_bwd_warps = atoi(nw);
+        if (g_att_bwd_warps != 4 && g_att_bwd_warps != 8) FATAL("ATT_BWD_WARPS=%s: must be 4 or 8", nw);
+    }
+}
+size_t ops_attention_set_dq_split_cap(size_t bytes) {
+    attn_read_knobs();
+    const size_t old = g_att_split_cap;
+    g_att_split_cap = bytes;
+    return old;
+}
+int ops_attention_set_bwd_warps(int warps) {
+    attn_read_knobs();
+    if (warps != 4 && warps != 8) FATAL("ops_attention_set_bwd_warps(%d): must be 4 or 8", warps);
+    const int old = g_att_bwd_warps;
+    g_att_bwd_warps = warps;
+    return old;
+}
+
+/* the split path: dK, dV and the dQ partials in one kernel, then the reduction */
+template <int HS, int NW>
+static void attn_backward_split(bf16* dqkv, float* part, size_t tiles_bh, const bf16* dout, const bf16* qkv,
+                                const float* lse, const float* Dbuf, int B, int T, int NH, int NKV) {
+    using Cfg = DkvCfg<HS, NW>;
+    static bool smem_set = false;
+    cudaStream_t s = cuda_stream();
+    const float scale = 1.0f / sqrtf((float)HS);
+    const size_t smem = Cfg::SMEM_BASE + Cfg::SMEM_DS;
+    attn_set_smem(attn_bwd_dkdv_kernel<HS, NW, true>, smem, &smem_set);
+    dim3 grid(NKV, B, (T + Cfg::BN - 1) / Cfg::BN);
+    attn_bwd_dkdv_kernel<HS, NW, true><<<grid, Cfg::NTH, smem, s>>>(dqkv, part, tiles_bh, dout, qkv, lse, Dbuf, T, NH,
+                                                                    NKV, LOG2E * scale, scale);
+    CUDA_CHECK_LAUNCH("attn_bwd_dkdv_kernel (split dQ)");
+    dim3 rgrid((T + Cfg::BQ - 1) / Cfg::BQ, NH, B);
+    attn_bwd_dq_reduce_kernel<HS, Cfg::BQ, Cfg::BN><<<rgrid, ATT_RED_THREADS, 0, s>>>(dqkv, part, tiles_bh, T, NH, NKV,
+                                                                                     scale);
+    CUDA_CHECK_LAUNCH("attn_bwd_dq_reduce_kernel");
+}
+
 template <int HS>
 static void attn_backward_launch(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* lse,
                                  int B, int T, int NH, int NKV) {
@@ -106,14 +162,29 @@ static void attn_backward_launch(bf16* dqkv, const bf16* dout, const bf16* qkv, 
         attn_bwd_d_kernel<HS><<<ceil_div_u(threads, 256), 256, 0, s>>>(Dbuf, dout, out, B, T, NH);
         CUDA_CHECK_LAUNCH("attn_bwd_d_kernel");
     }
+    /* split dQ when its partials fit under the cap: (b, h) x the query tiles'
+     * nk(qt) tiles of BQ x HS floats (attention_bwd_kernels.cuh) */
+    attn_read_knobs();
+    const int nw = g_att_bwd_warps;
+    const int BQ = DkvCfg<HS, 4>::BQ, BN = 16 * nw; /* BQ is the same for both warp counts */
+    const size_t tiles_bh = attn_part_off((T + BQ - 1) / BQ, BN / BQ);
+    const size_t part_bytes = (size_t)B * NH * tiles_bh * BQ * HS * sizeof(float);
+    if (part_bytes <= g_att_split_cap) {
+        float* part = (float*)cuda_scratch(SCRATCH_ATTN_DQ, part_bytes);
+        if (nw == 8) attn_backward_split<HS, 8>(dqkv, part, tiles_bh, dout, qkv, lse, Dbuf, B, T, NH, NKV);
+        else attn_backward_split<HS, 4>(dqkv, part, tiles_bh, dout, qkv, lse, Dbuf, B, T, NH, NKV);
+        return;
+    }
+    /* fallback: dK/dV (4 warps, no partials), then the dQ kernel that recomputes S, P, dP */
     const float scale = 1.0f / sqrtf((float)HS);
     const float scale_log2 = LOG2E * scale;
     {
-        const size_t smem = DkvCfg<HS>::SMEM;
-        attn_set_smem(attn_bwd_dkdv_kernel<HS>, smem, &smem_dkdv);
-        dim3 grid(NKV, B, (T + DkvCfg<HS>::BN - 1) / DkvCfg<HS>::BN);   /* one block per kv head */
-        attn_bwd_dkdv_kernel<HS><<<grid, ATT_THREADS, smem, s>>>(dqkv, dout, qkv, lse, Dbuf, T, NH, NKV, scale_log2,
-                                                                 scale);
+        using Cfg = DkvCfg<HS, 4>;
+        const size_t smem = Cfg::SMEM_BASE;
+        attn_set_smem(attn_bwd_dkdv_kernel<HS, 4, false>, smem, &smem_dkdv);
+        dim3 grid(NKV, B, (T + Cfg::BN - 1) / Cfg::BN);   /* one block per kv head */
+        attn_bwd_dkdv_kernel<HS, 4, false><<<grid, Cfg::NTH, smem, s>>>(dqkv, nullptr, 0, dout, qkv, lse, Dbuf, T, NH,
+                                                                        NKV, scale_log2, scale);
         CUDA_CHECK_LAUNCH("attn_bwd_dkdv_kernel");
     }
     {

@@ -110,17 +110,26 @@ __device__ __forceinline__ void load_b_kmajor(uint32_t (&b)[4], const bf16* tile
     ldsm_x4_t(b, tile + (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * STR + n0 + (lane >> 4) * 8);
 }
 
+/* A fragment of the 16x16 block at (m0, k0) of A = M^T from a tile M stored
+ * k-major (row = k, col = m; e.g. dS^T[key][query] for dQ = dS K), through
+ * ldmatrix.trans: matrix i = rows k0 + 8*(i/2), cols m0 + 8*(i%2). */
+template <int STR>
+__device__ __forceinline__ void load_a_kmajor(uint32_t (&a)[4], const bf16* tile, int k0, int m0, int lane) {
+    ldsm_x4_t(a, tile + (k0 + (lane & 7) + (lane >> 4) * 8) * STR + m0 + ((lane >> 3) & 1) * 8);
+}
+
 /* Async load of rows [r0, r0+ROWS) x HS columns of a [T, stride] bf16 matrix
- * into a [ROWS][HS+8] shared tile; rows >= T become zeros. */
-template <int ROWS, int HS>
+ * into a [ROWS][HS+8] shared tile by a block of NTH threads; rows >= T
+ * become zeros. */
+template <int ROWS, int HS, int NTH = ATT_THREADS>
 __device__ __forceinline__ void load_tile(bf16* dst, const bf16* src, size_t stride, int r0, int T) {
     constexpr int CPR = HS / 8; /* 16-byte chunks per row */
     constexpr int STR = HS + 8;
-    constexpr int ITERS = (ROWS * CPR + ATT_THREADS - 1) / ATT_THREADS;
+    constexpr int ITERS = (ROWS * CPR + NTH - 1) / NTH;
 #pragma unroll
     for (int it = 0; it < ITERS; it++) {
-        const int i = it * ATT_THREADS + threadIdx.x;
-        if (ROWS * CPR % ATT_THREADS != 0 && i >= ROWS * CPR) break;
+        const int i = it * NTH + threadIdx.x;
+        if (ROWS * CPR % NTH != 0 && i >= ROWS * CPR) break;
         const int r = i / CPR, c = (i % CPR) * 8;
         const int t = r0 + r;
         const bool ok = t < T;
