@@ -163,102 +163,109 @@ attn_bwd_dkdv_kernel(bf16* dqkv, float* part, size_t tiles_bh, const bf16* dout,
         const float* cD = sD + st * BQ;
         const int qt = qt0 + it % nq, q0 = qt * BQ;
 
-        /* S^T = K Q^T (16 keys x BQ queries per warp) */
-        float s[QT][4];
+        /* A warp whose 16 keys all follow the tile's last query has P^T = 0
+         * there: nothing to add to dV, dK or dQ (the first steps of a block
+         * with more keys than the query tile). Warp-uniform; the dQ product
+         * below skips the same keys' rows of sS, which it did not write. */
+        const bool live = k0 + kr <= q0 + BQ - 1;
+        if (live) {
+            /* S^T = K Q^T (16 keys x BQ queries per warp) */
+            float s[QT][4];
 #pragma unroll
-        for (int i = 0; i < QT; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+            for (int i = 0; i < QT; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
 #pragma unroll
-        for (int ks = 0; ks < KS; ks++) {
-            uint32_t ka[4];
-            load_a<STR>(ka, sK, kr, ks * 16, lane);
+            for (int ks = 0; ks < KS; ks++) {
+                uint32_t ka[4];
+                load_a<STR>(ka, sK, kr, ks * 16, lane);
 #pragma unroll
-            for (int np = 0; np < QT / 2; np++) {
-                uint32_t qb[4];
-                load_b_nmajor<STR>(qb, cQ, np * 16, ks * 16, lane);
-                mma16816(s[2 * np], ka, qb[0], qb[1]);
-                mma16816(s[2 * np + 1], ka, qb[2], qb[3]);
-            }
-        }
-        /* P^T = exp(s*scale - lse), 0 where the query precedes the key or is past T */
-        const bool need_mask = (q0 < k0 + BN) || (q0 + BQ > T);
-#pragma unroll
-        for (int i = 0; i < QT; i++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int ql = i * 8 + 2 * t4 + (e & 1);
-                float p = fast_exp2(fmaf(s[i][e], scale_log2, -cL[ql]));
-                if (need_mask) {
-                    const int q = q0 + ql, key = key0 + (e >> 1) * 8;
-                    if (q < key || q >= T) p = 0.0f;
+                for (int np = 0; np < QT / 2; np++) {
+                    uint32_t qb[4];
+                    load_b_nmajor<STR>(qb, cQ, np * 16, ks * 16, lane);
+                    mma16816(s[2 * np], ka, qb[0], qb[1]);
+                    mma16816(s[2 * np + 1], ka, qb[2], qb[3]);
                 }
-                s[i][e] = p;
             }
-        /* P^T as bf16 A fragments (half the registers of fp32): used by dV and dS */
-        uint32_t pp[BQ / 16][4];
+            /* P^T = exp(s*scale - lse), 0 where the query precedes the key or is past T */
+            const bool need_mask = (q0 < k0 + BN) || (q0 + BQ > T);
 #pragma unroll
-        for (int kk = 0; kk < BQ / 16; kk++) {
-            pp[kk][0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
-            pp[kk][1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
-            pp[kk][2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-            pp[kk][3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-        }
-        /* dV += P^T dO */
+            for (int i = 0; i < QT; i++)
 #pragma unroll
-        for (int kk = 0; kk < BQ / 16; kk++) {
+                for (int e = 0; e < 4; e++) {
+                    const int ql = i * 8 + 2 * t4 + (e & 1);
+                    float p = fast_exp2(fmaf(s[i][e], scale_log2, -cL[ql]));
+                    if (need_mask) {
+                        const int q = q0 + ql, key = key0 + (e >> 1) * 8;
+                        if (q < key || q >= T) p = 0.0f;
+                    }
+                    s[i][e] = p;
+                }
+            /* P^T as bf16 A fragments (half the registers of fp32): used by dV and dS */
+            uint32_t pp[BQ / 16][4];
 #pragma unroll
-            for (int dp = 0; dp < HS / 16; dp++) {
-                uint32_t ob[4];
-                load_b_kmajor<STR>(ob, cO, kk * 16, dp * 16, lane);
-                mma16816(dv[2 * dp], pp[kk], ob[0], ob[1]);
-                mma16816(dv[2 * dp + 1], pp[kk], ob[2], ob[3]);
+            for (int kk = 0; kk < BQ / 16; kk++) {
+                pp[kk][0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
+                pp[kk][1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
+                pp[kk][2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+                pp[kk][3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
             }
-        }
-        /* dP^T = V dO^T */
-        float dpt[QT][4];
+            /* dV += P^T dO */
 #pragma unroll
-        for (int i = 0; i < QT; i++) dpt[i][0] = dpt[i][1] = dpt[i][2] = dpt[i][3] = 0.0f;
+            for (int kk = 0; kk < BQ / 16; kk++) {
 #pragma unroll
-        for (int ks = 0; ks < KS; ks++) {
-            uint32_t va[4];
-            load_a<STR>(va, sV, kr, ks * 16, lane);
-#pragma unroll
-            for (int np = 0; np < QT / 2; np++) {
-                uint32_t ob[4];
-                load_b_nmajor<STR>(ob, cO, np * 16, ks * 16, lane);
-                mma16816(dpt[2 * np], va, ob[0], ob[1]);
-                mma16816(dpt[2 * np + 1], va, ob[2], ob[3]);
+                for (int dp = 0; dp < HS / 16; dp++) {
+                    uint32_t ob[4];
+                    load_b_kmajor<STR>(ob, cO, kk * 16, dp * 16, lane);
+                    mma16816(dv[2 * dp], pp[kk], ob[0], ob[1]);
+                    mma16816(dv[2 * dp + 1], pp[kk], ob[2], ob[3]);
+                }
             }
-        }
-        /* dS^T = P^T (dP^T - D) (the softmax scale is applied to dK at the end) */
+            /* dP^T = V dO^T */
+            float dpt[QT][4];
 #pragma unroll
-        for (int i = 0; i < QT; i++)
+            for (int i = 0; i < QT; i++) dpt[i][0] = dpt[i][1] = dpt[i][2] = dpt[i][3] = 0.0f;
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int ql = i * 8 + 2 * t4 + (e & 1);
-                dpt[i][e] = packed_get(pp[i / 2], i, e) * (dpt[i][e] - cD[ql]);
+            for (int ks = 0; ks < KS; ks++) {
+                uint32_t va[4];
+                load_a<STR>(va, sV, kr, ks * 16, lane);
+#pragma unroll
+                for (int np = 0; np < QT / 2; np++) {
+                    uint32_t ob[4];
+                    load_b_nmajor<STR>(ob, cO, np * 16, ks * 16, lane);
+                    mma16816(dpt[2 * np], va, ob[0], ob[1]);
+                    mma16816(dpt[2 * np + 1], va, ob[2], ob[3]);
+                }
             }
-        /* dK += dS^T Q */
+            /* dS^T = P^T (dP^T - D) (the softmax scale is applied to dK at the end) */
 #pragma unroll
-        for (int kk = 0; kk < BQ / 16; kk++) {
-            uint32_t da[4];
-            da[0] = pack_bf16(dpt[2 * kk][0], dpt[2 * kk][1]);
-            da[1] = pack_bf16(dpt[2 * kk][2], dpt[2 * kk][3]);
-            da[2] = pack_bf16(dpt[2 * kk + 1][0], dpt[2 * kk + 1][1]);
-            da[3] = pack_bf16(dpt[2 * kk + 1][2], dpt[2 * kk + 1][3]);
-            if constexpr (DQ) { /* rows kr + g (+8), queries 16 kk + 2 t4 (+8): 4-byte stores, no bank conflicts */
-                uint32_t* s0 = reinterpret_cast<uint32_t*>(sS + (kr + g) * SSTR + kk * 16 + 2 * t4);
-                uint32_t* s1 = reinterpret_cast<uint32_t*>(sS + (kr + g + 8) * SSTR + kk * 16 + 2 * t4);
-                s0[0] = da[0];
-                s1[0] = da[1];
-                s0[4] = da[2];
-                s1[4] = da[3];
-            }
+            for (int i = 0; i < QT; i++)
 #pragma unroll
-            for (int dp = 0; dp < HS / 16; dp++) {
-                uint32_t qb[4];
-                load_b_kmajor<STR>(qb, cQ, kk * 16, dp * 16, lane);
-                mma16816(dk[2 * dp], da, qb[0], qb[1]);
-                mma16816(dk[2 * dp + 1], da, qb[2], qb[3]);
+                for (int e = 0; e < 4; e++) {
+                    const int ql = i * 8 + 2 * t4 + (e & 1);
+                    dpt[i][e] = packed_get(pp[i / 2], i, e) * (dpt[i][e] - cD[ql]);
+                }
+            /* dK += dS^T Q */
+#pragma unroll
+            for (int kk = 0; kk < BQ / 16; kk++) {
+                uint32_t da[4];
+                da[0] = pack_bf16(dpt[2 * kk][0], dpt[2 * kk][1]);
+                da[1] = pack_bf16(dpt[2 * kk][2], dpt[2 * kk][3]);
+                da[2] = pack_bf16(dpt[2 * kk + 1][0], dpt[2 * kk + 1][1]);
+                da[3] = pack_bf16(dpt[2 * kk + 1][2], dpt[2 * kk + 1][3]);
+                if constexpr (DQ) { /* rows kr + g (+8), queries 16 kk + 2 t4 (+8): 4-byte stores, no bank conflicts */
+                    uint32_t* s0 = reinterpret_cast<uint32_t*>(sS + (kr + g) * SSTR + kk * 16 + 2 * t4);
+                    uint32_t* s1 = reinterpret_cast<uint32_t*>(sS + (kr + g + 8) * SSTR + kk * 16 + 2 * t4);
+                    s0[0] = da[0];
+                    s1[0] = da[1];
+                    s0[4] = da[2];
+                    s1[4] = da[3];
+                }
+#pragma unroll
+                for (int dp = 0; dp < HS / 16; dp++) {
+                    uint32_t qb[4];
+                    load_b_kmajor<STR>(qb, cQ, kk * 16, dp * 16, lane);
+                    mma16816(dk[2 * dp], da, qb[0], qb[1]);
+                    mma16816(dk[2 * dp + 1], da, qb[2], qb[3]);
+                }
             }
         }
         /* Without DQ this barrier ends the step (the prefetch at the next
@@ -288,6 +295,7 @@ attn_bwd_dkdv_kernel(bf16* dqkv, float* part, size_t tiles_bh, const bf16* dout,
                     for (int e = 0; e < 4; e++) acc[j][0][e] = acc[j][1][e] = 0.0f;
 #pragma unroll
                 for (int ks = 0; ks < BN / 16; ks++) {
+                    if (k0 + ks * 16 > q0 + BQ - 1) break; /* warp ks was not live: its rows of sS are stale */
                     uint32_t sa[4];
                     load_a_kmajor<SSTR>(sa, sS, ks * 16, rg * 16, lane);
 #pragma unroll
