@@ -12,8 +12,9 @@
  *
  * Tensor cores through mma.sync.m16n8k16 (bf16 in, fp32 accumulate) with
  * ldmatrix loads from shared memory, and cp.async double-buffered tile loads.
- * Every kernel uses 4 warps; each warp owns 16 rows of the block's tile, so a
- * warp's softmax statistics and accumulators never leave its registers.
+ * Every kernel uses 4 warps (the split backward's dK/dV kernel 8); each warp
+ * owns 16 rows of the block's tile, so a warp's softmax statistics and
+ * accumulators never leave its registers.
  *
  * Fragment layouts (PTX ISA, mma.m16n8k16, lane = 4*g + t, g = lane/4, t = lane%4):
  *   A 16x16 (row):  reg0 = A[g][2t..2t+1], reg1 = A[g+8][2t..], reg2 = A[g][2t+8..], reg3 = A[g+8][2t+8..]
@@ -29,17 +30,29 @@
  *              S = Q K^T, online softmax (running max m, sum l, in log2
  *              units), O += P V. Writes out = O / l and lse = (m + log2 l) ln 2.
  *   backward:  D = rowsum(dout * out) first (small kernel), then
- *     dk/dv:   block = (b, kv head, 64 keys), each warp 16 keys. Loops over
- *              the group's query heads and, for each, over query tiles from
- *              the diagonal to T: S^T = K Q^T, P^T = exp(S^T - lse),
- *              dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - D),
- *              dK += dS^T Q. dK, dV stay in registers, summed over the
- *              group's heads in head order; one write at the end.
+ *     dk/dv/dq-partials: block = (b, kv head, 128 keys), 8 warps of 16
+ *              keys. Loops over the group's query heads and, for each,
+ *              over query tiles from the diagonal to T: S^T = K Q^T,
+ *              P^T = exp(S^T - lse), dV += P^T dO, dP^T = V dO^T,
+ *              dS^T = P^T (dP^T - D), dK += dS^T Q; dS^T goes to shared
+ *              memory and, after a barrier, the block computes the dQ
+ *              partial dS K of this (query tile, key block) and stores it
+ *              into its own fp32 tile of scratch (SCRATCH_ATTN_DQ). dK, dV
+ *              stay in registers, summed over the group's heads in head
+ *              order; one write at the end.
+ *     dq reduce: block = one query tile of one (b, h): adds its partials in
+ *              key-block order, scales, writes bf16 dQ.
+ *   5 tile products (S, dV, dP, dK, dQ), and every output element is the
+ *   sum of one thread in a fixed order: no atomics, bit-identical runs.
+ *   The partials cost about B NH T^2 hs 4 / (2 * 128) bytes (226 MB at GPT-2
+ *   124M, B = 16, T = 1024), hence the 128-key block: with 64 keys
+ *   (ATT_BWD_WARPS=4) they double. Above a cap (1 GiB; ATT_DQ_SPLIT_CAP or
+ *   ops_attention_set_dq_split_cap, ops_cuda.h) the fallback runs instead:
+ *     dk/dv:   the same kernel with 4 warps (64 keys) and no partials, then
  *     dq:      block = (b, h, 64 queries), each warp 16 queries. Loops over
  *              key tiles 0..diagonal: S, P, dP = dO V^T, dS, dQ += dS K.
- *   Splitting dq from dk/dv recomputes S and dP once more (7 instead of 5
- *   tile products) but makes every output element the sum of one thread in
- *   a fixed order: no atomics, bit-identical runs.
+ *   which recomputes S and dP (7 tile products) but needs no scratch. A
+ *   key's dK and dV get the same operations on every path: the same bits.
  *
  * GQA costs GPT-2 nothing: the kernels only take NKV for their row stride
  * and kv-head offsets (one integer division per block, or per tile step in

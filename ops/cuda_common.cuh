@@ -16,7 +16,7 @@
  *   reduce_cuda.cu        ops_sumsq / ops_sum / ops_all_finite
  *   matmul_cuda.cu        matmuls on cuBLASLt
  *   attention_cuda.cu     flash-style attention, grouped-query too (kernels in
- *                         attention_kernels.cuh)
+ *                         attention_kernels.cuh, attention_bwd_kernels.cuh)
  *
  * What lives here: the checked-call macros for CUDA (every runtime call and
  * every kernel launch goes through them and ends in check_fatal with what
