@@ -19,7 +19,7 @@ t0=$(date +%s)
 stamp() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
 
 stamp "build"
-if ! timeout 100 make -j16 CJSON_PREFIX="$CJ" build/gpu/test_ops_gpu build/gpu/bench_ops_gpu > "$OUT/build.log" 2>&1; then
+if ! timeout 90 make -j16 CJSON_PREFIX="$CJ" build/gpu/test_ops_gpu build/gpu/bench_ops_gpu > "$OUT/build.log" 2>&1; then
     echo "BUILD FAILED (tail of $OUT/build.log):"; tail -30 "$OUT/build.log"; exit 1
 fi
 cp build/gpu/ops/attention_cuda.ptxas "$OUT/attention_cuda.ptxas"
@@ -28,7 +28,7 @@ grep -c "SPILLS" "$OUT/ptxas_attention.txt" | sed 's/^/attention kernels with sp
 grep -i "warning" "$OUT/build.log" | head -5
 
 stamp "test_ops_gpu (all groups)"
-timeout 90 ./build/gpu/test_ops_gpu > "$OUT/test_ops_gpu.log" 2>&1
+timeout 60 ./build/gpu/test_ops_gpu > "$OUT/test_ops_gpu.log" 2>&1
 echo "test_ops_gpu rc=$?"
 grep -E "FAIL|checks," "$OUT/test_ops_gpu.log" | head -20
 grep -E "attention" "$OUT/test_ops_gpu.log" | grep -E "B=1 T=300|B=1 T=270" -A0
@@ -40,7 +40,7 @@ for path in split8 split4 fallback; do
         fallback) env_set="ATT_DQ_SPLIT_CAP=0" ;;
     esac
     stamp "bench_ops_gpu 16 1024 20 ($path: $env_set)"
-    env $env_set timeout 40 ./build/gpu/bench_ops_gpu 16 1024 20 > "$OUT/bench_$path.log" 2>&1
+    env $env_set timeout 25 ./build/gpu/bench_ops_gpu 16 1024 20 > "$OUT/bench_$path.log" 2>&1
     echo "rc=$?"
     grep -E "^step:|attention" "$OUT/bench_$path.log"
 done
