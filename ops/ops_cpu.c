@@ -347,6 +347,24 @@ void gelu_backward(floatX* dinp, const floatX* inp, const floatX* dout, size_t n
 }
 
 /* ------------------------------------------------------------------------ */
+/* fused ops: on this backend each is the composition ops.h writes beside it,
+ * the same fp32 operations in the same order, so a fused call gives the bits
+ * of the separate calls (the CPU tests, checkpoints and the parity runs
+ * compare exact bits across this change). The GPU backend fuses them. */
+
+void matmul_gelu_forward(floatX* out, floatX* pre, const floatX* inp, const floatX* w, const floatX* bias,
+                         int N, int IC, int OC) {
+    matmul_forward(pre, inp, w, bias, N, IC, OC);
+    gelu_forward(out, pre, (size_t)N * OC);
+}
+
+void gelu_matmul_backward(floatX* dinp, float* dw, float* dbias, const floatX* dout, const floatX* inp,
+                          const floatX* w, const floatX* pre, int N, int IC, int OC) {
+    matmul_backward(dinp, dw, dbias, dout, inp, w, N, IC, OC);
+    gelu_backward(dinp, pre, dinp, (size_t)N * IC); /* in place: element-wise */
+}
+
+/* ------------------------------------------------------------------------ */
 /* causal self-attention
  *
  * Row (b,t) of head h: s_j = q_t . k_j / sqrt(hs) for j <= t,

@@ -26,8 +26,8 @@
  * Prints one table row per check; exits 1 if any check fails.
  *   test_ops_gpu [group]    only the groups whose name contains `group`
  *                           (memory encoder position layernorm matmul
- *                           elementwise attention crossentropy adamw norms
- *                           rmsnorm rope swiglu)
+ *                           elementwise fused attention crossentropy adamw
+ *                           norms rmsnorm rope swiglu)
  * The same source also runs on the CPU against the emulated backend
  * (tests/emu/emu.mk), which is how it was checked before any GPU run.
  */
@@ -342,6 +342,58 @@ static void test_bias_residual_gelu(int N, int C, size_t n) {
     ops_free(dg);
 }
 
+/* The MLP's GELU in the GEMM epilogues vs the CPU composition. The
+ * epilogue needs the aux ld (OC forward, IC backward) divisible by 8; the
+ * other shapes run the unfused fallback, which is then what is tested. */
+static void test_matmul_gelu(int N, int IC, int OC, bool with_bias) {
+    char what[96];
+    snprintf(what, sizeof what, "N=%d IC=%d OC=%d%s (%s)", N, IC, OC, with_bias ? " +bias" : "",
+             OC % 8 == 0 ? "epilogue" : "fallback");
+    const size_t no = (size_t)N * OC;
+    vecf inp = randn_bf((size_t)N * IC), w = randn_bf((size_t)OC * IC, 1.0f / sqrtf((float)IC)), bias = randn_bf(OC);
+    vecf cout(no), cpre(no);
+    cpu_matmul_gelu_forward(cout.data(), cpre.data(), inp.data(), w.data(), with_bias ? bias.data() : nullptr, N, IC, OC);
+    floatX *di = dev_bf(inp), *dw = dev_bf(w), *db = with_bias ? dev_bf(bias) : nullptr;
+    floatX *dout = (floatX*)ops_malloc(no * 2), *dpre = (floatX*)ops_malloc(no * 2);
+    floatX *dout2 = (floatX*)ops_malloc(no * 2), *dpre2 = (floatX*)ops_malloc(no * 2);
+    poison_bf(dout, no);
+    poison_bf(dpre, no);
+    matmul_gelu_forward(dout, dpre, di, dw, db, N, IC, OC);
+    check("matmul_gelu_forward", what, get_bf(dout, no), cout, TOL_RED);
+    check("matmul_gelu_forward", "  pre (the GELU input kept)", get_bf(dpre, no), cpre, TOL_RED);
+    matmul_gelu_forward(dout2, dpre2, di, dw, db, N, IC, OC);
+    check_bits("matmul_gelu_forward", "determinism: out", get_bytes(dout, no * 2), get_bytes(dout2, no * 2));
+    free_all({di, dw, db, dout, dpre, dout2, dpre2});
+}
+
+/* Its backward, for the GEMM whose input is gelu(pre): here IC is the GELU
+ * side (fcproj: IC = 4C), so the epilogue needs IC % 8 == 0. */
+static void test_gelu_matmul_backward(int N, int IC, int OC) {
+    char what[96];
+    snprintf(what, sizeof what, "N=%d IC=%d OC=%d (%s)", N, IC, OC, IC % 8 == 0 ? "epilogue" : "fallback");
+    const size_t ni = (size_t)N * IC;
+    vecf pre = randn_bf(ni), inp(ni), w = randn_bf((size_t)OC * IC, 1.0f / sqrtf((float)OC)), g = randn_bf((size_t)N * OC);
+    cpu_gelu_forward(inp.data(), pre.data(), ni);
+    for (float& v : inp) v = round_bf(v); /* the forward's bf16 output */
+    vecf dwinit = randn_f32((size_t)OC * IC, 0.1f), dbinit = randn_f32(OC, 0.1f);
+    vecf cdinp(ni), cdw = dwinit, cdb = dbinit;
+    for (int rep = 0; rep < 2; rep++)
+        cpu_gelu_matmul_backward(cdinp.data(), cdw.data(), cdb.data(), g.data(), inp.data(), w.data(), pre.data(), N, IC, OC);
+    floatX *dpre = dev_bf(pre), *dinp_in = dev_bf(inp), *dw = dev_bf(w), *dg = dev_bf(g);
+    floatX *ddinp = (floatX*)ops_malloc(ni * 2), *ddinp2 = (floatX*)ops_malloc(ni * 2);
+    float *ddw = dev_f32(dwinit), *ddb = dev_f32(dbinit);
+    for (int rep = 0; rep < 2; rep++) {
+        poison_bf(ddinp, ni); /* each call must overwrite all of it */
+        gelu_matmul_backward(ddinp, ddw, ddb, dg, dinp_in, dw, dpre, N, IC, OC);
+    }
+    check("gelu_matmul_backward", what, get_bf(ddinp, ni), cdinp, TOL_RED);
+    check_inc("gelu_matmul_backward", "  dw (fp32, accumulated x2)", get_f32(ddw, (size_t)OC * IC), cdw, dwinit, TOL_F32);
+    check_inc("gelu_matmul_backward", "  dbias (accumulated x2)", get_f32(ddb, OC), cdb, dbinit, TOL_F32);
+    gelu_matmul_backward(ddinp2, ddw, nullptr, dg, dinp_in, dw, dpre, N, IC, OC);
+    check_bits("gelu_matmul_backward", "determinism: dinp", get_bytes(ddinp, ni * 2), get_bytes(ddinp2, ni * 2));
+    free_all({dpre, dinp_in, dw, dg, ddinp, ddinp2, ddw, ddb});
+}
+
 /* the GPU attention under test: GPT-2's entry points for NKV = NH (they are
  * the grouped-query ones with NKV = NH), the grouped-query ones otherwise */
 static void gpu_attention_fwd(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int NKV, int hs) {
@@ -585,6 +637,14 @@ int main(int argc, char** argv) {
         test_bias_residual_gelu(5, 36, 101);
         test_bias_residual_gelu(3000, 40, 101); /* bias_backward over 94 row chunks */
     }
+    GROUP("fused") {
+        test_matmul_gelu(37, 768, 3072, true); /* fc-like */
+        test_matmul_gelu(40, 200, 72, false);  /* GELU_AUX, no bias */
+        test_matmul_gelu(33, 200, 36, true);   /* OC % 8 != 0: the unfused fallback */
+        test_gelu_matmul_backward(37, 3072, 768); /* fcproj-like */
+        test_gelu_matmul_backward(40, 72, 200);
+        test_gelu_matmul_backward(33, 36, 200);   /* IC % 8 != 0: the fallback */
+    }
     GROUP("attention") {
         test_attention(2, 1, 3, 3, 64);
         test_attention(2, 17, 3, 3, 64);
@@ -614,7 +674,7 @@ int main(int argc, char** argv) {
     printf("\n%d checks, %d failed\n", g_checks, g_fail);
     if (g_checks == 0) {
         printf("no test group matches '%s' (groups: memory encoder position layernorm matmul elementwise "
-               "attention crossentropy adamw norms rmsnorm rope swiglu)\n", only ? only : "");
+               "fused attention crossentropy adamw norms rmsnorm rope swiglu)\n", only ? only : "");
         return 1;
     }
     return g_fail ? 1 : 0;
