@@ -108,6 +108,14 @@ void matmul_gelu_forward(floatX* out, floatX* pre, const floatX* inp, const floa
  * = matmul_backward(dinp, dw, dbias, dout, inp, w, N, IC, OC); gelu_backward(dinp, pre, dinp, N*IC). */
 void gelu_matmul_backward(floatX* dinp, float* dw, float* dbias, const floatX* dout, const floatX* inp,
                           const floatX* w, const floatX* pre, int N, int IC, int OC);
+/* A row-parallel GEMM's bias (added once, after its all-reduce), the
+ * residual add and the next LayerNorm in one pass over the rows:
+ * res = x + (y + bias), then out, mean, rstd = layernorm(res; w, b).
+ * = bias_forward(y, bias); residual_forward(res, x, y); layernorm_forward(out, mean, rstd, res, w, b),
+ * except that y is left as it is. res may alias x or y. The GPU normalises
+ * res as stored (bf16), as layernorm_forward would. */
+void residual_layernorm_forward(floatX* res, floatX* out, float* mean, float* rstd, const floatX* x,
+                                const floatX* y, const floatX* bias, const floatX* w, const floatX* b, int N, int C);
 
 /* ---- causal self-attention over this rank's NH heads ---------------------
  * qkv[B,T,3*NH*hs]: q of all local heads, then k, then v (head h at h*hs).

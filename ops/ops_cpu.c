@@ -364,6 +364,17 @@ void gelu_matmul_backward(floatX* dinp, float* dw, float* dbias, const floatX* d
     gelu_backward(dinp, pre, dinp, (size_t)N * IC); /* in place: element-wise */
 }
 
+void residual_layernorm_forward(floatX* res, floatX* out, float* mean, float* rstd, const floatX* x,
+                                const floatX* y, const floatX* bias, const floatX* w, const floatX* b, int N, int C) {
+    /* bias_forward's y + bias, then residual_forward's x + that: y itself stays as it is */
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const size_t r = (size_t)n * C;
+        for (int c = 0; c < C; c++) res[r + c] = x[r + c] + (y[r + c] + bias[c]);
+    }
+    layernorm_forward(out, mean, rstd, res, w, b, N, C);
+}
+
 /* ------------------------------------------------------------------------ */
 /* causal self-attention
  *

@@ -394,6 +394,47 @@ static void test_gelu_matmul_backward(int N, int IC, int OC) {
     free_all({dpre, dinp_in, dw, dg, ddinp, ddinp2, ddw, ddb});
 }
 
+/* res = x + (y + bias) and its LayerNorm in one kernel. The GPU normalises
+ * res as stored in bf16, so out, mean and rstd are checked against the CPU
+ * layernorm of the GPU's res (the standard of test_layernorm), and out
+ * end to end against the CPU op, whose res is fp32 (bf16's rounding of res,
+ * amplified by |res| / std, hence TOL_RED). */
+static void test_residual_layernorm(int N, int C) {
+    char what[96];
+    snprintf(what, sizeof what, "N=%d C=%d", N, C);
+    const size_t n = (size_t)N * C;
+    vecf x(n); /* a residual stream: rows with an offset and a spread */
+    for (int r = 0; r < N; r++) {
+        float mu = 0.5f * rng_normal(), sd = 0.5f + rng_unif() * 1.5f;
+        for (int c = 0; c < C; c++) x[(size_t)r * C + c] = round_bf(mu + sd * rng_normal());
+    }
+    vecf y = randn_bf(n, 0.5f), bias = randn_bf(C, 0.1f), w = randn_bf(C), b = randn_bf(C, 0.5f);
+    for (int c = 0; c < C; c++) w[c] = round_bf(1.0f + 0.2f * w[c]);
+    vecf cres(n), cout(n), cmean(N), crstd(N);
+    cpu_residual_layernorm_forward(cres.data(), cout.data(), cmean.data(), crstd.data(), x.data(), y.data(), bias.data(),
+                                   w.data(), b.data(), N, C);
+    floatX *dx = dev_bf(x), *dy = dev_bf(y), *dbias = dev_bf(bias), *dw = dev_bf(w), *db = dev_bf(b);
+    floatX *dres = (floatX*)ops_malloc(n * 2), *dout = (floatX*)ops_malloc(n * 2);
+    float *dmean = (float*)ops_malloc(N * 4), *drstd = (float*)ops_malloc(N * 4);
+    poison_bf(dres, n);
+    poison_bf(dout, n);
+    poison_f32(dmean, N);
+    poison_f32(drstd, N);
+    residual_layernorm_forward(dres, dout, dmean, drstd, dx, dy, dbias, dw, db, N, C);
+    vecf gres = get_bf(dres, n), gout = get_bf(dout, n);
+    check("residual_layernorm_forward", what, gres, cres, TOL_EW);
+    vecf rout(n), rmean(N), rrstd(N);
+    cpu_layernorm_forward(rout.data(), rmean.data(), rrstd.data(), gres.data(), w.data(), b.data(), N, C);
+    check("residual_layernorm_forward", "  out (LN of res as stored)", gout, rout, TOL_EW);
+    check("residual_layernorm_forward", "  mean", get_f32(dmean, N), rmean, TOL_F32);
+    check("residual_layernorm_forward", "  rstd", get_f32(drstd, N), rrstd, TOL_F32);
+    check("residual_layernorm_forward", "  out (vs the CPU op)", gout, cout, TOL_RED);
+    /* in place (res == x), as ops.h allows: the same bits */
+    residual_layernorm_forward(dx, dout, dmean, drstd, dx, dy, dbias, dw, db, N, C);
+    check_bits("residual_layernorm_forward", "in place (res == x): res", get_bytes(dx, n * 2), get_bytes(dres, n * 2));
+    free_all({dx, dy, dbias, dw, db, dres, dout, dmean, drstd});
+}
+
 /* the GPU attention under test: GPT-2's entry points for NKV = NH (they are
  * the grouped-query ones with NKV = NH), the grouped-query ones otherwise */
 static void gpu_attention_fwd(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int NKV, int hs) {
@@ -644,6 +685,9 @@ int main(int argc, char** argv) {
         test_gelu_matmul_backward(37, 3072, 768); /* fcproj-like */
         test_gelu_matmul_backward(40, 72, 200);
         test_gelu_matmul_backward(33, 36, 200);   /* IC % 8 != 0: the fallback */
+        test_residual_layernorm(37, 768);
+        test_residual_layernorm(64, 1600);
+        test_residual_layernorm(19, 36);          /* scalar path */
     }
     GROUP("attention") {
         test_attention(2, 1, 3, 3, 64);
