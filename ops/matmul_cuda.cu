@@ -29,10 +29,12 @@
  *     * gelu'(pre), replacing gelu_backward's pass over dinp.
  *   cuBLASLt's GELU is the tanh approximation, the formula of GPT-2 and of
  *   the CPU op (ops_cpu.c: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))));
- *   the header does not spell it out, but frameworks fuse only tanh-GELU into
- *   it (XLA's rewriter matches the approximate form, Transformer Engine's
- *   gelu is tanh), and test_ops_gpu checks the result against the CPU op.
- *   In bf16 the erf form would differ by less than one rounding anyway.
+ *   the header does not spell it out, but the frameworks fuse only tanh-GELU
+ *   into it (PyTorch's _addmm_activation(use_gelu) for gelu(approximate=
+ *   "tanh"), XLA's rewriter for the approximate form; llm.c's GPT-2 uses
+ *   these same two epilogues), and test_ops_gpu checks the result against
+ *   the CPU op. In bf16 the erf form would differ by less than one rounding
+ *   anyway, so that test cannot tell them apart: it guards the wiring.
  *   Preconditions (cublasLt.h, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD): the aux
  *   ld divisible by 8 and >= the rows of D; we also ask for a 16-byte-aligned
  *   aux pointer. Where they fail, or where the heuristic offers no algorithm
