@@ -7,13 +7,23 @@
  *   qkv  = ln1 @ qkvw^T + qkvb      [N,3Cr]    column-parallel (local heads)
  *   atty = attention(qkv)           [N,Cr]     local heads
  *   a    = atty @ attprojw^T        [N,C]      row-parallel: partial sums
- *   a    = EXCHANGE attn.fwd (a) + attprojb    all-reduce, then the bias once
- *   res2 = x + a
+ *   a    = EXCHANGE attn.fwd (a)               all-reduce
+ *   res2 = x + (a + attprojb)                  the bias once, after the sum
  *   ln2  = LN(res2)
  *   h    = gelu(ln2 @ fcw^T + fcb)  [N,Fr]     column-parallel
  *   f    = h @ fcprojw^T            [N,C]      row-parallel: partial sums
- *   f    = EXCHANGE mlp.fwd (f) + fcprojb
- *   res3 = res2 + f
+ *   f    = EXCHANGE mlp.fwd (f)
+ *   res3 = res2 + (f + fcprojb)
+ *
+ * Fused (ops.h's fused ops, one kernel or GEMM epilogue each on the GPU, the
+ * same arithmetic as the separate ops on the CPU): the bias, the residual add
+ * and the norm after each row-parallel GEMM are one residual_layernorm_forward
+ * (after the MLP the norm is the next layer's ln1, or lnf after the last
+ * layer); the fc GEMM and its GELU are matmul_gelu_forward, which keeps the
+ * pre-activation (fch) for the backward; and fcproj's input gradient goes
+ * through GELU's derivative inside its GEMM (gelu_matmul_backward). The
+ * exchanges stay where they were: between each row-parallel GEMM and the
+ * bias, so the bias is still added once to the summed rows.
  *
  * The backward mirrors it: the gradients into ln2 and ln1 are partial sums
  * over the column-parallel weights, so they are exchanged too (mlp.bwd,
@@ -114,7 +124,8 @@ void gpt_init(GPT* m, GPTShape s, int tp_size, int tp_rank, int B, int T, int sp
     m->dres = take(R * C * sizeof(floatX));
     m->dln = take(N * C * sizeof(floatX));
     m->dfch = take(N * m->FCr * sizeof(floatX));
-    m->dfch_gelu = take(N * m->Fr * sizeof(floatX));
+    /* SwiGLU's output gradient (qwen2); GPT-2's GELU backward runs inside fcproj's GEMM */
+    if (s.arch == ARCH_QWEN2) m->dfch_gelu = take(N * m->Fr * sizeof(floatX));
     m->datty = take(N * m->Cr * sizeof(floatX));
     m->dqkv = take(N * m->QKVr * sizeof(floatX));
     m->logit_row = take((size_t)m->Vr * sizeof(float));
@@ -207,6 +218,12 @@ const char* gpt_init_random(GPT* m, const char* init, unsigned long long seed) {
     return "host (counter hash)";
 }
 
+/* GPT-2's MLP GEMMs with GELU in them (defined with the other GEMM helpers below) */
+static void colpar_forward_gelu(GPT* m, Comm* c, SiteKind ag, int layer, floatX* out, floatX* pre, floatX* in,
+                                const floatX* W, const floatX* b, int OC);
+static void rowpar_backward_gelu(GPT* m, Comm* c, SiteKind ag, int layer, floatX* din, float* dW, const floatX* in,
+                                 floatX* pre, const floatX* W, int IC);
+
 /* GPT-2's position embedding on this rank's rows: x += wpe at each row's
  * position (forward; dwpe NULL), or dwpe += dx (backward). With sp the
  * rows are the pieces of comm/sp.h, each cut into runs that do not cross a
@@ -230,32 +247,36 @@ static void positions(GPT* m, Comm* c, floatX* x, const floatX* wpe, float* dwpe
 float gpt_forward(GPT* m, Comm* c, const int* inputs, const int* targets) {
     if (m->pl.s.arch == ARCH_QWEN2) return qwen2_forward(m, c, inputs, targets);
     const GPTShape* s = &m->pl.s;
-    int B = m->B, T = m->T, C = s->C, N = B * T, R = m->R;
+    int B = m->B, T = m->T, C = s->C, R = m->R;
     floatX* P = m->params;
 
     gpt_embed_forward(m, c, inputs, TENSOR(P, P_WTE));
     positions(m, c, m->x0, TENSOR(P, P_WPE), NULL, NULL);
+    /* the first norm alone: every later one is fused with the residual add before it */
+    layernorm_forward(gpt_norm_out(m, m->acts[0].ln1), m->acts[0].ln1_mean, m->acts[0].ln1_rstd, m->x0,
+                      LAYER(P, P_LN1W, 0), LAYER(P, P_LN1B, 0), R, C);
 
     for (int l = 0; l < s->L; l++) {
         LayerActs* a = &m->acts[l];
         floatX* x = l == 0 ? m->x0 : m->acts[l - 1].res3;
-        layernorm_forward(gpt_norm_out(m, a->ln1), a->ln1_mean, a->ln1_rstd, x, LAYER(P, P_LN1W, l), LAYER(P, P_LN1B, l), R, C);
         gpt_colpar_forward(m, c, SITE_ATTN_AG, l, a->qkv, a->ln1, LAYER(P, P_QKVW, l), LAYER(P, P_QKVB, l), 3 * m->Cr);
         attention_forward(a->atty, a->lse, a->qkv, B, T, m->NHr, m->hs);
         gpt_rowpar_forward(m, c, SITE_ATTN_FWD, SITE_ATTN_RS, l, a->attproj, a->atty, LAYER(P, P_ATTPROJW, l), m->Cr);
-        bias_forward(a->attproj, LAYER(P, P_ATTPROJB, l), R, C);
-        residual_forward(a->res2, x, a->attproj, (size_t)R * C);
+        /* res2 = x + (attproj + attprojb), ln2 = LN(res2) */
+        residual_layernorm_forward(a->res2, gpt_norm_out(m, a->ln2), a->ln2_mean, a->ln2_rstd, x, a->attproj,
+                                   LAYER(P, P_ATTPROJB, l), LAYER(P, P_LN2W, l), LAYER(P, P_LN2B, l), R, C);
 
-        layernorm_forward(gpt_norm_out(m, a->ln2), a->ln2_mean, a->ln2_rstd, a->res2, LAYER(P, P_LN2W, l), LAYER(P, P_LN2B, l), R, C);
-        gpt_colpar_forward(m, c, SITE_MLP_AG, l, a->fch, a->ln2, LAYER(P, P_FCW, l), LAYER(P, P_FCB, l), m->Fr);
-        gelu_forward(a->fch_gelu, a->fch, (size_t)N * m->Fr);
+        colpar_forward_gelu(m, c, SITE_MLP_AG, l, a->fch_gelu, a->fch, a->ln2, LAYER(P, P_FCW, l), LAYER(P, P_FCB, l), m->Fr);
         gpt_rowpar_forward(m, c, SITE_MLP_FWD, SITE_MLP_RS, l, a->fcproj, a->fch_gelu, LAYER(P, P_FCPROJW, l), m->Fr);
-        bias_forward(a->fcproj, LAYER(P, P_FCPROJB, l), R, C);
-        residual_forward(a->res3, a->res2, a->fcproj, (size_t)R * C);
+        /* res3 = res2 + (fcproj + fcprojb), and the norm that reads it: layer l+1's ln1, or lnf */
+        const int last = l == s->L - 1;
+        LayerActs* n = last ? NULL : &m->acts[l + 1];
+        residual_layernorm_forward(a->res3, gpt_norm_out(m, last ? m->lnf : n->ln1), last ? m->lnf_mean : n->ln1_mean,
+                                   last ? m->lnf_rstd : n->ln1_rstd, a->res2, a->fcproj, LAYER(P, P_FCPROJB, l),
+                                   last ? TENSOR(P, P_LNFW) : LAYER(P, P_LN1W, l + 1),
+                                   last ? TENSOR(P, P_LNFB) : LAYER(P, P_LN1B, l + 1), R, C);
     }
 
-    floatX* last = m->acts[s->L - 1].res3;
-    layernorm_forward(gpt_norm_out(m, m->lnf), m->lnf_mean, m->lnf_rstd, last, TENSOR(P, P_LNFW), TENSOR(P, P_LNFB), R, C);
     gpt_colpar_forward(m, c, SITE_LMHEAD_AG, -1, m->logits, m->lnf, TENSOR(P, P_WTE), NULL, m->Vr);
     return gpt_head_loss(m, c, targets);
 }
@@ -298,9 +319,9 @@ void gpt_backward(GPT* m, Comm* c) {
         floatX* x = l == 0 ? m->x0 : m->acts[l - 1].res3;
         /* MLP: res3 = res2 + fcproj + fcprojb */
         bias_backward(LAYER(G, P_FCPROJB, l), m->dres, R, C);
-        gpt_rowpar_backward(m, c, SITE_MLP_RS_BWD, l, m->dfch_gelu, LAYER(G, P_FCPROJW, l), a->fch_gelu,
-                            LAYER(P, P_FCPROJW, l), m->Fr);
-        gelu_backward(m->dfch, a->fch, m->dfch_gelu, (size_t)N * m->Fr);
+        /* dfch = (dres @ fcprojw) * gelu'(fch): GELU's derivative in the GEMM */
+        rowpar_backward_gelu(m, c, SITE_MLP_RS_BWD, l, m->dfch, LAYER(G, P_FCPROJW, l), a->fch_gelu, a->fch,
+                             LAYER(P, P_FCPROJW, l), m->Fr);
         dl = gpt_colpar_backward(m, c, SITE_MLP_BWD, SITE_MLP_AG_BWD, l, LAYER(G, P_FCW, l), LAYER(G, P_FCB, l), m->dfch,
                                  a->ln2, LAYER(P, P_FCW, l), m->Fr);
         layernorm_backward(m->dres, LAYER(G, P_LN2W, l), LAYER(G, P_LN2B, l), dl, a->res2, LAYER(P, P_LN2W, l),
@@ -371,18 +392,26 @@ const floatX* gpt_grad_in(GPT* m, Comm* c, SiteKind kind, int layer) {
 
 /* A GEMM beside an exchange, on rows [r0, r0 + n): forward out[N,OC] =
  * in[N,IC] W^T + b; backward out = din[N,IC] = dout[N,OC] W, dW +=
- * dout^T in, db += colsum(dout) (db may be NULL) */
+ * dout^T in, db += colsum(dout) (db may be NULL). With pre (GELU around
+ * the GEMM, GPT-2's MLP): forward pre = in W^T + b and out = gelu(pre);
+ * backward in = gelu(pre) and din = (dout W) * gelu'(pre). The fused ops
+ * work row by row, so the pieces of comm.overlap and sp cut them as they
+ * cut the plain GEMMs. */
 typedef struct {
     int bwd;
     floatX* out;
     const floatX *in, *W, *b, *dout;
     float *dW, *db;
+    floatX* pre;   /* NULL: no GELU; [N,OC] forward (written), [N,IC] backward (read) */
     int IC, OC;
 } Gemm;
 
 static void gemm_rows(const Gemm* g, size_t r0, int n) {
-    if (!g->bwd) matmul_forward(g->out + r0 * g->OC, g->in + r0 * g->IC, g->W, g->b, n, g->IC, g->OC);
-    else matmul_backward(g->out + r0 * g->IC, g->dW, g->db, g->dout + r0 * g->OC, g->in + r0 * g->IC, g->W, n, g->IC, g->OC);
+    const size_t ri = r0 * g->IC, ro = r0 * g->OC;
+    if (!g->bwd && g->pre) matmul_gelu_forward(g->out + ro, g->pre + ro, g->in + ri, g->W, g->b, n, g->IC, g->OC);
+    else if (!g->bwd) matmul_forward(g->out + ro, g->in + ri, g->W, g->b, n, g->IC, g->OC);
+    else if (g->pre) gelu_matmul_backward(g->out + ri, g->dW, g->db, g->dout + ro, g->in + ri, g->W, g->pre + ri, n, g->IC, g->OC);
+    else matmul_backward(g->out + ri, g->dW, g->db, g->dout + ro, g->in + ri, g->W, n, g->IC, g->OC);
 }
 
 /* sp: the GEMM writes partial sums [N, C] into g->out piece by piece, which
@@ -413,11 +442,22 @@ static void all_gather_gemm(GPT* m, Comm* c, SiteKind ag, int layer, const float
     tp_ag_end(c, &x);
 }
 
+static void colpar_forward(GPT* m, Comm* c, SiteKind ag, int layer, floatX* in, const Gemm* g) {
+    if (m->sp) all_gather_gemm(m, c, ag, layer, m->xloc, in, g);
+    else gemm_rows(g, 0, m->B * m->T);
+}
+
 void gpt_colpar_forward(GPT* m, Comm* c, SiteKind ag, int layer, floatX* out, floatX* in, const floatX* W,
                         const floatX* b, int OC) {
     const Gemm g = {.out = out, .in = in, .W = W, .b = b, .IC = m->pl.s.C, .OC = OC};
-    if (m->sp) all_gather_gemm(m, c, ag, layer, m->xloc, in, &g);
-    else gemm_rows(&g, 0, m->B * m->T);
+    colpar_forward(m, c, ag, layer, in, &g);
+}
+
+/* GPT-2's fc: out = gelu(pre), pre = in W^T + b kept for the backward */
+static void colpar_forward_gelu(GPT* m, Comm* c, SiteKind ag, int layer, floatX* out, floatX* pre, floatX* in,
+                                const floatX* W, const floatX* b, int OC) {
+    const Gemm g = {.out = out, .in = in, .W = W, .b = b, .pre = pre, .IC = m->pl.s.C, .OC = OC};
+    colpar_forward(m, c, ag, layer, in, &g);
 }
 
 void gpt_rowpar_forward(GPT* m, Comm* c, SiteKind ar, SiteKind rs, int layer, floatX* out, const floatX* in,
@@ -431,12 +471,24 @@ void gpt_rowpar_forward(GPT* m, Comm* c, SiteKind ar, SiteKind rs, int layer, fl
     tp_exchange(c, ar, layer, out, m->B * m->T, m->pl.s.C);
 }
 
-void gpt_rowpar_backward(GPT* m, Comm* c, SiteKind ag, int layer, floatX* din, float* dW, const floatX* in,
-                         const floatX* W, int IC) {
+/* pre: NULL, or the GELU input whose output is `in` (din through GELU's derivative) */
+static void rowpar_backward(GPT* m, Comm* c, SiteKind ag, int layer, floatX* din, float* dW, const floatX* in,
+                            floatX* pre, const floatX* W, int IC) {
     const Gemm g = {.bwd = 1, .out = din, .in = in, .W = W, .dout = m->sp ? m->xfull : m->dres, .dW = dW,
-                    .IC = IC, .OC = m->pl.s.C};
+                    .pre = pre, .IC = IC, .OC = m->pl.s.C};
     if (m->sp) all_gather_gemm(m, c, ag, layer, m->dres, m->xfull, &g);
     else gemm_rows(&g, 0, m->B * m->T);
+}
+
+void gpt_rowpar_backward(GPT* m, Comm* c, SiteKind ag, int layer, floatX* din, float* dW, const floatX* in,
+                         const floatX* W, int IC) {
+    rowpar_backward(m, c, ag, layer, din, dW, in, NULL, W, IC);
+}
+
+/* GPT-2's fcproj: in = gelu(pre), din = d pre */
+static void rowpar_backward_gelu(GPT* m, Comm* c, SiteKind ag, int layer, floatX* din, float* dW, const floatX* in,
+                                 floatX* pre, const floatX* W, int IC) {
+    rowpar_backward(m, c, ag, layer, din, dW, in, pre, W, IC);
 }
 
 const floatX* gpt_colpar_backward(GPT* m, Comm* c, SiteKind ar, SiteKind rs, int layer, float* dW, float* db,

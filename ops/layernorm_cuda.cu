@@ -20,6 +20,13 @@
  * fixed order. The number of blocks is a function of N only, so the result is
  * bit-reproducible.
  *
+ * residual_layernorm_forward (the fused op of ops.h) is the forward kernel
+ * with RES = true: it first forms the row as x + (y + bias), rounds it to
+ * bf16 and stores it (the residual stream), then normalises those stored
+ * values, exactly what layernorm_forward would read back. One pass reads x
+ * and y and writes res and out: 4 row transfers instead of the 7 of
+ * bias_forward + residual_forward + layernorm_forward.
+ *
  * C is a template parameter in chunks of 256 columns (NCH = 1..LN_MAX_NCH),
  * so the row lives in registers; a larger C is a clear fatal error.
  */
@@ -37,10 +44,10 @@
 #define LN_MAX_NCH 8   /* C up to 2048 (GPT-2 XL has 1600) */
 #define LN_WARPS 8     /* rows in flight per block */
 
-template <int NCH, bool VEC, bool RMS>
+template <int NCH, bool VEC, bool RMS, bool RES>
 __global__ void __launch_bounds__(LN_WARPS * 32)
 layernorm_forward_kernel(bf16* out, float* mean, float* rstd, const bf16* inp, const bf16* w, const bf16* b, int N, int C,
-                         float eps) {
+                         float eps, bf16* res, const bf16* y, const bf16* ybias) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int row = blockIdx.x * LN_WARPS + warp;
     if (row >= N) return;
@@ -53,6 +60,17 @@ layernorm_forward_kernel(bf16* out, float* mean, float* rstd, const bf16* inp, c
         const int ch = lane + 32 * i;
         if (ch < nch8) {
             ld8<VEC>(x[i], x_row, ch * 8, C);
+            if constexpr (RES) {
+                /* res = x + (y + bias), the CPU's order; what is normalised is
+                 * the bf16 value stored, which the backward reads back. Each
+                 * lane reads its chunk before writing it: res may alias x or y. */
+                float yv[8], bv[8];
+                ld8<VEC>(yv, y + (size_t)row * C, ch * 8, C);
+                ld8<VEC>(bv, ybias, ch * 8, C);
+#pragma unroll
+                for (int k = 0; k < 8; k++) x[i][k] = __bfloat162float(__float2bfloat16_rn(x[i][k] + (yv[k] + bv[k])));
+                st8<VEC>(res + (size_t)row * C, ch * 8, C, x[i]);
+            }
         } else {
 #pragma unroll
             for (int k = 0; k < 8; k++) x[i][k] = 0.0f;
@@ -200,17 +218,26 @@ layernorm_backward_kernel(bf16* dinp, float* partial, const bf16* dout, const bf
     for (int c = threadIdx.x; c < NPART * C; c += blockDim.x) pb[c] = sred[c];
 }
 
-template <int NCH, bool RMS>
+/* The residual inputs of RES (res, y, ybias; NULL otherwise). */
+struct LnRes {
+    floatX* res;
+    const floatX *y, *ybias;
+};
+
+template <int NCH, bool RMS, bool RES>
 static void layernorm_launch(bool vec, floatX* out, float* mean, float* rstd, const floatX* inp,
-                             const floatX* w, const floatX* b, int N, int C, float eps) {
+                             const floatX* w, const floatX* b, int N, int C, float eps, LnRes r) {
     const unsigned grid = ceil_div_u(N, LN_WARPS);
     if (vec)
-        layernorm_forward_kernel<NCH, true, RMS><<<grid, LN_WARPS * 32, 0, cuda_stream()>>>(
-            (bf16*)out, mean, rstd, (const bf16*)inp, (const bf16*)w, (const bf16*)b, N, C, eps);
+        layernorm_forward_kernel<NCH, true, RMS, RES><<<grid, LN_WARPS * 32, 0, cuda_stream()>>>(
+            (bf16*)out, mean, rstd, (const bf16*)inp, (const bf16*)w, (const bf16*)b, N, C, eps, (bf16*)r.res,
+            (const bf16*)r.y, (const bf16*)r.ybias);
     else
-        layernorm_forward_kernel<NCH, false, RMS><<<grid, LN_WARPS * 32, 0, cuda_stream()>>>(
-            (bf16*)out, mean, rstd, (const bf16*)inp, (const bf16*)w, (const bf16*)b, N, C, eps);
-    CUDA_CHECK_LAUNCH(RMS ? "layernorm_forward_kernel<RMS>" : "layernorm_forward_kernel");
+        layernorm_forward_kernel<NCH, false, RMS, RES><<<grid, LN_WARPS * 32, 0, cuda_stream()>>>(
+            (bf16*)out, mean, rstd, (const bf16*)inp, (const bf16*)w, (const bf16*)b, N, C, eps, (bf16*)r.res,
+            (const bf16*)r.y, (const bf16*)r.ybias);
+    CUDA_CHECK_LAUNCH(RES ? "layernorm_forward_kernel<RES>"
+                          : RMS ? "layernorm_forward_kernel<RMS>" : "layernorm_forward_kernel");
 }
 
 template <int NCH, bool RMS>
@@ -247,15 +274,18 @@ static void ln_with_nch(int nch, F&& f) {
     f(std::integral_constant<int, K>());
 }
 
-/* b and mean are NULL for RMS */
-template <bool RMS>
+/* b and mean are NULL for RMS; r's pointers are those of RES (NULL otherwise) */
+template <bool RMS, bool RES>
 static void norm_forward(const char* who, floatX* out, float* mean, float* rstd, const floatX* inp, const floatX* w,
-                         const floatX* b, int N, int C, float eps) {
+                         const floatX* b, int N, int C, float eps, LnRes r) {
     if (N <= 0) return;
     const int nch = ln_nch(who, C);
     const bool vec = rows_vec_ok(C) && is_aligned16(out) && is_aligned16(inp) && is_aligned16(w) &&
-                     (RMS || is_aligned16(b));
-    ln_with_nch<1>(nch, [&](auto k) { layernorm_launch<decltype(k)::value, RMS>(vec, out, mean, rstd, inp, w, b, N, C, eps); });
+                     (RMS || is_aligned16(b)) &&
+                     (!RES || (is_aligned16(r.res) && is_aligned16(r.y) && is_aligned16(r.ybias)));
+    ln_with_nch<1>(nch, [&](auto k) {
+        layernorm_launch<decltype(k)::value, RMS, RES>(vec, out, mean, rstd, inp, w, b, N, C, eps, r);
+    });
 }
 
 /* Fixed, not per-device: the reduction order depends on shapes only. 256
@@ -285,7 +315,13 @@ static void norm_backward(const char* who, floatX* dinp, float* dw, float* db, c
 
 void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp,
                        const floatX* w, const floatX* b, int N, int C) {
-    norm_forward<false>("layernorm", out, mean, rstd, inp, w, b, N, C, 1e-5f);
+    norm_forward<false, false>("layernorm", out, mean, rstd, inp, w, b, N, C, 1e-5f, LnRes{});
+}
+
+/* inp is x here: the kernel forms the row from x, y and the bias first (RES) */
+void residual_layernorm_forward(floatX* res, floatX* out, float* mean, float* rstd, const floatX* x,
+                                const floatX* y, const floatX* bias, const floatX* w, const floatX* b, int N, int C) {
+    norm_forward<false, true>("residual_layernorm", out, mean, rstd, x, w, b, N, C, 1e-5f, LnRes{res, y, bias});
 }
 
 void layernorm_backward(floatX* dinp, float* dw, float* db, const floatX* dout, const floatX* inp,
@@ -294,7 +330,7 @@ void layernorm_backward(floatX* dinp, float* dw, float* db, const floatX* dout, 
 }
 
 void rmsnorm_forward(floatX* out, float* rstd, const floatX* inp, const floatX* w, int N, int C, float eps) {
-    norm_forward<true>("rmsnorm", out, nullptr, rstd, inp, w, nullptr, N, C, eps);
+    norm_forward<true, false>("rmsnorm", out, nullptr, rstd, inp, w, nullptr, N, C, eps, LnRes{});
 }
 
 void rmsnorm_backward(floatX* dinp, float* dw, const floatX* dout, const floatX* inp, const floatX* w,

@@ -89,7 +89,33 @@ void residual_forward(floatX* out, const floatX* a, const floatX* b, size_t n); 
 
 /* ---- GELU (tanh approximation, as GPT-2) -------------------------------- */
 void gelu_forward(floatX* out, const floatX* inp, size_t n);
+/* dinp = gelu'(inp) * dout; dinp may alias dout (element-wise) */
 void gelu_backward(floatX* dinp, const floatX* inp, const floatX* dout, size_t n);
+
+/* ---- fused ops ------------------------------------------------------------
+ * Each is, on the CPU, exactly the composition written beside it (the same
+ * fp32 arithmetic in the same order, so the same bits as the separate ops);
+ * the GPU runs it as one GEMM epilogue or one kernel, within the separate
+ * ops' bf16 tolerances (ops/CUDA.md, "Fused ops"). */
+/* The MLP's first GEMM with GELU in its epilogue: pre[N,OC] = inp @ w^T + bias
+ * (kept: the backward's GELU input), out[N,OC] = gelu(pre). bias may be NULL.
+ * = matmul_forward(pre, inp, w, bias, N, IC, OC); gelu_forward(out, pre, N*OC). */
+void matmul_gelu_forward(floatX* out, floatX* pre, const floatX* inp, const floatX* w, const floatX* bias,
+                         int N, int IC, int OC);
+/* The backward of a GEMM whose input is inp = gelu(pre) (the MLP's second),
+ * through the GELU: dinp[N,IC] = (dout @ w) * gelu'(pre[N,IC]) (overwritten);
+ * dw += dout^T @ inp; dbias += colsum(dout) (skipped if NULL).
+ * = matmul_backward(dinp, dw, dbias, dout, inp, w, N, IC, OC); gelu_backward(dinp, pre, dinp, N*IC). */
+void gelu_matmul_backward(floatX* dinp, float* dw, float* dbias, const floatX* dout, const floatX* inp,
+                          const floatX* w, const floatX* pre, int N, int IC, int OC);
+/* A row-parallel GEMM's bias (added once, after its all-reduce), the
+ * residual add and the next LayerNorm in one pass over the rows:
+ * res = x + (y + bias), then out, mean, rstd = layernorm(res; w, b).
+ * = bias_forward(y, bias); residual_forward(res, x, y); layernorm_forward(out, mean, rstd, res, w, b),
+ * except that y is left as it is. res may alias x or y. The GPU normalises
+ * res as stored (bf16), as layernorm_forward would. */
+void residual_layernorm_forward(floatX* res, floatX* out, float* mean, float* rstd, const floatX* x,
+                                const floatX* y, const floatX* bias, const floatX* w, const floatX* b, int N, int C);
 
 /* ---- causal self-attention over this rank's NH heads ---------------------
  * qkv[B,T,3*NH*hs]: q of all local heads, then k, then v (head h at h*hs).

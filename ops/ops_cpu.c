@@ -347,6 +347,35 @@ void gelu_backward(floatX* dinp, const floatX* inp, const floatX* dout, size_t n
 }
 
 /* ------------------------------------------------------------------------ */
+/* fused ops: on this backend each is the composition ops.h writes beside it,
+ * the same fp32 operations in the same order, so a fused call gives the bits
+ * of the separate calls (the CPU tests, checkpoints and the parity runs
+ * compare exact bits across this change). The GPU backend fuses them. */
+
+void matmul_gelu_forward(floatX* out, floatX* pre, const floatX* inp, const floatX* w, const floatX* bias,
+                         int N, int IC, int OC) {
+    matmul_forward(pre, inp, w, bias, N, IC, OC);
+    gelu_forward(out, pre, (size_t)N * OC);
+}
+
+void gelu_matmul_backward(floatX* dinp, float* dw, float* dbias, const floatX* dout, const floatX* inp,
+                          const floatX* w, const floatX* pre, int N, int IC, int OC) {
+    matmul_backward(dinp, dw, dbias, dout, inp, w, N, IC, OC);
+    gelu_backward(dinp, pre, dinp, (size_t)N * IC); /* in place: element-wise */
+}
+
+void residual_layernorm_forward(floatX* res, floatX* out, float* mean, float* rstd, const floatX* x,
+                                const floatX* y, const floatX* bias, const floatX* w, const floatX* b, int N, int C) {
+    /* bias_forward's y + bias, then residual_forward's x + that: y itself stays as it is */
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const size_t r = (size_t)n * C;
+        for (int c = 0; c < C; c++) res[r + c] = x[r + c] + (y[r + c] + bias[c]);
+    }
+    layernorm_forward(out, mean, rstd, res, w, b, N, C);
+}
+
+/* ------------------------------------------------------------------------ */
 /* causal self-attention
  *
  * Row (b,t) of head h: s_j = q_t . k_j / sqrt(hs) for j <= t,

@@ -52,6 +52,12 @@ void cpu_residual_forward(float* out, const float* a, const float* b, size_t n);
 
 void cpu_gelu_forward(float* out, const float* inp, size_t n);
 void cpu_gelu_backward(float* dinp, const float* inp, const float* dout, size_t n);
+void cpu_matmul_gelu_forward(float* out, float* pre, const float* inp, const float* w, const float* bias, int N,
+                             int IC, int OC);
+void cpu_gelu_matmul_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
+                              const float* w, const float* pre, int N, int IC, int OC);
+void cpu_residual_layernorm_forward(float* res, float* out, float* mean, float* rstd, const float* x, const float* y,
+                                    const float* bias, const float* w, const float* b, int N, int C);
 
 void cpu_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int NH, int hs);
 void cpu_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,

@@ -1,8 +1,8 @@
 /*
  * tests/test_ops.c - unit tests of the CPU backend (ops/ops_cpu.c) against
  * independent double-precision references: the memory ops, the embeddings,
- * the vocab-parallel cross-entropy, AdamW, the norms, and determinism across
- * OpenMP thread counts. The ops whose backward is checked by finite
+ * the vocab-parallel cross-entropy, AdamW, the norms, determinism across
+ * OpenMP thread counts, and the fused ops against their compositions. The ops whose backward is checked by finite
  * differences (layernorm, matmul, bias / residual / GELU, attention) are
  * tests/test_ops_grad.c's; tests/ops_testing.h has the shared checks and
  * tolerances.
@@ -383,6 +383,54 @@ static void test_determinism(void) {
     free(x); free(w); free(dout); free(qkv); free(datt); free(lnw);
 }
 
+/* The fused ops of ops.h are, on this backend, the compositions ops.h
+ * writes beside them: the same bits, which the trainer's CPU results (and
+ * the checkpoints and parity runs compared bit for bit) rely on. */
+static void test_fused(void) {
+    printf("fused ops == their compositions, bit for bit\n");
+    const int N = 37, C = 40, F = 4 * C;
+    float* x = rand_floats((size_t)N * C, 1.0f);
+    float* y = rand_floats((size_t)N * C, 0.5f);
+    float* bias = rand_floats((size_t)C, 0.1f);
+    float* w = rand_floats((size_t)C, 1.0f);
+    float* b = rand_floats((size_t)C, 0.5f);
+    /* bias + residual + layernorm */
+    float *res = falloc((size_t)N * C), *out = falloc((size_t)N * C), *mean = falloc(N), *rstd = falloc(N);
+    float *res2 = falloc((size_t)N * C), *out2 = falloc((size_t)N * C), *mean2 = falloc(N), *rstd2 = falloc(N);
+    float* ycopy = falloc((size_t)N * C);
+    memcpy(ycopy, y, (size_t)N * C * sizeof(float));
+    residual_layernorm_forward(res, out, mean, rstd, x, y, bias, w, b, N, C);
+    expect_true("residual_layernorm_forward leaves y as it is", memcmp(y, ycopy, (size_t)N * C * sizeof(float)) == 0);
+    bias_forward(ycopy, bias, N, C);
+    residual_forward(res2, x, ycopy, (size_t)N * C);
+    layernorm_forward(out2, mean2, rstd2, res2, w, b, N, C);
+    expect_true("residual_layernorm_forward == bias_forward + residual_forward + layernorm_forward",
+                memcmp(res, res2, (size_t)N * C * 4) == 0 && memcmp(out, out2, (size_t)N * C * 4) == 0 &&
+                    memcmp(mean, mean2, (size_t)N * 4) == 0 && memcmp(rstd, rstd2, (size_t)N * 4) == 0);
+    /* fc + GELU, and fcproj's backward through GELU */
+    float* fcw = rand_floats((size_t)F * C, 0.2f);
+    float* fcb = rand_floats((size_t)F, 0.1f);
+    float *h = falloc((size_t)N * F), *pre = falloc((size_t)N * F), *h2 = falloc((size_t)N * F), *pre2 = falloc((size_t)N * F);
+    matmul_gelu_forward(h, pre, x, fcw, fcb, N, C, F);
+    matmul_forward(pre2, x, fcw, fcb, N, C, F);
+    gelu_forward(h2, pre2, (size_t)N * F);
+    expect_true("matmul_gelu_forward == matmul_forward + gelu_forward",
+                memcmp(h, h2, (size_t)N * F * 4) == 0 && memcmp(pre, pre2, (size_t)N * F * 4) == 0);
+    float* pw = rand_floats((size_t)C * F, 0.1f); /* fcproj: [C, F] */
+    float *din = falloc((size_t)N * F), *din2 = falloc((size_t)N * F), *dtmp = falloc((size_t)N * F);
+    float *dw = ffill((size_t)C * F, 0.25f), *dw2 = ffill((size_t)C * F, 0.25f);
+    float *db = ffill((size_t)C, 0.5f), *db2 = ffill((size_t)C, 0.5f);
+    gelu_matmul_backward(din, dw, db, y, h, pw, pre, N, F, C);
+    matmul_backward(dtmp, dw2, db2, y, h, pw, N, F, C);
+    gelu_backward(din2, pre, dtmp, (size_t)N * F);
+    expect_true("gelu_matmul_backward == matmul_backward + gelu_backward",
+                memcmp(din, din2, (size_t)N * F * 4) == 0 && memcmp(dw, dw2, (size_t)C * F * 4) == 0 &&
+                    memcmp(db, db2, (size_t)C * 4) == 0);
+    float* ptrs[] = {x, y, bias, w, b, res, out, mean, rstd, res2, out2, mean2, rstd2, ycopy, fcw, fcb, h, pre, h2, pre2,
+                     pw, din, din2, dtmp, dw, dw2, db, db2};
+    for (size_t i = 0; i < sizeof(ptrs) / sizeof(ptrs[0]); i++) free(ptrs[i]);
+}
+
 int main(void) {
     printf("test_ops: CPU backend vs double references (%d OpenMP threads)\n", omp_get_max_threads());
     test_memory();
@@ -391,5 +439,6 @@ int main(void) {
     test_adamw();
     test_norms();
     test_determinism();
+    test_fused();
     return checks_verdict();
 }

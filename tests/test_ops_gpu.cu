@@ -26,8 +26,8 @@
  * Prints one table row per check; exits 1 if any check fails.
  *   test_ops_gpu [group]    only the groups whose name contains `group`
  *                           (memory encoder position layernorm matmul
- *                           elementwise attention crossentropy adamw norms
- *                           rmsnorm rope swiglu)
+ *                           elementwise fused attention crossentropy adamw
+ *                           norms rmsnorm rope swiglu)
  * The same source also runs on the CPU against the emulated backend
  * (tests/emu/emu.mk), which is how it was checked before any GPU run.
  */
@@ -343,6 +343,99 @@ static void test_bias_residual_gelu(int N, int C, size_t n) {
     ops_free(dg);
 }
 
+/* The MLP's GELU in the GEMM epilogues vs the CPU composition. The
+ * epilogue needs the aux ld (OC forward, IC backward) divisible by 8; the
+ * other shapes run the unfused fallback, which is then what is tested. */
+static void test_matmul_gelu(int N, int IC, int OC, bool with_bias) {
+    char what[96];
+    snprintf(what, sizeof what, "N=%d IC=%d OC=%d%s (%s)", N, IC, OC, with_bias ? " +bias" : "",
+             OC % 8 == 0 ? "epilogue" : "fallback");
+    const size_t no = (size_t)N * OC;
+    vecf inp = randn_bf((size_t)N * IC), w = randn_bf((size_t)OC * IC, 1.0f / sqrtf((float)IC)), bias = randn_bf(OC);
+    vecf cout(no), cpre(no);
+    cpu_matmul_gelu_forward(cout.data(), cpre.data(), inp.data(), w.data(), with_bias ? bias.data() : nullptr, N, IC, OC);
+    floatX *di = dev_bf(inp), *dw = dev_bf(w), *db = with_bias ? dev_bf(bias) : nullptr;
+    floatX *dout = (floatX*)ops_malloc(no * 2), *dpre = (floatX*)ops_malloc(no * 2);
+    floatX *dout2 = (floatX*)ops_malloc(no * 2), *dpre2 = (floatX*)ops_malloc(no * 2);
+    poison_bf(dout, no);
+    poison_bf(dpre, no);
+    matmul_gelu_forward(dout, dpre, di, dw, db, N, IC, OC);
+    check("matmul_gelu_forward", what, get_bf(dout, no), cout, TOL_RED);
+    check("matmul_gelu_forward", "  pre (the GELU input kept)", get_bf(dpre, no), cpre, TOL_RED);
+    matmul_gelu_forward(dout2, dpre2, di, dw, db, N, IC, OC);
+    check_bits("matmul_gelu_forward", "determinism: out", get_bytes(dout, no * 2), get_bytes(dout2, no * 2));
+    free_all({di, dw, db, dout, dpre, dout2, dpre2});
+}
+
+/* Its backward, for the GEMM whose input is gelu(pre): here IC is the GELU
+ * side (fcproj: IC = 4C), so the epilogue needs IC % 8 == 0. */
+static void test_gelu_matmul_backward(int N, int IC, int OC) {
+    char what[96];
+    snprintf(what, sizeof what, "N=%d IC=%d OC=%d (%s)", N, IC, OC, IC % 8 == 0 ? "epilogue" : "fallback");
+    const size_t ni = (size_t)N * IC;
+    vecf pre = randn_bf(ni), inp(ni), w = randn_bf((size_t)OC * IC, 1.0f / sqrtf((float)OC)), g = randn_bf((size_t)N * OC);
+    cpu_gelu_forward(inp.data(), pre.data(), ni);
+    for (float& v : inp) v = round_bf(v); /* the forward's bf16 output */
+    vecf dwinit = randn_f32((size_t)OC * IC, 0.1f), dbinit = randn_f32(OC, 0.1f);
+    vecf cdinp(ni), cdw = dwinit, cdb = dbinit;
+    for (int rep = 0; rep < 2; rep++)
+        cpu_gelu_matmul_backward(cdinp.data(), cdw.data(), cdb.data(), g.data(), inp.data(), w.data(), pre.data(), N, IC, OC);
+    floatX *dpre = dev_bf(pre), *dinp_in = dev_bf(inp), *dw = dev_bf(w), *dg = dev_bf(g);
+    floatX *ddinp = (floatX*)ops_malloc(ni * 2), *ddinp2 = (floatX*)ops_malloc(ni * 2);
+    float *ddw = dev_f32(dwinit), *ddb = dev_f32(dbinit);
+    for (int rep = 0; rep < 2; rep++) {
+        poison_bf(ddinp, ni); /* each call must overwrite all of it */
+        gelu_matmul_backward(ddinp, ddw, ddb, dg, dinp_in, dw, dpre, N, IC, OC);
+    }
+    check("gelu_matmul_backward", what, get_bf(ddinp, ni), cdinp, TOL_RED);
+    check_inc("gelu_matmul_backward", "  dw (fp32, accumulated x2)", get_f32(ddw, (size_t)OC * IC), cdw, dwinit, TOL_F32);
+    check_inc("gelu_matmul_backward", "  dbias (accumulated x2)", get_f32(ddb, OC), cdb, dbinit, TOL_F32);
+    gelu_matmul_backward(ddinp2, ddw, nullptr, dg, dinp_in, dw, dpre, N, IC, OC);
+    check_bits("gelu_matmul_backward", "determinism: dinp", get_bytes(ddinp, ni * 2), get_bytes(ddinp2, ni * 2));
+    free_all({dpre, dinp_in, dw, dg, ddinp, ddinp2, ddw, ddb});
+}
+
+/* res = x + (y + bias) and its LayerNorm in one kernel. The GPU normalises
+ * res as stored in bf16, so out, mean and rstd are checked against the CPU
+ * layernorm of the GPU's res (the standard of test_layernorm), and out
+ * end to end against the CPU op, whose res is fp32 (bf16's rounding of res,
+ * amplified by |res| / std, hence TOL_RED). */
+static void test_residual_layernorm(int N, int C) {
+    char what[96];
+    snprintf(what, sizeof what, "N=%d C=%d", N, C);
+    const size_t n = (size_t)N * C;
+    vecf x(n); /* a residual stream: rows with an offset and a spread */
+    for (int r = 0; r < N; r++) {
+        float mu = 0.5f * rng_normal(), sd = 0.5f + rng_unif() * 1.5f;
+        for (int c = 0; c < C; c++) x[(size_t)r * C + c] = round_bf(mu + sd * rng_normal());
+    }
+    vecf y = randn_bf(n, 0.5f), bias = randn_bf(C, 0.1f), w = randn_bf(C), b = randn_bf(C, 0.5f);
+    for (int c = 0; c < C; c++) w[c] = round_bf(1.0f + 0.2f * w[c]);
+    vecf cres(n), cout(n), cmean(N), crstd(N);
+    cpu_residual_layernorm_forward(cres.data(), cout.data(), cmean.data(), crstd.data(), x.data(), y.data(), bias.data(),
+                                   w.data(), b.data(), N, C);
+    floatX *dx = dev_bf(x), *dy = dev_bf(y), *dbias = dev_bf(bias), *dw = dev_bf(w), *db = dev_bf(b);
+    floatX *dres = (floatX*)ops_malloc(n * 2), *dout = (floatX*)ops_malloc(n * 2);
+    float *dmean = (float*)ops_malloc(N * 4), *drstd = (float*)ops_malloc(N * 4);
+    poison_bf(dres, n);
+    poison_bf(dout, n);
+    poison_f32(dmean, N);
+    poison_f32(drstd, N);
+    residual_layernorm_forward(dres, dout, dmean, drstd, dx, dy, dbias, dw, db, N, C);
+    vecf gres = get_bf(dres, n), gout = get_bf(dout, n);
+    check("residual_layernorm_forward", what, gres, cres, TOL_EW);
+    vecf rout(n), rmean(N), rrstd(N);
+    cpu_layernorm_forward(rout.data(), rmean.data(), rrstd.data(), gres.data(), w.data(), b.data(), N, C);
+    check("residual_layernorm_forward", "  out (LN of res as stored)", gout, rout, TOL_EW);
+    check("residual_layernorm_forward", "  mean", get_f32(dmean, N), rmean, TOL_F32);
+    check("residual_layernorm_forward", "  rstd", get_f32(drstd, N), rrstd, TOL_F32);
+    check("residual_layernorm_forward", "  out (vs the CPU op)", gout, cout, TOL_RED);
+    /* in place (res == x), as ops.h allows: the same bits */
+    residual_layernorm_forward(dx, dout, dmean, drstd, dx, dy, dbias, dw, db, N, C);
+    check_bits("residual_layernorm_forward", "in place (res == x): res", get_bytes(dx, n * 2), get_bytes(dres, n * 2));
+    free_all({dx, dy, dbias, dw, db, dres, dout, dmean, drstd});
+}
+
 /* the GPU attention under test: GPT-2's entry points for NKV = NH (they are
  * the grouped-query ones with NKV = NH), the grouped-query ones otherwise */
 static void gpu_attention_fwd(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int NKV, int hs) {
@@ -621,6 +714,17 @@ int main(int argc, char** argv) {
         test_bias_residual_gelu(5, 36, 101);
         test_bias_residual_gelu(3000, 40, 101); /* bias_backward over 94 row chunks */
     }
+    GROUP("fused") {
+        test_matmul_gelu(37, 768, 3072, true); /* fc-like */
+        test_matmul_gelu(40, 200, 72, false);  /* GELU_AUX, no bias */
+        test_matmul_gelu(33, 200, 36, true);   /* OC % 8 != 0: the unfused fallback */
+        test_gelu_matmul_backward(37, 3072, 768); /* fcproj-like */
+        test_gelu_matmul_backward(40, 72, 200);
+        test_gelu_matmul_backward(33, 36, 200);   /* IC % 8 != 0: the fallback */
+        test_residual_layernorm(37, 768);
+        test_residual_layernorm(64, 1600);
+        test_residual_layernorm(19, 36);          /* scalar path */
+    }
     GROUP("attention") {
         test_attention(2, 1, 3, 3, 64);
         test_attention(2, 17, 3, 3, 64);
@@ -657,7 +761,7 @@ int main(int argc, char** argv) {
     printf("\n%d checks, %d failed\n", g_checks, g_fail);
     if (g_checks == 0) {
         printf("no test group matches '%s' (groups: memory encoder position layernorm matmul elementwise "
-               "attention crossentropy adamw norms rmsnorm rope swiglu)\n", only ? only : "");
+               "fused attention crossentropy adamw norms rmsnorm rope swiglu)\n", only ? only : "");
         return 1;
     }
     return g_fail ? 1 : 0;

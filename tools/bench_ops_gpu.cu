@@ -7,7 +7,13 @@
  * bf16 GEMM rate). The PyTorch reference of the same step is
  * tools/bench_pytorch.py (anchors on the H200: eager 46.2 ms, compiled 32.4 ms).
  *
- *   build/gpu/bench_ops_gpu [B] [T] [steps]      (defaults 16 1024 10)
+ *   build/gpu/bench_ops_gpu [B] [T] [steps] [unfused]   (defaults 16 1024 10)
+ *
+ * The step calls the fused ops as gpt.c does (residual_layernorm_forward
+ * after each row-parallel GEMM, matmul_gelu_forward, gelu_matmul_backward);
+ * "unfused" runs the separate ops they replace (bias_forward,
+ * residual_forward, layernorm_forward, gelu_forward, gelu_backward), gpt.c's
+ * order before the fusion, for the before/after comparison in one session.
  *
  * Weights are random (GPT-2 init scale), tokens random; no communication
  * (the TP exchanges of gpt.c are no-ops at TP = 1). Each op's time is the
@@ -203,30 +209,51 @@ static void model_init(Model& M, int B, int T) {
 /* bytes/flops helpers (bf16 activations = 2 bytes) */
 static double mm_f(double N, double IC, double OC) { return 2.0 * N * IC * OC; }
 
+static bool g_fused = true; /* gpt.c's fused ops (false: the separate ops they replace) */
+
 static double train_step(Model& M) {
     const int B = M.B, T = M.T, C = M.C, N = M.N, L = M.L, NH = M.NH, hs = M.hs, Vp = M.Vp, V = M.V;
     const double nc = (double)N * C, att_f = 2.0 * B * NH * (double)T * T * hs; /* causal: 2 matmuls x T^2/2 */
     TIMED("encoder_forward", 0, 4.0 * nc, encoder_forward(M.x0, M.tok, W(M, WTE), N, C, 0, Vp));
     TIMED("position_forward", 0, 6.0 * nc, position_forward(M.x0, W(M, WPE), B, T, C));
+    /* fused: the first norm alone, every later one inside residual_layernorm_forward */
+    if (g_fused)
+        TIMED("layernorm_forward", 0, 4.0 * nc, layernorm_forward(M.layer[0].ln1, M.layer[0].ln1_mean, M.layer[0].ln1_rstd, M.x0, W(M, LN1W, 0), W(M, LN1B, 0), N, C));
     for (int l = 0; l < L; l++) {
         auto& a = M.layer[l];
         floatX* x = l == 0 ? M.x0 : M.layer[l - 1].res3;
-        TIMED("layernorm_forward", 0, 4.0 * nc, layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, W(M, LN1W, l), W(M, LN1B, l), N, C));
+        if (!g_fused)
+            TIMED("layernorm_forward", 0, 4.0 * nc, layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, W(M, LN1W, l), W(M, LN1B, l), N, C));
         TIMED("matmul_forward", mm_f(N, C, 3 * C), 0, matmul_forward(a.qkv, a.ln1, W(M, QKVW, l), W(M, QKVB, l), N, C, 3 * C));
         TIMED("attention_forward", att_f, 0, attention_forward(a.atty, a.lse, a.qkv, B, T, NH, hs));
         TIMED("matmul_forward", mm_f(N, C, C), 0, matmul_forward(a.attproj, a.atty, W(M, APW, l), nullptr, N, C, C));
-        TIMED("bias_forward", 0, 4.0 * nc, bias_forward(a.attproj, W(M, APB, l), N, C));
-        TIMED("residual_forward", 0, 6.0 * nc, residual_forward(a.res2, x, a.attproj, (size_t)N * C));
-        TIMED("layernorm_forward", 0, 4.0 * nc, layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, W(M, LN2W, l), W(M, LN2B, l), N, C));
-        TIMED("matmul_forward", mm_f(N, C, 4 * C), 0, matmul_forward(a.fch, a.ln2, W(M, FCW, l), W(M, FCB, l), N, C, 4 * C));
-        TIMED("gelu_forward", 0, 16.0 * nc, gelu_forward(a.fch_gelu, a.fch, (size_t)N * 4 * C));
+        if (g_fused) {
+            TIMED("residual_layernorm_forward", 0, 8.0 * nc, residual_layernorm_forward(a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, x, a.attproj, W(M, APB, l), W(M, LN2W, l), W(M, LN2B, l), N, C));
+            TIMED("matmul_gelu_forward", mm_f(N, C, 4 * C), 0, matmul_gelu_forward(a.fch_gelu, a.fch, a.ln2, W(M, FCW, l), W(M, FCB, l), N, C, 4 * C));
+        } else {
+            TIMED("bias_forward", 0, 4.0 * nc, bias_forward(a.attproj, W(M, APB, l), N, C));
+            TIMED("residual_forward", 0, 6.0 * nc, residual_forward(a.res2, x, a.attproj, (size_t)N * C));
+            TIMED("layernorm_forward", 0, 4.0 * nc, layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, W(M, LN2W, l), W(M, LN2B, l), N, C));
+            TIMED("matmul_forward", mm_f(N, C, 4 * C), 0, matmul_forward(a.fch, a.ln2, W(M, FCW, l), W(M, FCB, l), N, C, 4 * C));
+            TIMED("gelu_forward", 0, 16.0 * nc, gelu_forward(a.fch_gelu, a.fch, (size_t)N * 4 * C));
+        }
         TIMED("matmul_forward", mm_f(N, 4 * C, C), 0, matmul_forward(a.fcproj, a.fch_gelu, W(M, FPW, l), nullptr, N, 4 * C, C));
-        TIMED("bias_forward", 0, 4.0 * nc, bias_forward(a.fcproj, W(M, FPB, l), N, C));
-        TIMED("residual_forward", 0, 6.0 * nc, residual_forward(a.res3, a.res2, a.fcproj, (size_t)N * C));
+        if (g_fused) {
+            /* the next norm: layer l+1's ln1, or lnf after the last layer */
+            const bool last = l == L - 1;
+            Model::Layer* nx = last ? nullptr : &M.layer[l + 1];
+            TIMED("residual_layernorm_forward", 0, 8.0 * nc,
+                  residual_layernorm_forward(a.res3, last ? M.lnf : nx->ln1, last ? M.lnf_mean : nx->ln1_mean, last ? M.lnf_rstd : nx->ln1_rstd,
+                                             a.res2, a.fcproj, W(M, FPB, l), last ? W(M, LNFW) : W(M, LN1W, l + 1), last ? W(M, LNFB) : W(M, LN1B, l + 1), N, C));
+        } else {
+            TIMED("bias_forward", 0, 4.0 * nc, bias_forward(a.fcproj, W(M, FPB, l), N, C));
+            TIMED("residual_forward", 0, 6.0 * nc, residual_forward(a.res3, a.res2, a.fcproj, (size_t)N * C));
+        }
     }
     floatX* last = M.layer[L - 1].res3;
     const double nv = (double)N * Vp;
-    TIMED("layernorm_forward", 0, 4.0 * nc, layernorm_forward(M.lnf, M.lnf_mean, M.lnf_rstd, last, W(M, LNFW), W(M, LNFB), N, C));
+    if (!g_fused)
+        TIMED("layernorm_forward", 0, 4.0 * nc, layernorm_forward(M.lnf, M.lnf_mean, M.lnf_rstd, last, W(M, LNFW), W(M, LNFB), N, C));
     TIMED("matmul_forward (lm head)", mm_f(N, C, Vp), 0, matmul_forward(M.logits, M.lnf, W(M, WTE), nullptr, N, C, Vp));
     TIMED("crossentropy (3 kernels)", 0, 2.0 * nv, crossentropy_max(M.ce_mx, M.logits, N, Vp, 0, V));
     TIMED("crossentropy (3 kernels)", 0, 2.0 * nv, crossentropy_stats(M.ce_stats, M.logits, M.ce_mx, M.tgt, N, Vp, 0, V));
@@ -242,8 +269,12 @@ static double train_step(Model& M) {
         auto& a = M.layer[l];
         floatX* x = l == 0 ? M.x0 : M.layer[l - 1].res3;
         TIMED("bias_backward", 0, 2.0 * nc, bias_backward(G(M, FPB, l), M.dres, N, C));
-        TIMED("matmul_backward", 2 * mm_f(N, 4 * C, C), 0, matmul_backward(M.dfch_gelu, G(M, FPW, l), nullptr, M.dres, a.fch_gelu, W(M, FPW, l), N, 4 * C, C));
-        TIMED("gelu_backward", 0, 24.0 * nc, gelu_backward(M.dfch, a.fch, M.dfch_gelu, (size_t)N * 4 * C));
+        if (g_fused) {
+            TIMED("gelu_matmul_backward", 2 * mm_f(N, 4 * C, C), 0, gelu_matmul_backward(M.dfch, G(M, FPW, l), nullptr, M.dres, a.fch_gelu, W(M, FPW, l), a.fch, N, 4 * C, C));
+        } else {
+            TIMED("matmul_backward", 2 * mm_f(N, 4 * C, C), 0, matmul_backward(M.dfch_gelu, G(M, FPW, l), nullptr, M.dres, a.fch_gelu, W(M, FPW, l), N, 4 * C, C));
+            TIMED("gelu_backward", 0, 24.0 * nc, gelu_backward(M.dfch, a.fch, M.dfch_gelu, (size_t)N * 4 * C));
+        }
         TIMED("matmul_backward", 2 * mm_f(N, C, 4 * C), 0, matmul_backward(M.dln, G(M, FCW, l), G(M, FCB, l), M.dfch, a.ln2, W(M, FCW, l), N, C, 4 * C));
         TIMED("layernorm_backward", 0, 10.0 * nc, layernorm_backward(M.dres, G(M, LN2W, l), G(M, LN2B, l), M.dln, a.res2, W(M, LN2W, l), a.ln2_mean, a.ln2_rstd, N, C));
         TIMED("bias_backward", 0, 2.0 * nc, bias_backward(G(M, APB, l), M.dres, N, C));
@@ -270,7 +301,9 @@ int main(int argc, char** argv) {
     const int B = argc > 1 ? atoi(argv[1]) : 16;
     const int T = argc > 2 ? atoi(argv[2]) : 1024;
     const int steps = argc > 3 ? atoi(argv[3]) : 10;
-    if (B <= 0 || T <= 0 || T > 1024 || steps <= 0) FATAL("usage: bench_ops_gpu [B] [T <= 1024] [steps]");
+    if (argc > 4 && strcmp(argv[4], "unfused") != 0) FATAL("usage: bench_ops_gpu [B] [T <= 1024] [steps] [unfused]");
+    g_fused = argc <= 4;
+    if (B <= 0 || T <= 0 || T > 1024 || steps <= 0) FATAL("usage: bench_ops_gpu [B] [T <= 1024] [steps] [unfused]");
     ops_init(0);
     cudaDeviceProp prop;
     int dev = 0;
@@ -344,8 +377,8 @@ int main(int argc, char** argv) {
 
     std::sort(step_ms.begin(), step_ms.end());
     const double med = step_ms[step_ms.size() / 2];
-    printf("bench_ops_gpu: %s, %d SMs; GPT-2 124M, B=%d T=%d, %zu params; loss %.3f (random weights)\n", prop.name,
-           prop.multiProcessorCount, B, T, M.total, loss);
+    printf("bench_ops_gpu: %s, %d SMs; GPT-2 124M, B=%d T=%d, %zu params; loss %.3f (random weights); %s ops\n",
+           prop.name, prop.multiProcessorCount, B, T, M.total, loss, g_fused ? "fused" : "unfused");
     printf("ceilings: device copy %.0f GB/s (read+write), bf16 GEMM 8192^3 %.0f TFLOP/s\n", copy_gbs, gemm_tf);
     printf("step: median %.2f ms (min %.2f, max %.2f) over %d steps = %.0fk tok/s;  PyTorch anchors: eager 46.2, "
            "compiled 32.4 ms\n\n", med, step_ms.front(), step_ms.back(), steps, B * T / med);
@@ -354,6 +387,7 @@ int main(int argc, char** argv) {
     std::vector<std::pair<std::string, OpStat>> rows(g_stats.begin(), g_stats.end());
     std::sort(rows.begin(), rows.end(), [](auto& a, auto& b) { return a.second.ms > b.second.ms; });
     printf("%-30s %6s %9s %6s %12s %9s\n", "op", "calls", "ms/step", "%", "rate", "of ceil");
+    /* the fused GEMMs count their FLOPs; their epilogue traffic is not in the rate */
     for (auto& r : rows) {
         const OpStat& s = r.second;
         char rate[32] = "-", frac[16] = "-";

@@ -7,8 +7,18 @@
  * fp32, fp32 accumulation; C is not read when beta == 0. The heuristic call
  * checks that the layouts agree with m, n, k and the transposes - the part of
  * matmul_cuda.cu most likely to be wrong - and fails loudly if they do not.
+ *
+ * The GELU epilogues (cublasLt.h): GELU_AUX[_BIAS] writes D = gelu(v) and
+ * aux = v for v = alpha AB (+ bias), gelu taken of the fp32 v; DGELU writes
+ * D = alpha AB * gelu'(aux). GELU is the tanh approximation. Aux is a
+ * column-major m x n matrix of D's type (bf16 only here) at the aux ld, which
+ * must be divisible by 8 and >= m (the documented precondition: a call that
+ * breaks it fails here, as the library would refuse it); the aux pointer
+ * must be set and, as we ask of our own code, 16-byte aligned.
  */
 #include "tests/emu/emu_cuda.h" /* first: it defines the CUDA keywords before the CUDA headers do */
+
+#include <math.h>
 
 #include <vector>
 
@@ -24,6 +34,9 @@ struct EmuDesc {
     cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
     const void* bias = nullptr;
     int bias_type = -1;
+    const void* aux = nullptr;
+    int64_t aux_ld = 0;
+    int aux_type = -1;   /* unset: D's type */
     cublasComputeType_t compute;
     cudaDataType_t scale;
 };
@@ -39,6 +52,11 @@ void set_attr(T& dst, const void* buf, size_t size) {
     memcpy(&dst, buf, sizeof(T));
 }
 
+bool has_bias(cublasLtEpilogue_t e) { return e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS; }
+bool has_aux(cublasLtEpilogue_t e) {
+    return e == CUBLASLT_EPILOGUE_GELU_AUX || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || e == CUBLASLT_EPILOGUE_DGELU;
+}
+
 /* The shape checks cuBLASLt itself makes: op(A) is m x k, op(B) k x n, C and D m x n. */
 void check_shapes(const EmuDesc* e, const EmuLayout* a, const EmuLayout* b, const EmuLayout* c, const EmuLayout* d) {
     const uint64_t m = c->rows, n = c->cols;
@@ -49,8 +67,27 @@ void check_shapes(const EmuDesc* e, const EmuLayout* a, const EmuLayout* b, cons
     if (a->type != CUDA_R_16BF || b->type != CUDA_R_16BF) emu_fail("cuBLASLt: only bf16 A/B are emulated");
     if (c->type != d->type || (c->type != CUDA_R_16BF && c->type != CUDA_R_32F))
         emu_fail("cuBLASLt: C/D type not emulated");
-    if (e->epi == CUBLASLT_EPILOGUE_BIAS && e->bias_type != CUDA_R_16BF) emu_fail("cuBLASLt: only bf16 bias is emulated");
-    if (e->epi != CUBLASLT_EPILOGUE_BIAS && e->epi != CUBLASLT_EPILOGUE_DEFAULT) emu_fail("cuBLASLt: epilogue not emulated");
+    if (has_bias(e->epi) && e->bias_type != CUDA_R_16BF) emu_fail("cuBLASLt: only bf16 bias is emulated");
+    if (e->epi != CUBLASLT_EPILOGUE_BIAS && e->epi != CUBLASLT_EPILOGUE_DEFAULT && !has_aux(e->epi))
+        emu_fail("cuBLASLt: epilogue not emulated");
+    if (has_aux(e->epi)) {
+        if (e->aux_ld % 8 != 0 || e->aux_ld < (int64_t)m)
+            emu_fail("cuBLASLt: GELU aux ld %lld must be divisible by 8 and >= the %llu rows of D",
+                     (long long)e->aux_ld, (unsigned long long)m);
+        if (d->type != CUDA_R_16BF || (e->aux_type != -1 && e->aux_type != CUDA_R_16BF))
+            emu_fail("cuBLASLt: only bf16 D and aux are emulated with the GELU epilogues");
+        if (!e->aux || ((uintptr_t)e->aux & 15u)) emu_fail("cuBLASLt: GELU aux pointer unset or not 16-byte aligned");
+    }
+}
+
+/* GELU, tanh approximation, and its derivative (fp32) */
+float gelu_f(float x) {
+    const float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+    return 0.5f * x * (1.0f + tanhf(u));
+}
+float gelu_grad_f(float x) {
+    const float u = 0.7978845608028654f * (x + 0.044715f * x * x * x), th = tanhf(u);
+    return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * 0.7978845608028654f * (1.0f + 3.0f * 0.044715f * x * x);
 }
 
 float load_as_f32(const void* p, cudaDataType t, size_t i) {
@@ -85,6 +122,9 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMa
         case CUBLASLT_MATMUL_DESC_EPILOGUE: set_attr(e->epi, buf, size); break;
         case CUBLASLT_MATMUL_DESC_BIAS_POINTER: set_attr(e->bias, buf, size); break;
         case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: set_attr(e->bias_type, buf, size); break;
+        case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: set_attr(e->aux, buf, size); break;
+        case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: set_attr(e->aux_ld, buf, size); break;
+        case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE: set_attr(e->aux_type, buf, size); break;
         default: emu_fail("cuBLASLt descriptor attribute %d not emulated", (int)attr);
     }
     return CUBLAS_STATUS_SUCCESS;
@@ -131,6 +171,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
                     *ld = (const EmuLayout*)Ddesc;
     check_shapes(e, la, lb, lc, ld);
     const float al = *(const float*)alpha, be = *(const float*)beta;
+    if (e->epi == CUBLASLT_EPILOGUE_DGELU && be != 0.0f) emu_fail("cuBLASLt: DGELU with beta != 0 is not emulated");
     const uint64_t m = lc->rows, n = lc->cols, k = e->ta == CUBLAS_OP_N ? la->cols : la->rows;
     std::vector<float> out(m * n);
     for (uint64_t j = 0; j < n; j++)
@@ -144,7 +185,15 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
             }
             float v = al * s;
             if (be != 0.0f) v += be * load_as_f32(C, lc->type, i + j * lc->ld);
-            if (e->epi == CUBLASLT_EPILOGUE_BIAS) v += __bfloat162float(((const __nv_bfloat16*)e->bias)[i]);
+            if (has_bias(e->epi)) v += __bfloat162float(((const __nv_bfloat16*)e->bias)[i]);
+            __nv_bfloat16* aux = (__nv_bfloat16*)e->aux;   /* written (GELU_AUX) or read (DGELU) */
+            const size_t ai = i + j * (size_t)e->aux_ld;
+            if (e->epi == CUBLASLT_EPILOGUE_GELU_AUX || e->epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
+                aux[ai] = __float2bfloat16_rn(v);
+                v = gelu_f(v);
+            } else if (e->epi == CUBLASLT_EPILOGUE_DGELU) {
+                v *= gelu_grad_f(__bfloat162float(aux[ai]));
+            }
             out[i + j * m] = v;
         }
     for (uint64_t j = 0; j < n; j++)
