@@ -218,7 +218,9 @@ static int copy_rotated(const TacoCfg* c, const uint8_t* codes, int len) {
     return 1;
 }
 
-void taco_decode_sum(const TacoCfg* c, const TacoWireIn* in, int P, size_t n, float* out) {
+/* taco_decode_sum, and with keep its rotated-domain form: a group whose
+ * copies are all rotated is left as R (all NaN if R overflowed). */
+static void decode_sum(const TacoCfg* c, const TacoWireIn* in, int P, size_t n, float* out, int keep) {
     taco_check(c);
     if (P < 1) FATAL("taco_decode_sum: %d copies; at least 1", P);
     const size_t G = (size_t)c->G;
@@ -238,10 +240,13 @@ void taco_decode_sum(const TacoCfg* c, const TacoWireIn* in, int P, size_t n, fl
             }
         }
         /* the rotated copies, summed in the rotated domain, then one transform */
-        int have = 0;
+        int have = 0, late = 0;
         for (int p = 0; p < P; p++) {
             const uint8_t* cp = in[p].codes + b0;
-            if (!copy_rotated(c, cp, len)) continue;
+            if (!copy_rotated(c, cp, len)) {
+                late = 1;
+                continue;
+            }
             int b = in[p].exps ? (int)in[p].exps[gi] - 127 : 0;
             for (int j = 0; j < len; j++) {
                 float d = dequant(fp8_decode(cp[j], c->format), b, k[p], sc[p]);
@@ -249,12 +254,21 @@ void taco_decode_sum(const TacoCfg* c, const TacoWireIn* in, int P, size_t n, fl
             }
             have = 1;
         }
+        if (keep && have && !late) { /* every copy rotated: R stays */
+            int finite = 1;
+            for (int j = 0; j < len; j++) finite = finite && isfinite(R[j]);
+            /* an overflowed R: its inverse transform would be inf or NaN in
+             * every slot (each output of the butterflies involves every
+             * input), which the encoder sends as NaN codes alike: all NaN */
+            for (int j = 0; j < len; j++) o[j] = finite ? R[j] : NAN;
+            continue;
+        }
         if (have) {
             hadamard_butterflies(R, len);
             for (int j = 0; j < len; j++) o[j] = R[j] * norm;
         }
         /* then the copies whose group was sent unrotated, in order */
-        for (int p = 0; p < P; p++) {
+        for (int p = 0; p < P && late; p++) {
             const uint8_t* cp = in[p].codes + b0;
             if (copy_rotated(c, cp, len)) continue;
             int b = in[p].exps ? (int)in[p].exps[gi] - 127 : 0;
@@ -267,4 +281,12 @@ void taco_decode_sum(const TacoCfg* c, const TacoWireIn* in, int P, size_t n, fl
     }
     free(k);
     free(sc);
+}
+
+void taco_decode_sum(const TacoCfg* c, const TacoWireIn* in, int P, size_t n, float* out) {
+    decode_sum(c, in, P, n, out, 0);
+}
+
+void taco_decode_sum_rotated(const TacoCfg* c, const TacoWireIn* in, int P, size_t n, float* out) {
+    decode_sum(c, in, P, n, out, 1);
 }
