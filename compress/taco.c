@@ -57,6 +57,12 @@
  * inverse transform, and a NaN input still comes back as NaN in its own slot
  * only: its copy's group skipped the rotation, on both sides.
  *
+ * The fused recompress (compress.c's decompress_sum_recompress) keeps that
+ * sum in the rotated domain: taco_decode_sum_rotated leaves a group whose
+ * copies are all rotated as R (all NaN if R overflowed), and the encoder runs
+ * on it with hadamard off: e_u from max |R|, n_g = 1, the rest unchanged. No
+ * group it leaves as R holds a NaN code, so the decoder sees it rotated.
+ *
  * The CPU reference makes two passes over a tile when its scale needs the
  * current amax (the GPU holds a tile in one block and makes one). The group
  * work is recomputed in pass 2 rather than stored: deterministic, and no
