@@ -13,6 +13,11 @@
  *                   own chunk from the same bytes it sent, so every rank ends
  *                   with bit-identical results.
  *
+ * In the all-reduce the sum and the all-gather's encode are one step,
+ * decompress_sum_recompress: for taco the sum of the P copies is re-encoded
+ * without leaving the rotated domain (compress/README.md), so the result is
+ * not bit-equal to coll_reduce_scatter + coll_all_gather of its fp32 output.
+ *
  * The one-shot all-reduce (coll_allreduce_one_shot) is the other shape:
  * every rank compresses its whole tensor once, all ranks gather every
  * rank's bytes and each decodes and sums the P copies in rank order. One
@@ -75,8 +80,11 @@ void coll_reduce_scatter(MPI_Comm comm, const CompressParams* p, const float* x,
     coll_reduce_scatter_unit(comm, p, x, n, coll_align(p), out, stream, s, st);
 }
 
-void coll_reduce_scatter_unit(MPI_Comm comm, const CompressParams* p, const float* x, size_t n, size_t align,
-                              float* out, uint64_t stream, CollScratch* s, CollStats* st) {
+/* The reduce-scatter's exchange: my P chunks compressed, chunk j sent to
+ * rank j; on return the P copies of my chunk lie in s->recv, csz bytes
+ * apart, in rank order, and *mcnt is my chunk's length. */
+static void rs_exchange(MPI_Comm comm, const CompressParams* p, const float* x, size_t n, size_t align,
+                        uint64_t stream, CollScratch* s, CollStats* st, size_t* mcnt_out, size_t* csz_out) {
     int P, r;
     MPI_CHECK(MPI_Comm_size(comm, &P));
     MPI_CHECK(MPI_Comm_rank(comm, &r));
@@ -119,13 +127,28 @@ void coll_reduce_scatter_unit(MPI_Comm comm, const CompressParams* p, const floa
     MPI_Request req;   /* nonblocking, so the watchdog can bound the wait */
     MPI_CHECK(MPI_Ialltoallv(s->send, scount, sdispl, MPI_BYTE, s->recv, rcount, rdispl, MPI_BYTE, comm, &req));
     wd_waitall(1, &req, comm, "reduce-scatter (all-to-all)");
+    free(scount);
+    *mcnt_out = mcnt;
+    *csz_out = csz;
+}
 
-    /* fused decode + fp32 sum, in rank order */
+/* the P copies of my chunk in s->recv (rs_exchange), in rank order */
+static const uint8_t** rs_copies(const CollScratch* s, int P, size_t csz) {
     const uint8_t** copies = mallocCheck(sizeof(uint8_t*) * (size_t)P);
     for (int i = 0; i < P; i++) copies[i] = s->recv + (size_t)i * csz;
+    return copies;
+}
+
+void coll_reduce_scatter_unit(MPI_Comm comm, const CompressParams* p, const float* x, size_t n, size_t align,
+                              float* out, uint64_t stream, CollScratch* s, CollStats* st) {
+    int P;
+    MPI_CHECK(MPI_Comm_size(comm, &P));
+    size_t mcnt, csz;
+    rs_exchange(comm, p, x, n, align, stream, s, st, &mcnt, &csz);
+    /* fused decode + fp32 sum, in rank order */
+    const uint8_t** copies = rs_copies(s, P, csz);
     if (mcnt) decompress_sum(p, copies, P, mcnt, out);
     free(copies);
-    free(scount);
 }
 
 void coll_all_gather(MPI_Comm comm, const CompressParams* p, const float* mine, size_t n, float* out,
@@ -133,14 +156,8 @@ void coll_all_gather(MPI_Comm comm, const CompressParams* p, const float* mine, 
     coll_all_gather_unit(comm, p, mine, n, coll_align(p), out, stream, s, st);
 }
 
-void coll_all_gather_unit(MPI_Comm comm, const CompressParams* p, const float* mine, size_t n, size_t align,
-                          float* out, uint64_t stream, CollScratch* s, CollStats* st) {
-    int P, r;
-    MPI_CHECK(MPI_Comm_size(comm, &P));
-    MPI_CHECK(MPI_Comm_rank(comm, &r));
-    int* rcount = mallocCheck(2 * sizeof(int) * (size_t)P);
-    int* rdispl = rcount + P;
-
+/* the wire sizes of the P chunks of the all-gather, and their offsets in s->recv */
+static void ag_layout(const CompressParams* p, size_t n, int P, size_t align, int* rcount, int* rdispl) {
     size_t total = 0;
     for (int i = 0; i < P; i++) {
         size_t b, cnt;
@@ -151,15 +168,17 @@ void coll_all_gather_unit(MPI_Comm comm, const CompressParams* p, const float* m
         rdispl[i] = (int)total;
         total += w;
     }
-    size_t mb, mcnt;
-    coll_chunk(n, P, r, align, &mb, &mcnt);
-    s->send = grow(s->send, &s->send_cap, (size_t)rcount[r]);
-    CompressStats cs = {0};
-    compress(p, mine, mcnt, coll_stream_of(stream, r, r, 1), s->send, &cs);
-    stats_add(st, &cs, 1);
-    if (st) st->bytes_sent += (uint64_t)rcount[r] * (uint64_t)(P - 1);
+}
 
-    s->recv = grow(s->recv, &s->recv_cap, total);
+/* The all-gather's exchange and decode: s->send holds my chunk's wire
+ * (rcount[r] bytes); every chunk is decoded from the gathered bytes. */
+static void ag_exchange(MPI_Comm comm, const CompressParams* p, size_t n, size_t align, const int* rcount,
+                        const int* rdispl, float* out, CollScratch* s, CollStats* st) {
+    int P, r;
+    MPI_CHECK(MPI_Comm_size(comm, &P));
+    MPI_CHECK(MPI_Comm_rank(comm, &r));
+    if (st) st->bytes_sent += (uint64_t)rcount[r] * (uint64_t)(P - 1);
+    s->recv = grow(s->recv, &s->recv_cap, (size_t)rdispl[P - 1] + (size_t)rcount[P - 1]);
     MPI_Request req;
     MPI_CHECK(MPI_Iallgatherv(s->send, rcount[r], MPI_BYTE, s->recv, rcount, rdispl, MPI_BYTE, comm, &req));
     wd_waitall(1, &req, comm, "all-gather");
@@ -168,6 +187,23 @@ void coll_all_gather_unit(MPI_Comm comm, const CompressParams* p, const float* m
         coll_chunk(n, P, i, align, &b, &cnt);
         decompress(p, s->recv + rdispl[i], cnt, out + b);
     }
+}
+
+void coll_all_gather_unit(MPI_Comm comm, const CompressParams* p, const float* mine, size_t n, size_t align,
+                          float* out, uint64_t stream, CollScratch* s, CollStats* st) {
+    int P, r;
+    MPI_CHECK(MPI_Comm_size(comm, &P));
+    MPI_CHECK(MPI_Comm_rank(comm, &r));
+    int* rcount = mallocCheck(2 * sizeof(int) * (size_t)P);
+    int* rdispl = rcount + P;
+    ag_layout(p, n, P, align, rcount, rdispl);
+    size_t mb, mcnt;
+    coll_chunk(n, P, r, align, &mb, &mcnt);
+    s->send = grow(s->send, &s->send_cap, (size_t)rcount[r]);
+    CompressStats cs = {0};
+    compress(p, mine, mcnt, coll_stream_of(stream, r, r, 1), s->send, &cs);
+    stats_add(st, &cs, 1);
+    ag_exchange(comm, p, n, align, rcount, rdispl, out, s, st);
     free(rcount);
 }
 
@@ -180,11 +216,22 @@ void coll_allreduce(MPI_Comm comm, const CompressParams* p_rs, const CompressPar
     /* both halves must cut the tensor identically */
     size_t align = coll_align(p_rs);
     if (coll_align(p_ag) != align) FATAL("all-reduce halves use different group sizes (%zu vs %zu)", align, coll_align(p_ag));
-    size_t mb, mcnt;
-    coll_chunk(n, P, r, align, &mb, &mcnt);
-    s->acc = grow(s->acc, &s->acc_cap, (mcnt ? mcnt : 1) * sizeof(float));
-    coll_reduce_scatter(comm, p_rs, x, n, s->acc, stream, s, st);
-    coll_all_gather(comm, p_ag, s->acc, n, x, stream, s, st);
+    /* reduce-scatter, then my chunk's copies summed and re-encoded for the
+     * all-gather in one step (decompress_sum_recompress: in the rotated
+     * domain for taco), then the all-gather of the wires */
+    size_t mcnt, csz;
+    rs_exchange(comm, p_rs, x, n, align, stream, s, st, &mcnt, &csz);
+    int* rcount = mallocCheck(2 * sizeof(int) * (size_t)P);
+    int* rdispl = rcount + P;
+    ag_layout(p_ag, n, P, align, rcount, rdispl);
+    s->send = grow(s->send, &s->send_cap, (size_t)rcount[r]);
+    const uint8_t** copies = rs_copies(s, P, csz);
+    CompressStats cs = {0};
+    decompress_sum_recompress(p_rs, copies, P, mcnt, p_ag, coll_stream_of(stream, r, r, 1), s->send, &cs);
+    free(copies);
+    stats_add(st, &cs, 1);
+    ag_exchange(comm, p_ag, n, align, rcount, rdispl, x, s, st);
+    free(rcount);
 }
 
 void coll_allreduce_one_shot(MPI_Comm comm, const CompressParams* p, float* x, size_t n, uint64_t stream,

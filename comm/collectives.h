@@ -27,7 +27,7 @@ extern "C" {
 typedef struct {
     uint8_t* send;      /* compressed chunks going out */
     uint8_t* recv;      /* compressed chunks coming in */
-    float* acc;         /* fp32 sum of this rank's chunk */
+    float* acc;         /* unused (the fp32 sum of the all-reduce before 2026-12) */
     size_t send_cap, recv_cap, acc_cap;
 } CollScratch;
 
@@ -67,7 +67,12 @@ void coll_reduce_scatter_unit(MPI_Comm comm, const CompressParams* p, const floa
 void coll_all_gather_unit(MPI_Comm comm, const CompressParams* p, const float* mine, size_t n, size_t align,
                           float* out, uint64_t stream, CollScratch* s, CollStats* st);
 /* In place: x = sum over ranks, by reduce-scatter (p_rs) + all-gather (p_ag).
- * Deterministic, identical on every rank, exact when both methods are none. */
+ * The middle step, my chunk's P copies summed and re-encoded as p_ag, is
+ * decompress_sum_recompress (compress.h): for taco into taco the sum stays
+ * in the rotated domain, so this is NOT coll_reduce_scatter followed by
+ * coll_all_gather of its fp32 result (for other pairs it is, bit for bit).
+ * Deterministic, identical on every rank, exact when both methods are none.
+ * (acc in CollScratch is no longer used by it.) */
 void coll_allreduce(MPI_Comm comm, const CompressParams* p_rs, const CompressParams* p_ag, float* x,
                     size_t n, uint64_t stream, CollScratch* s, CollStats* st);
 /* In place, in one phase: every rank compresses all of x with p once, every

@@ -34,7 +34,10 @@
  *      sub-chunk): then the reduce pass of each k only reduces that amax, and
  *      a second pass re-decodes, re-sums and compresses once all K have
  *      arrived (no fp32 sum in memory). Pairs the fused kernel does not
- *      encode (compress_dev_can_fuse) go through an fp32 sum (d_acc).
+ *      encode (compress_dev_can_fuse), and CollScratchDev.unfused, go
+ *      through an fp32 sum (d_acc): CDEV_REDUCE_ROTATED_F32's, encoded with
+ *      compress_recompress_params, so that taco's sum, kept in the rotated
+ *      domain, gives the fused step's bytes (decompress_sum_recompress).
  *
  *   5. With an NCCL communicator set (CollScratchDev.nccl) the same messages
  *      go by ncclSend/ncclRecv between device buffers on a network stream,
@@ -268,19 +271,21 @@ static void ag_encode_all(Call* C) {
             decompress_jobs_dev(C->p_rs, j, 1, CDEV_REDUCE_RECOMPRESS, C->p_ag, C->cs);
         } else { /* AG_VIA_F32 or AG_FROM_MINE */
             int bf16 = 0;
+            CompressParams pe = *C->p_ag;
             if (C->ag_src == AG_VIA_F32) {
                 j->x = C->s->d_acc;
+                pe = compress_recompress_params(C->p_rs, C->p_ag); /* the fused step's bytes */
             } else {
                 j->x = C->ag_in;
                 bf16 = C->ag_in_bf16;
             }
-            if (k == 0 && compress_dev_two_pass(C->p_ag)) {
+            if (k == 0 && compress_dev_two_pass(&pe)) {
                 CompressJobDev whole = *j;
                 whole.e0 = 0;
                 whole.e1 = whole.n;
-                compress_jobs_amax_dev(C->p_ag, bf16, &whole, 1, C->cs);
+                compress_jobs_amax_dev(&pe, bf16, &whole, 1, C->cs);
             }
-            compress_jobs_encode_dev(C->p_ag, bf16, j, 1, C->cs);
+            compress_jobs_encode_dev(&pe, bf16, j, 1, C->cs);
         }
         ag_mark_ready(C, k);
     }
@@ -321,9 +326,9 @@ static void rs_reduce_k(Call* C, int k) {
         j->st = &C->s->d_st[P]; /* the all-gather chunk's scale slot */
         decompress_jobs_dev(C->p_rs, j, 1, CDEV_REDUCE_AMAX, C->p_ag, C->cs);
         break;
-    case AG_VIA_F32:
+    case AG_VIA_F32: /* the sum the fused step would encode (taco: in the rotated domain) */
         j->y = C->s->d_acc;
-        decompress_jobs_dev(C->p_rs, j, 1, CDEV_REDUCE_F32, NULL, C->cs);
+        decompress_jobs_dev(C->p_rs, j, 1, CDEV_REDUCE_ROTATED_F32, C->p_ag, C->cs);
         break;
     default: FATAL("internal: unexpected all-gather source %d", (int)C->ag_src);
     }

@@ -56,7 +56,8 @@ typedef struct CollScratchDev {
     int cuda_aware;     /* -1: ask MPI (MPIX_Query_cuda_support); 0: stage through pinned host
                            memory; 1: hand device pointers to MPI */
     int unfused;        /* 1: the all-reduce sums into fp32 and encodes the all-gather in a
-                           separate pass, never fused into the reduce (for the benchmark) */
+                           separate pass, never fused into the reduce (for the benchmark);
+                           the same bits (CDEV_REDUCE_ROTATED_F32) */
     void* nccl;         /* NULL: MPI moves the messages; else an ncclComm_t of the same group
                            with the same rank order: NCCL send/recv of device buffers */
     int ipc;            /* 1: the CUDA IPC transport (comm/ipc_cuda.h; the group on one node) */

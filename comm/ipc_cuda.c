@@ -313,13 +313,14 @@ void coll_ipc_two_shot(MPI_Comm comm, const CollIpcCall* a, CollScratchDev* s, c
                 g->acc_cap = L.c[r] + L.c[r] / 4 + 1024;
                 CUDA_CHECK(cudaMalloc((void**)&g->acc, g->acc_cap * sizeof(float)));
             }
-            j->y = g->acc;
-            decompress_jobs_dev(a->p_rs, j, 1, CDEV_REDUCE_F32, NULL, cs);
+            j->y = g->acc; /* the sum the fused step encodes, and its parameters: the same bytes */
+            decompress_jobs_dev(a->p_rs, j, 1, CDEV_REDUCE_ROTATED_F32, a->p_ag, cs);
             CompressJobDev k = *j;
             k.nin = 0;
             k.x = g->acc;
-            compress_jobs_amax_dev(a->p_ag, 0, &k, 1, cs);
-            compress_jobs_encode_dev(a->p_ag, 0, &k, 1, cs);
+            const CompressParams pe = compress_recompress_params(a->p_rs, a->p_ag);
+            compress_jobs_amax_dev(&pe, 0, &k, 1, cs);
+            compress_jobs_encode_dev(&pe, 0, &k, 1, cs);
         }
     } else { /* all-gather only: my chunk as given */
         job_whole(j, L.c[r]);

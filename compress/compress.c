@@ -278,3 +278,45 @@ void decompress_sum(const CompressParams* p, const uint8_t* const* in, int P, si
 }
 
 void decompress(const CompressParams* p, const uint8_t* in, size_t n, float* out) { decompress_sum(p, &in, 1, n, out); }
+
+/* The sum as the recompress encodes it (README.md, "The fused
+ * recompress"): taco_decode_sum_rotated's values (R where a group can stay
+ * rotated, the decoded sum elsewhere) when the pair keeps the sum rotated,
+ * decompress_sum's otherwise. */
+void decompress_sum_rotated(const CompressParams* p_in, const CompressParams* p_out, const uint8_t* const* in, int P,
+                            size_t n, float* out) {
+    compress_params_check(p_in, "decompress_sum_rotated");
+    if (P < 1) FATAL("decompress_sum_rotated: %d copies; at least 1", P);
+    if (!compress_sum_stays_rotated(p_in, p_out)) {
+        decompress_sum(p_in, in, P, n, out);
+        return;
+    }
+    const Wire w = wire_of(p_in, n);
+    const TacoCfg c = taco_cfg_of(p_in);
+    TacoWireIn* t = (TacoWireIn*)mallocCheck(sizeof(TacoWireIn) * (size_t)P);
+    for (int i = 0; i < P; i++) {
+        t[i].scales = w.scaled ? in[i] : NULL;
+        t[i].exps = w.m->gbytes ? in[i] + w.groups : NULL;
+        t[i].codes = in[i] + w.codes;
+    }
+    taco_decode_sum_rotated(&c, t, P, n, out);
+    free(t);
+}
+
+/* The two-shot all-reduce's middle step: that sum, encoded by p_out's
+ * pipeline with its Hadamard step skipped where the sum stayed rotated. A
+ * group left as R is encoded as the encoder encodes a group it has just
+ * rotated, and holds no NaN code, so the decoder's rule sees it rotated; a
+ * group not left as R holds a NaN (a copy sent unrotated, or an overflowed
+ * R) or is a short tail, which the encoder would not rotate either: so no
+ * group needs the forward transform. */
+size_t decompress_sum_recompress(const CompressParams* p_in, const uint8_t* const* in, int P, size_t n,
+                                 const CompressParams* p_out, uint64_t stream, uint8_t* out, CompressStats* st) {
+    compress_params_check(p_out, "decompress_sum_recompress");
+    const CompressParams pe = compress_recompress_params(p_in, p_out);
+    float* z = (float*)mallocCheck(sizeof(float) * (n ? n : 1));
+    if (n) decompress_sum_rotated(p_in, p_out, in, P, n, z);
+    size_t w = compress(&pe, z, n, stream, out, st);
+    free(z);
+    return w;
+}

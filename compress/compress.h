@@ -77,6 +77,24 @@ void decompress(const CompressParams* p, const uint8_t* in, size_t n, float* out
  * all P (taco.c); the others add the decoded values, first copy first.
  * decompress is P = 1. Deterministic: the same bytes give the same bits. */
 void decompress_sum(const CompressParams* p, const uint8_t* const* in, int P, size_t n, float* out);
+/* The two-shot all-reduce's middle step, fused: the sum of P copies of p_in
+ * (as decompress_sum takes them) re-encoded as p_out into out
+ * (compress_bound(p_out, n) bytes, returned; SR stream `stream`; st may be
+ * NULL). When compress_sum_stays_rotated(p_in, p_out) (methods.h: taco
+ * into taco, one G and format, Hadamard on) the sum is encoded without
+ * leaving the rotated domain, no transform at all (compress/README.md);
+ * for every other pair it is compress(p_out, decompress_sum(p_in, ...)).
+ * Deterministic: the same bytes give the same bytes. */
+/* The sum that decompress_sum_recompress encodes, written out: the values
+ * of taco_decode_sum_rotated (groups that can stay rotated left in the
+ * rotated domain) when compress_sum_stays_rotated(p_in, p_out), else
+ * decompress_sum's. Encoding out with compress_recompress_params(p_in,
+ * p_out) (methods.h) is decompress_sum_recompress, to the bit (what the
+ * GPU's unfused all-reduce does). */
+void decompress_sum_rotated(const CompressParams* p_in, const CompressParams* p_out, const uint8_t* const* in, int P,
+                            size_t n, float* out);
+size_t decompress_sum_recompress(const CompressParams* p_in, const uint8_t* const* in, int P, size_t n,
+                                 const CompressParams* p_out, uint64_t stream, uint8_t* out, CompressStats* st);
 double compress_error_bound(const CompressParams* p); /* the stated relative-error bound (||x_hat-x||/||x||) the tests check against for well-behaved data, documented per method */
 
 #ifdef __cplusplus

@@ -284,13 +284,23 @@ void decompress_jobs_dev(const CompressParams* p_in, const CompressJobDev* jobs,
                          const CompressParams* p_out, cudaStream_t s) {
     static const char* who = "decompress_jobs_dev";
     if (njobs <= 0) return;
-    const Codec ci = codec_of(p_in, who);
     const int needs_out = mode == CDEV_REDUCE_AMAX || mode == CDEV_REDUCE_RECOMPRESS;
     if (needs_out && !p_out) FATAL("%s: mode %d needs p_out", who, (int)mode);
-    const Codec co = needs_out ? codec_of(p_out, who) : ci;
+    if (mode == CDEV_REDUCE_ROTATED_F32 && !p_out) FATAL("%s: mode %d needs p_out", who, (int)mode);
+    Codec ci = codec_of(p_in, who);
+    Codec co = needs_out ? codec_of(p_out, who) : ci;
+    /* taco into taco: the sum stays rotated and is encoded without the
+     * transform (decompress_sum_recompress); ROTATED_F32 writes that sum */
+    if ((mode == CDEV_REDUCE_RECOMPRESS || mode == CDEV_REDUCE_ROTATED_F32) && compress_sum_stays_rotated(p_in, p_out)) {
+        ci.keep = 1;
+        if (needs_out) {
+            const CompressParams pe = compress_recompress_params(p_in, p_out);
+            co = codec_of(&pe, who);
+        }
+    }
     int out = OUT_F32;
     switch (mode) {
-    case CDEV_DECODE_F32: case CDEV_REDUCE_F32: out = OUT_F32; break;
+    case CDEV_DECODE_F32: case CDEV_REDUCE_F32: case CDEV_REDUCE_ROTATED_F32: out = OUT_F32; break;
     case CDEV_DECODE_BF16: case CDEV_REDUCE_BF16: out = OUT_BF16; break;
     case CDEV_REDUCE_AMAX: out = OUT_AMAX; break;
     case CDEV_REDUCE_RECOMPRESS: out = OUT_RECOMP; break;

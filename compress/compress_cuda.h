@@ -93,13 +93,14 @@ typedef enum {
  * elements (P <= COMPRESS_DEV_MAX_IN). The sum is decompress_sum's, to the bit. */
 void decompress_reduce_dev(const CompressParams* p, const uint8_t* const* chunks, int P, size_t n, void* out,
                            CompressDevSum kind, cudaStream_t s);
-/* The fused all-gather step: sum the P chunks as CDEV_SUM_F32 does, then
- * compress the sum with p_out (SR stream `stream`) into out, without the sum
- * going through memory: for fp8_tensor's current scale one pass finds the
- * amax of the sum and a second pass re-decodes, re-sums and encodes;
- * otherwise one pass. Pairs that are not fused (compress_dev_can_fuse) go
- * through an fp32 scratch sum. Same bytes as compress(p_out, sum). Returns
- * compress_bound(p_out, n). */
+/* The fused all-gather step: sum the P chunks and compress the sum with
+ * p_out (SR stream `stream`) into out, without the sum going through
+ * memory; the same bytes as decompress_sum_recompress (compress.h): for
+ * taco into taco the sum stays in the rotated domain, no transform at all.
+ * For fp8_tensor's current scale one pass finds the amax of the sum and a
+ * second pass re-decodes, re-sums and encodes; otherwise one pass. Pairs
+ * that are not fused (compress_dev_can_fuse) go through an fp32 scratch
+ * sum. Returns compress_bound(p_out, n). */
 size_t decompress_reduce_recompress_dev(const CompressParams* p_in, const uint8_t* const* chunks, int P, size_t n,
                                         const CompressParams* p_out, uint64_t stream, uint8_t* out,
                                         CompressStatsDev* st, cudaStream_t s);
@@ -174,7 +175,12 @@ typedef enum {
     CDEV_REDUCE_F32,        /* y = decompress_sum(in[0..nin))       (fp32) */
     CDEV_REDUCE_BF16,       /* y = bf16(decompress_sum(in[0..nin))) */
     CDEV_REDUCE_AMAX,       /* the sum's transformed amax under p_out -> job.st->scale_amax_bits */
-    CDEV_REDUCE_RECOMPRESS  /* compress(p_out, sum) -> job.out, stats -> job.st */
+    CDEV_REDUCE_RECOMPRESS, /* decompress_sum_recompress(p_in, in, p_out) -> job.out, stats -> job.st:
+                               compress(p_out, sum), or for taco into taco the sum kept in the
+                               rotated domain (compress_sum_stays_rotated) */
+    CDEV_REDUCE_ROTATED_F32 /* y = decompress_sum_rotated(p_in, p_out, in) (fp32): the sum the
+                               recompress encodes; compress_recompress_params(p_in, p_out) encodes
+                               it to the same bytes in a second pass (the unfused all-reduce) */
 } CompressDevMode;
 void decompress_jobs_dev(const CompressParams* p_in, const CompressJobDev* jobs, int njobs, CompressDevMode mode,
                          const CompressParams* p_out, cudaStream_t s);

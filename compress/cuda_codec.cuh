@@ -49,6 +49,8 @@ struct Codec {
     int tiled;        /* an fp32 second scale per tile of COMPRESS_WIRE_TILE (taco), not one in the header */
     int gran;         /* ranges start on multiples of this (compress_wire_layout) */
     int stats_amax_r; /* stats amax = amax of the transformed values (methods with a chunk scale), else raw input amax */
+    int keep;         /* input codec of a sum that stays rotated (compress_sum_stays_rotated): the
+                         groups that can stay are left as R, no inverse transform (taco_decode_sum_rotated) */
     float L;          /* fp8 max */
     float norm;       /* hadamard_norm(G) */
     float delayed_amax;

@@ -353,12 +353,14 @@ __device__ __forceinline__ void take_codes(InRows<1>& rows, const Codec& ci, uns
     group_max(nan, ci);
 }
 
-/* taco.c's taco_decode_sum for the lane's unit. A sum starts from -0.0f, the
- * exact identity of IEEE addition (-0 + x is x, also for x = +-0), so "the
- * first term, then the others added" needs no flags. */
+/* taco.c's taco_decode_sum for the lane's unit (with ci.keep its rotated
+ * form, taco_decode_sum_rotated: a group whose copies all came rotated is
+ * left as R; *stay gets bit sb for its sub-blocks). A sum starts from -0.0f,
+ * the exact identity of IEEE addition (-0 + x is x, also for x = +-0), so
+ * "the first term, then the others added" needs no flags. */
 template <int FMT>
 __device__ __forceinline__ void fp8_sum_unit(const Codec& ci, const DLaunch& L, const DJob& J, const WarpUnits& w,
-                                             InRows<1>& rows, unsigned t, int lane, float (&acc)[UNIT]) {
+                                             InRows<1>& rows, unsigned t, int lane, float (&acc)[UNIT], unsigned* stay) {
     const Span& sp = J.sp;
     bool rotatable[SB], rsum[SB];
     float fin[SB]; /* the multiplier after the transform: norm, or C for a folded single copy */
@@ -381,7 +383,7 @@ __device__ __forceinline__ void fp8_sum_unit(const Codec& ci, const DLaunch& L, 
             const int b = group_exp(rows.eb, sb);
             float f[16], C;
             fp8_sb_values<FMT>(r, sb, f);
-            if (rot && fold_const(ci, b, isc, &C)) fin[sb] = C;
+            if (rot && !ci.keep && fold_const(ci, b, isc, &C)) fin[sb] = C;
             else dequant16(f, b, isc);
 #pragma unroll
             for (int j = 0; j < 16; j++) acc[16 * sb + j] = f[j];
@@ -410,7 +412,21 @@ __device__ __forceinline__ void fp8_sum_unit(const Codec& ci, const DLaunch& L, 
             }
         }
     }
-    if (ci.hadamard) {
+    *stay = 0u;
+    bool transform = ci.hadamard != 0;
+    if (ci.keep) { /* a rotated group stays as R unless a copy of it came unrotated (late) */
+        bool any = false;
+#pragma unroll
+        for (int sb = 0; sb < SB; sb++) {
+            const bool lt = ((late >> sb) & 0x1111111111111111ull) != 0ull; /* bit 4 i + sb for any copy i */
+            if (rsum[sb] && !lt) *stay |= 1u << sb;
+            rsum[sb] = rsum[sb] && lt;
+            any = any || rsum[sb];
+        }
+        /* the cross-lane stages shuffle whatever rsum says: skip them when no lane transforms */
+        transform = transform && __ballot_sync(FULL, any) != 0u;
+    }
+    if (transform) {
         butterflies(acc, ci, rsum, lane);
         if (rsum[0] && rsum[1] && rsum[2] && rsum[3]) {
 #pragma unroll
@@ -424,6 +440,28 @@ __device__ __forceinline__ void fp8_sum_unit(const Codec& ci, const DLaunch& L, 
     if (late) add_late<FMT>(ci, L, J, w, late, acc);
 }
 
+/* A group left as R whose sum overflowed (an element is inf or NaN) is
+ * decoded as its inverse transform would be: every output of the
+ * butterflies depends on every input, so all of them are inf or NaN; here
+ * all NaN, which the encoder treats alike (taco_decode_sum_rotated). Every
+ * lane of the warp calls. */
+__device__ __forceinline__ void stay_overflow(const Codec& ci, unsigned stay, float (&acc)[UNIT], Scan& sc) {
+    if (__ballot_sync(FULL, sc.special) == 0u) return;
+    unsigned nf[SB];
+#pragma unroll
+    for (int sb = 0; sb < SB; sb++) nf[sb] = ((stay >> sb) & 1u) && sc.amax[sb] >= 0x7F800000u ? 1u : 0u;
+    group_max(nf, ci);
+    bool any = false;
+#pragma unroll
+    for (int j = 0; j < UNIT; j++)
+        if (nf[j >> 4]) {
+            acc[j] = __uint_as_float(0x7FC00000u);
+            any = true;
+        }
+    if (any) sc = scan_f32(acc);
+    scan_resolve(sc, acc);
+}
+
 /* What a decompress kernel reads (a template parameter: one code path per
  * kernel keeps the register allocation tight), and its bytes per element. */
 enum InKind { IN_E4M3 = 0, IN_E5M2 = 1, IN_INT8 = 2, IN_BF16 = 3, IN_F32 = 4 };
@@ -432,9 +470,11 @@ __host__ __device__ constexpr int in_bytes(int in) { return in == IN_F32 ? 4 : i
 /* acc = the job's sum for this lane's unit (step t). Every lane of the warp calls. */
 template <int IN>
 __device__ __forceinline__ void sum_unit(const Codec& ci, const DLaunch& L, const DJob& J, const WarpUnits& w,
-                                         InRows<in_bytes(IN)>& rows, unsigned t, int lane, float (&acc)[UNIT]) {
+                                         InRows<in_bytes(IN)>& rows, unsigned t, int lane, float (&acc)[UNIT],
+                                         unsigned* stay) {
+    *stay = 0u;
     if constexpr (IN == IN_E4M3 || IN == IN_E5M2) {
-        fp8_sum_unit<IN == IN_E4M3 ? FP8_E4M3 : FP8_E5M2>(ci, L, J, w, rows, t, lane, acc);
+        fp8_sum_unit<IN == IN_E4M3 ? FP8_E4M3 : FP8_E5M2>(ci, L, J, w, rows, t, lane, acc, stay);
     } else {
         const unsigned g0 = (unsigned)(((u64)UNIT * J.sp.u0) >> ci.lg);
 #pragma unroll
@@ -648,7 +688,14 @@ __global__ void __launch_bounds__(THREADS, SR ? DECOMPRESS_MIN_BLOCKS - 1 : DECO
     for (unsigned t = 0; block_has(sp, t); t++) {
         const WarpUnits w = warp_units(sp, rows.ws.lu(t), lane);
         float acc[UNIT];
-        sum_unit<IN>(ci, L, J, w, rows, t, lane, acc);
+        unsigned stay;
+        sum_unit<IN>(ci, L, J, w, rows, t, lane, acc, &stay);
+        if constexpr ((IN == IN_E4M3 || IN == IN_E5M2) && OUT == OUT_F32) {
+            if (ci.keep) { /* the sum the recompress encodes, written out (CDEV_REDUCE_ROTATED_F32) */
+                Scan sk = scan_f32(acc);
+                stay_overflow(ci, stay, acc, sk);
+            }
+        }
         if constexpr (OUT == OUT_F32 || OUT == OUT_BF16) {
             uint8_t* yb = static_cast<uint8_t*>(J.y) + (size_t)EBO * UNIT * sp.u0;
             if constexpr (OUT == OUT_BF16) {
@@ -662,6 +709,9 @@ __global__ void __launch_bounds__(THREADS, SR ? DECOMPRESS_MIN_BLOCKS - 1 : DECO
             }
         } else {
             Scan sc = scan_f32(acc);
+            if constexpr (IN == IN_E4M3 || IN == IN_E5M2) {
+                if (ci.keep) stay_overflow(ci, stay, acc, sc);
+            }
             scan_resolve(sc, acc);
             if constexpr (OUT == OUT_AMAX) {
                 tam = fmaxf(tam, prep_amax_r(fp8_prepare(co, acc, sc, w.u, sp, lane, 0)));

@@ -87,6 +87,25 @@ float compress_method_delayed_amax(const CompressParams* p) {
     return ((r->hdr > 0 || r->tbytes > 0) && p->delayed) ? p->delayed_amax : 0.0f;
 }
 
+int compress_sum_stays_rotated(const CompressParams* p_in, const CompressParams* p_out) {
+    compress_params_check(p_in, "compress_sum_stays_rotated");
+    compress_params_check(p_out, "compress_sum_stays_rotated");
+    if (METHODS[p_in->method].family != CM_FAM_FP8 || METHODS[p_out->method].family != CM_FAM_FP8) return 0;
+    /* the Hadamard runs on groups of the wire only (fp8_tensor's blocks have no byte, and no rotation) */
+    if (!compress_method_uses_groups(p_in->method) || !compress_method_uses_groups(p_out->method)) return 0;
+    return compress_method_switches(p_in).hadamard && compress_method_switches(p_out).hadamard &&
+           p_in->group_size == p_out->group_size && p_in->format == p_out->format;
+}
+
+CompressParams compress_recompress_params(const CompressParams* p_in, const CompressParams* p_out) {
+    CompressParams r = *p_out;
+    if (!compress_sum_stays_rotated(p_in, p_out)) return r;
+    r.hadamard = 0;
+    /* a row that fixed the Hadamard on could not be switched off here */
+    if (compress_method_switches(&r).hadamard) FATAL("methods.h: row %s fixes the Hadamard on", METHODS[r.method].name);
+    return r;
+}
+
 /* ------------------------------------------------------------------------ */
 /* the wire */
 

@@ -95,6 +95,17 @@ CompressSwitches compress_method_switches(const CompressParams* p);
  * only when dual scaling is on and it is > 0 and finite (else the current amax). */
 float compress_method_delayed_amax(const CompressParams* p);
 
+/* 1 if the fused recompress of p_in's sums as p_out (the two-shot
+ * all-reduce's middle step) keeps the sum in the rotated domain: both are
+ * the FP8 pipeline with the Hadamard on, with one group length and one fp8
+ * format (the pairs the GPU fuses). Every other pair recompresses
+ * compress(p_out, decompress_sum(p_in, ...)). compress/README.md. */
+int compress_sum_stays_rotated(const CompressParams* p_in, const CompressParams* p_out);
+/* What the recompress encodes that sum with: p_out with its Hadamard
+ * switched off when the sum stays rotated (its groups that can be rotated
+ * already are), else p_out itself. */
+CompressParams compress_recompress_params(const CompressParams* p_in, const CompressParams* p_out);
+
 /* ---- the wire layout: one definition for the CPU, the GPU and comm/ ----------
  * Element ranges of a chunk (the range interface of compress_cuda.h, the
  * pipelined collectives' sub-chunks) start on multiples of gran: whole

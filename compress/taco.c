@@ -57,6 +57,12 @@
  * inverse transform, and a NaN input still comes back as NaN in its own slot
  * only: its copy's group skipped the rotation, on both sides.
  *
+ * The fused recompress (compress.c's decompress_sum_recompress) keeps that
+ * sum in the rotated domain: taco_decode_sum_rotated leaves a group whose
+ * copies are all rotated as R (all NaN if R overflowed), and the encoder runs
+ * on it with hadamard off: e_u from max |R|, n_g = 1, the rest unchanged. No
+ * group it leaves as R holds a NaN code, so the decoder sees it rotated.
+ *
  * The CPU reference makes two passes over a tile when its scale needs the
  * current amax (the GPU holds a tile in one block and makes one). The group
  * work is recomputed in pass 2 rather than stored: deterministic, and no
@@ -218,7 +224,9 @@ static int copy_rotated(const TacoCfg* c, const uint8_t* codes, int len) {
     return 1;
 }
 
-void taco_decode_sum(const TacoCfg* c, const TacoWireIn* in, int P, size_t n, float* out) {
+/* taco_decode_sum, and with keep its rotated-domain form: a group whose
+ * copies are all rotated is left as R (all NaN if R overflowed). */
+static void decode_sum(const TacoCfg* c, const TacoWireIn* in, int P, size_t n, float* out, int keep) {
     taco_check(c);
     if (P < 1) FATAL("taco_decode_sum: %d copies; at least 1", P);
     const size_t G = (size_t)c->G;
@@ -238,10 +246,13 @@ void taco_decode_sum(const TacoCfg* c, const TacoWireIn* in, int P, size_t n, fl
             }
         }
         /* the rotated copies, summed in the rotated domain, then one transform */
-        int have = 0;
+        int have = 0, late = 0;
         for (int p = 0; p < P; p++) {
             const uint8_t* cp = in[p].codes + b0;
-            if (!copy_rotated(c, cp, len)) continue;
+            if (!copy_rotated(c, cp, len)) {
+                late = 1;
+                continue;
+            }
             int b = in[p].exps ? (int)in[p].exps[gi] - 127 : 0;
             for (int j = 0; j < len; j++) {
                 float d = dequant(fp8_decode(cp[j], c->format), b, k[p], sc[p]);
@@ -249,12 +260,21 @@ void taco_decode_sum(const TacoCfg* c, const TacoWireIn* in, int P, size_t n, fl
             }
             have = 1;
         }
+        if (keep && have && !late) { /* every copy rotated: R stays */
+            int finite = 1;
+            for (int j = 0; j < len; j++) finite = finite && isfinite(R[j]);
+            /* an overflowed R: its inverse transform would be inf or NaN in
+             * every slot (each output of the butterflies involves every
+             * input), which the encoder sends as NaN codes alike: all NaN */
+            for (int j = 0; j < len; j++) o[j] = finite ? R[j] : NAN;
+            continue;
+        }
         if (have) {
             hadamard_butterflies(R, len);
             for (int j = 0; j < len; j++) o[j] = R[j] * norm;
         }
         /* then the copies whose group was sent unrotated, in order */
-        for (int p = 0; p < P; p++) {
+        for (int p = 0; p < P && late; p++) {
             const uint8_t* cp = in[p].codes + b0;
             if (copy_rotated(c, cp, len)) continue;
             int b = in[p].exps ? (int)in[p].exps[gi] - 127 : 0;
@@ -267,4 +287,12 @@ void taco_decode_sum(const TacoCfg* c, const TacoWireIn* in, int P, size_t n, fl
     }
     free(k);
     free(sc);
+}
+
+void taco_decode_sum(const TacoCfg* c, const TacoWireIn* in, int P, size_t n, float* out) {
+    decode_sum(c, in, P, n, out, 0);
+}
+
+void taco_decode_sum_rotated(const TacoCfg* c, const TacoWireIn* in, int P, size_t n, float* out) {
+    decode_sum(c, in, P, n, out, 1);
 }

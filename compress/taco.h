@@ -61,6 +61,13 @@ typedef struct {
  * header says (rotated copies summed before one inverse transform, the
  * others added after, each in order). P = 1 is a plain decode. */
 void taco_decode_sum(const TacoCfg* c, const TacoWireIn* in, int P, size_t n, float* out);
+/* The same sum, left in the rotated domain where it can stay: a group whose
+ * P copies all came rotated gets out = R, their rotated-domain sum (no
+ * inverse transform), or all NaN where R is not finite (what the inverse
+ * transform of an overflowed R would be, as far as the encoder can tell);
+ * every other group gets taco_decode_sum's values. Encoding out with the Hadamard switched off is the fused
+ * recompress (compress.c's decompress_sum_recompress; taco.c's header). */
+void taco_decode_sum_rotated(const TacoCfg* c, const TacoWireIn* in, int P, size_t n, float* out);
 
 #ifdef __cplusplus
 }

@@ -10,6 +10,7 @@
  * access - the emulator maps the ranks' blocks through shared memory; it
  * cuts no sub-chunks, so once per size):
  *   all-reduce      coll_allreduce_dev(bf16 x) == bf16(coll_allreduce(float(x)))
+ *                   (also unfused: an fp32 sum, then the encode)
  *                   (round to nearest even; NaN equals NaN), the CollStats
  *                   (bytes, saturated, nonfinite, both amaxes) are equal, and
  *                   every rank holds the same bytes;
@@ -361,6 +362,12 @@ int main(int argc, char** argv) {
             ds[a][k].ipc = a == 2;
         }
     static const char* TRANSPORT[3] = {"staged", "device-ptr", "ipc"};
+    CollScratchDev du; /* the unfused all-reduce (comm.fuse: false): an fp32 sum, then the encode */
+    coll_scratch_dev_init(&du);
+    du.K = 2;
+    du.min_sub = 256;
+    du.nccl = nccl;
+    du.unfused = 1;
 
     int salt = 0;
     for (int pi = 0; pi < np; pi++) {
@@ -399,6 +406,17 @@ int main(int argc, char** argv) {
                     record(pr->name, e < 0 && st_ok, msg, what);
                     record("(all ranks identical)", same_on_all_ranks(got, n * 2), "outputs differ across ranks", what);
                     if (a == 2) record("ipc == host (== staged)", e < 0 && st_ok, msg, what);
+                    if (a == 0 && ki == 0) { /* unfused: the fused step's bits, through memory */
+                        CollStats su = {0};
+                        copy_sync(d_x, xb, n * 2, cudaMemcpyHostToDevice, cs);
+                        coll_allreduce_dev(MPI_COMM_WORLD, &pr->rs, &pr->ag, d_x, n, stream, &du, &su, cs);
+                        CUDA_CHECK(cudaStreamSynchronize(cs));
+                        copy_sync(two, d_x, n * 2, cudaMemcpyDeviceToHost, cs);
+                        const long eu = diff_bf16(ref, two, n);
+                        char mu[160] = "";
+                        if (eu >= 0) snprintf(mu, sizeof(mu), "rank %d element %ld: host 0x%04x device 0x%04x", rank, eu, ref[eu], two[eu]);
+                        record("unfused == host", eu < 0 && stats_equal(&sh, &su), mu, what);
+                    }
 
                     /* the one-shot all-reduce with the first method (K plays no part: once
                      * per size and transport); the exact wires give the two-shot bits */
@@ -596,6 +614,7 @@ int main(int argc, char** argv) {
     if (rank == 0) printf("\n%s: %d of %d rows failed (P = %d)\n", failed ? "FAILED" : "ALL PASS", failed, nrows, P);
     for (int a = 0; a < 3; a++)
         for (int k = 0; k < 4; k++) coll_scratch_dev_free(&ds[a][k]);
+    coll_scratch_dev_free(&du);
     coll_scratch_free(&hs);
     if (nccl) NCCL_CHECK(ncclCommDestroy(nccl));
     CUDA_CHECK(cudaFree(d_x));

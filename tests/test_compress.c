@@ -11,7 +11,9 @@
  * rounding is reproducible per (seed, stream) and differs across streams;
  * delayed scaling falls back, saturates and counts as documented; the Philox
  * generator matches Random123's known answers; TACO beats fp8_tensor on
- * outlier-heavy data. Prints an error table; exit status 0 when all pass.
+ * outlier-heavy data; the fused recompress (taco's sum kept in the rotated
+ * domain) equals a slow re-derivation from the wire bytes and keeps the
+ * all-reduce's error. Prints an error table; exit status 0 when all pass.
  */
 #include <math.h>
 #include <stdio.h>
@@ -580,6 +582,160 @@ static void test_tiles(void) {
     free(y);
 }
 
+/* ------------------------------------------------------------------------ */
+/* the fused recompress (decompress_sum_recompress), re-derived slowly        */
+
+/* The rotated-domain sum from the wire bytes, without taco.c: copy p's
+ * group is rotated iff it is full and holds no NaN code; its values are
+ * ldexpf(code, b - k) (b: the exponent byte - 127, 2^k: the tile's scale).
+ * A group whose copies are all rotated stays as their rank-order sum (all
+ * NaN if it overflowed); every other group takes decompress_sum's values.
+ * Then encoded as taco with the Hadamard off. */
+static void slow_recompress(const CompressParams* p, const uint8_t* const* w, int P, size_t n, uint64_t stream,
+                            uint8_t* out, int* stayed) {
+    const CompressWireLayout l = compress_wire_layout(p);
+    const size_t G = (size_t)p->group_size, go = compress_wire_groups_offset(&l, n), co = compress_wire_codes_offset(&l, n);
+    float* z = malloc(n * sizeof(float));
+    decompress_sum(p, w, P, n, z);
+    *stayed = 0;
+    for (size_t b0 = 0; b0 < n; b0 += G) {
+        if (n - b0 < G) break; /* a short tail is never rotated */
+        double r[256];
+        int all = 1, finite = 1;
+        for (int c = 0; c < P && all; c++) {
+            float sc;
+            memcpy(&sc, w[c] + 4 * (b0 / COMPRESS_WIRE_TILE), 4);
+            int k;
+            frexpf(sc, &k);
+            const int b = (int)w[c][go + b0 / G] - 127;
+            for (size_t j = 0; j < G; j++) {
+                float v = fp8_decode(w[c][co + b0 + j], p->format);
+                if (isnan(v)) all = 0;
+                float d = ldexpf(v, b - (k - 1));
+                r[j] = c == 0 ? d : (double)((float)r[j] + d); /* fp32 sums, in rank order */
+            }
+        }
+        if (!all) continue;
+        for (size_t j = 0; j < G; j++) finite = finite && isfinite((float)r[j]);
+        for (size_t j = 0; j < G; j++) z[b0 + j] = finite ? (float)r[j] : NAN;
+        (*stayed)++;
+    }
+    CompressParams q = *p;
+    q.hadamard = 0;
+    compress(&q, z, n, stream, out, NULL);
+    free(z);
+}
+
+/* The fused recompress == the slow path, byte for byte; it sends no
+ * transform's worth of error: the two-shot all-reduce (RS encode, the
+ * recompress, decode) stays within the bound of two quantisations, and its
+ * error within 2% of the order it replaced (decode, sum, compress). */
+static void test_recompress(void) {
+    const int Ps[] = {1, 2, 4};
+    const Dist dists[] = {D_GAUSS, D_OUTLIERS, D_STUDENT_T, D_NEAR_ZERO, D_TINY};
+    const size_t n = 3 * COMPRESS_WIRE_TILE + 64 * 5 + 17; /* tiles, and a short tail group */
+    const char* cfgs[] = {"taco", "taco_sr", "taco_e5m2", "taco-adaptive", "taco-dual", "taco-adaptive-dual"};
+    float** x = malloc(4 * sizeof(float*));
+    uint8_t** w = malloc(4 * sizeof(uint8_t*));
+    float* exact = malloc(n * sizeof(float));
+    float* y = malloc(n * sizeof(float));
+    float* z = malloc(n * sizeof(float));
+    for (int i = 0; i < 4; i++) x[i] = malloc(n * sizeof(float));
+    for (size_t ci = 0; ci < sizeof(cfgs) / sizeof(cfgs[0]); ci++) {
+        const Config* cf = NULL;
+        for (int i = 0; i < NUM_CONFIGS; i++)
+            if (!strcmp(CONFIGS[i].name, cfgs[ci])) cf = &CONFIGS[i];
+        for (int G = 16; G <= 256; G *= 4) {
+            const CompressParams p = params_of(cf, G);
+            const size_t bound = compress_bound(&p, n);
+            for (int i = 0; i < 4; i++) w[i] = malloc(bound);
+            uint8_t* fused = malloc(bound + GUARD);
+            uint8_t* slow = malloc(bound);
+            uint8_t* old = malloc(bound);
+            for (int pi = 0; pi < 3; pi++)
+                for (int di = 0; di < 5; di++) {
+                    const int P = Ps[pi];
+                    char what[120];
+                    snprintf(what, sizeof(what), "recompress %s G=%d P=%d %s", cf->name, G, P, DIST_NAMES[dists[di]]);
+                    for (size_t j = 0; j < n; j++) exact[j] = 0.0f;
+                    for (int i = 0; i < P; i++) {
+                        fill(x[i], n, dists[di], (uint64_t)(17 * i + 3 * di + G));
+                        if (i == 1) x[i][70] = NAN; /* one copy's group unrotated: the sum leaves the rotated domain there */
+                        compress(&p, x[i], n, 40 + (uint64_t)i, w[i], NULL);
+                        for (size_t j = 0; j < n; j++) exact[j] += x[i][j];
+                    }
+                    memset(fused, GUARD_BYTE, bound + GUARD);
+                    CompressStats st;
+                    size_t got = decompress_sum_recompress(&p, (const uint8_t* const*)w, P, n, &p, 9, fused, &st);
+                    int stayed, over = 0;
+                    slow_recompress(&p, (const uint8_t* const*)w, P, n, 9, slow, &stayed);
+                    for (size_t j = bound; j < bound + GUARD; j++) over |= fused[j] != GUARD_BYTE;
+                    CHECK(got == bound && !over && memcmp(fused, slow, bound) == 0, "%s: fused != slow path", what);
+                    CHECK(stayed >= (int)(n / (size_t)G) - 2, "%s: only %d groups stayed rotated", what, stayed);
+                    CHECK(st.nonfinite == (P > 1 ? 1u : 0u), "%s: %llu nonfinite", what, (unsigned long long)st.nonfinite);
+                    /* the error of the two-shot all-reduce, and of the order it replaced */
+                    exact[70] = 0.0f;
+                    decompress(&p, fused, n, y);
+                    decompress_sum(&p, (const uint8_t* const*)w, P, n, z);
+                    compress(&p, z, n, 9, old, NULL);
+                    decompress(&p, old, n, z);
+                    y[70] = z[70] = 0.0f;
+                    const double e_new = rel_err(exact, y, n), e_old = rel_err(exact, z, n);
+                    double sum_norm = 0.0, ex_norm = 0.0;
+                    for (int i = 0; i < P; i++) {
+                        x[i][70] = 0.0f;
+                        double t = 0.0;
+                        for (size_t j = 0; j < n; j++) t += (double)x[i][j] * x[i][j];
+                        sum_norm += sqrt(t);
+                    }
+                    for (size_t j = 0; j < n; j++) ex_norm += (double)exact[j] * exact[j];
+                    ex_norm = sqrt(ex_norm);
+                    const double B = compress_error_bound(&p); /* each copy, then the sum: two quantisations */
+                    const double bound2 = B * (sum_norm * (1.0 + B) + ex_norm) / ex_norm;
+                    CHECK(e_new <= bound2 || (is_bare_cast(&p) && !in_cast_range(dists[di])), "%s: error %.4g above the two-stage bound %.4g", what, e_new, bound2);
+                    CHECK(e_new <= 1.02 * e_old + 1e-9, "%s: error %.5g vs %.5g before", what, e_new, e_old);
+                }
+            for (int i = 0; i < 4; i++) free(w[i]);
+            free(fused);
+            free(slow);
+            free(old);
+        }
+    }
+    /* huge values: the rotated-domain sum overflows, those groups go out as NaN codes */
+    {
+        const CompressParams p = params_of(&CONFIGS[9], 64);
+        const size_t m = 4096, bound = compress_bound(&p, m);
+        uint8_t *fused = malloc(bound), *slow = malloc(bound);
+        for (int i = 0; i < 2; i++) {
+            w[i] = malloc(bound);
+            fill(x[i], m, D_GAUSS, (uint64_t)(90 + i));
+            for (size_t j = 0; j < m; j++) x[i][j] = (j < 2048 ? 3.0e38f : 1.0f) * (0.5f + 0.1f * fabsf(x[i][j]));
+            compress(&p, x[i], m, (uint64_t)i, w[i], NULL);
+        }
+        CompressStats st;
+        int stayed;
+        decompress_sum_recompress(&p, (const uint8_t* const*)w, 2, m, &p, 5, fused, &st);
+        slow_recompress(&p, (const uint8_t* const*)w, 2, m, 5, slow, &stayed);
+        CHECK(memcmp(fused, slow, bound) == 0 && st.nonfinite > 0 && st.nonfinite % 64 == 0,
+              "recompress of an overflowing sum: fused != slow path, or %llu nonfinite", (unsigned long long)st.nonfinite);
+        for (int i = 0; i < 2; i++) free(w[i]);
+        free(fused);
+        free(slow);
+    }
+    /* only taco into taco stays rotated; other pairs are compress(decompress_sum) */
+    CompressParams t = params_of(&CONFIGS[9], 64), g, h = t;
+    compress_params_default(&g, CM_FP8_GROUP);
+    h.hadamard = 0;
+    CHECK(compress_sum_stays_rotated(&t, &t) && !compress_sum_stays_rotated(&t, &g) && !compress_sum_stays_rotated(&h, &t),
+          "compress_sum_stays_rotated: taco only");
+    for (int i = 0; i < 4; i++) free(x[i]);
+    free(x);
+    free(w);
+    free(exact);
+    free(y);
+    free(z);
+}
+
 int main(void) {
     test_api();
     test_tiles();
@@ -590,6 +746,7 @@ int main(void) {
     test_stochastic();
     test_delayed();
     test_taco_beats_tensor();
+    test_recompress();
     if (failures) {
         printf("test_compress: %d check(s) FAILED\n", failures);
         return 1;

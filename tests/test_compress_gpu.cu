@@ -18,7 +18,10 @@
  *               compares equal to NaN; bf16 = round-to-nearest-even of it)
  *   reduce      decompress_reduce_dev of P = 1..8 copies == the CPU's
  *               decompress_sum (fp32 and bf16 out), copies at every alignment
- *   recompress  decompress_reduce_recompress_dev == compress(p_out, CPU sum)
+ *   recompress  decompress_reduce_recompress_dev == decompress_sum_recompress
+ *               (the CPU's; taco into taco stays in the rotated domain), and
+ *               the unfused form's sum (CDEV_REDUCE_ROTATED_F32) ==
+ *               decompress_sum_rotated
  *   ranges      the range interface: a chunk cut in K ranges written to
  *               separate buffers, reassembled == the wire; decoded by ranges
  *               == decompress()
@@ -471,7 +474,7 @@ static void check_reduce(const Cfg& c, int G, int dist, size_t n, int P, uint64_
         size_t ob = compress_bound(po, n);
         std::vector<uint8_t> ref(ob + 1), gw(ob + 1);
         CompressStats cst;
-        compress(po, sum.data(), n, 555, ref.data(), &cst);
+        decompress_sum_recompress(&p, hptr.data(), P, n, po, 555, ref.data(), &cst);
         compress_stats_dev_reset(B.st, 1, 0);
         uint8_t* out = B.wire + (o * 5) % 16;
         size_t w = decompress_reduce_recompress_dev(&p, dptr.data(), P, n, po, 555, out, B.st, 0);
@@ -484,6 +487,24 @@ static void check_reduce(const Cfg& c, int G, int dist, size_t n, int P, uint64_
         record("recompress", name, d < 0 && w == ob && stats_ok, "%s: byte %ld of %zu (cpu 0x%02x gpu 0x%02x) stats %d", what, d,
                ob, d >= 0 ? ref[d] : 0, d >= 0 ? gw[d] : 0, stats_ok);
     }
+    /* the sum the recompress encodes, written out (the unfused all-reduce's first pass) */
+    if (n) decompress_sum_rotated(&p, &p, hptr.data(), P, n, sum.data());
+    const CompressWireLayout l = compress_wire_layout(&p);
+    CompressJobDev j;
+    memset(&j, 0, sizeof(j));
+    j.n = n;
+    j.e1 = n;
+    j.y = B.y;
+    j.nin = P;
+    for (int i = 0; i < P; i++) {
+        j.in[i].scale = (l.hdr || l.tbytes) ? dptr[i] : NULL;
+        j.in[i].exps = l.gbytes ? dptr[i] + compress_wire_groups_offset(&l, n) : NULL;
+        j.in[i].codes = dptr[i] + compress_wire_codes_offset(&l, n);
+    }
+    decompress_jobs_dev(&p, &j, 1, CDEV_REDUCE_ROTATED_F32, &p, 0);
+    TCHECK(cudaMemcpy(got.data(), B.y, n * 4, cudaMemcpyDeviceToHost));
+    e = diff_f32(sum.data(), got.data(), n);
+    record("reduce", "rotated f32", e < 0, "%s: element %ld: cpu %a gpu %a", what, e, e >= 0 ? sum[e] : 0.f, e >= 0 ? got[e] : 0.f);
 }
 
 static void test_reduce(void) {
@@ -500,8 +521,10 @@ static void test_reduce(void) {
             for (int si = 0; si < (g_quick ? 3 : 4); si++)
                 for (int pi = 0; pi < (g_quick ? 4 : 5); pi++) {
                     /* negative zeros: 0.0f + (-0.0f) is +0, so they show whether the sum starts at 0.0f */
-                    const int dists[4] = {D_GAUSS, D_OUTLIERS, D_NONFINITE, D_NEG_ZERO};
-                    int dist = dists[k % 4];
+                    /* huge: the rotated-domain sum overflows (stays rotated no longer); wide: the
+                     * prescale's fold bounds */
+                    const int dists[6] = {D_GAUSS, D_OUTLIERS, D_NONFINITE, D_NEG_ZERO, D_HUGE, D_WIDE};
+                    int dist = dists[k % 6];
                     if (si == 3 && pi != 2) continue; /* the big size once */
                     check_reduce(*c, Gs[gi], dist, g_quick && si == 2 ? 4099 : sizes[si], Ps[pi], (uint64_t)k);
                     k++;

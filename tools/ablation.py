@@ -17,13 +17,21 @@ the SNR, and the wire bytes per fp32 byte. A second table gives these errors per
 --collect trains CONFIG for --steps steps (exact exchanges, compress.method=none, so every
 method is judged on the same uncompressed tensors) with every site dumped at the last step
 into --dump-dir, then builds the table from those dumps.
+
+--allreduce adds the all-reduce path: the ranks' dumps of one site and step (each rank's
+local input of that exchange) go through `build/compress allreduce`, the two-shot
+all-reduce of comm/collectives.c without MPI, once with the fused recompress (for taco the
+sum stays in the rotated domain) and once with --unfused (decode, sum, compress: the order
+before 2026-12); the table gives rel_err against the exact sum for both and their ratio.
 """
 import argparse
 import glob
+import json
 import os
 import shlex
 import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -114,6 +122,65 @@ def evaluate(dumpdir, binary, group_size):
     return files, zero, results
 
 
+def allreduce_errors(dumpdir, binary, group_size):
+    """results[label][site.step] = (rel_err fused, rel_err unfused) of the two-shot all-reduce
+    of the ranks' dumps of that site and step. Sites with fewer than two ranks' dumps, or
+    with an all-zero exact sum, are left out."""
+    sites = {}
+    for f in sorted(glob.glob(os.path.join(dumpdir, "*.npy"))):
+        site, step, rank = pl.dump_site(f)
+        if rank is not None:
+            sites.setdefault((site, step), {})[rank] = f
+    results = {label: {} for label, _, _, _ in ROWS}
+    with tempfile.TemporaryDirectory() as tmp:
+        for (site, step), ranks in sorted(sites.items()):
+            if len(ranks) < 2:
+                continue
+            xs = [pl.load_dump(ranks[r]) for r in sorted(ranks)]
+            if not np.any(sum(x.astype(np.float64) for x in xs)):
+                continue
+            ins = []
+            for r, x in enumerate(xs):
+                ins += ["--in", os.path.join(tmp, f"x{r}.f32")]
+                x.astype("<f4").tofile(ins[-1])
+            for label, method, fmt, flags in ROWS:
+                errs = []
+                for order in ([], ["--unfused"]):
+                    cmd = [binary, "allreduce", "--method", method, "--format", fmt or pl.default_format(site),
+                           "--group-size", str(group_size), *flags, *order, *ins, "--out", os.path.join(tmp, "y.f32")]
+                    p = subprocess.run(cmd, capture_output=True, text=True)
+                    if p.returncode != 0:
+                        raise pl.ToolError(f"{shlex.join(cmd)} failed (exit {p.returncode}): {p.stderr.strip()}")
+                    errs.append(json.loads(p.stdout)["rel_err"] or 0.0)
+                results[label][f"{site}.step{step}"] = tuple(errs)
+            print(f"  all-reduce {site} step {step} ({len(xs)} ranks): taco rel_err "
+                  f"{results['taco'][f'{site}.step{step}'][0]:.5f} (before: "
+                  f"{results['taco'][f'{site}.step{step}'][1]:.5f})", flush=True)
+    return results
+
+
+def allreduce_table(results, group_size):
+    keys = sorted({k for r in results.values() for k in r})
+    fwd = [k for k in keys if ".fwd." in k]
+    bwd = [k for k in keys if ".bwd." in k]
+    lines = ["", "## The two-shot all-reduce (rel_err against the exact sum)", "",
+             f"{len(keys)} exchanges (the ranks' dumps of one site), each through `build/compress allreduce` at "
+             f"G={group_size}: the reduce-scatter's encode, the middle step, the all-gather's decode. "
+             "fused = decompress_sum_recompress (taco: the sum stays in the rotated domain); before = "
+             "`--unfused`, decode + sum + compress. Means over the exchanges.", "",
+             "| method | fwd fused | fwd before | bwd fused | bwd before | fused / before |", "|---|---|---|---|---|---|"]
+    for label, _, _, _ in ROWS:
+        res = results[label]
+        cells = [label]
+        for group in (fwd, bwd):
+            for i in (0, 1):
+                cells.append(f"{np.mean([res[k][i] for k in group]):.5f}" if group else "-")
+        a, b = (sum(res[k][i] for k in keys) for i in (0, 1))
+        cells.append(f"{a / b:.4f}" if b > 0 else "-")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def fmt_snr(v):
     return "∞" if v == float("inf") else f"{v:.1f}"
 
@@ -188,6 +255,7 @@ def main():
     ap.add_argument("--compress", default="build/compress", help="the roundtrip CLI (default: %(default)s)")
     ap.add_argument("--group-size", type=int, default=64)
     ap.add_argument("--out", default="docs/ablation.md")
+    ap.add_argument("--allreduce", action="store_true", help="also the two-shot all-reduce of the ranks' dumps")
     args = ap.parse_args()
     if bool(args.dumpdir) == bool(args.collect):
         ap.error("give either DUMPDIR or --collect CONFIG")
@@ -200,6 +268,8 @@ def main():
     if not files:
         raise pl.ToolError(f"every dump in '{dumpdir}' is all zeros")
     md = table(files, zero, results, dumpdir, args.group_size)
+    if args.allreduce:
+        md += allreduce_table(allreduce_errors(dumpdir, args.compress, args.group_size), args.group_size)
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out, "w") as f:
         f.write(md)
