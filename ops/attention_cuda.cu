@@ -12,9 +12,8 @@
  *
  * Tensor cores through mma.sync.m16n8k16 (bf16 in, fp32 accumulate) with
  * ldmatrix loads from shared memory, and cp.async double-buffered tile loads.
- * Every kernel uses 4 warps (the split backward's dK/dV kernel 8); each warp
- * owns 16 rows of the block's tile, so a warp's softmax statistics and
- * accumulators never leave its registers.
+ * Every kernel uses 4 warps; each warp owns 16 rows of the block's tile, so a
+ * warp's softmax statistics and accumulators never leave its registers.
  *
  * Fragment layouts (PTX ISA, mma.m16n8k16, lane = 4*g + t, g = lane/4, t = lane%4):
  *   A 16x16 (row):  reg0 = A[g][2t..2t+1], reg1 = A[g+8][2t..], reg2 = A[g][2t+8..], reg3 = A[g+8][2t+8..]
@@ -30,29 +29,17 @@
  *              S = Q K^T, online softmax (running max m, sum l, in log2
  *              units), O += P V. Writes out = O / l and lse = (m + log2 l) ln 2.
  *   backward:  D = rowsum(dout * out) first (small kernel), then
- *     dk/dv/dq-partials: block = (b, kv head, 128 keys), 8 warps of 16
- *              keys. Loops over the group's query heads and, for each,
- *              over query tiles from the diagonal to T: S^T = K Q^T,
- *              P^T = exp(S^T - lse), dV += P^T dO, dP^T = V dO^T,
- *              dS^T = P^T (dP^T - D), dK += dS^T Q; dS^T goes to shared
- *              memory and, after a barrier, the block computes the dQ
- *              partial dS K of this (query tile, key block) and stores it
- *              into its own fp32 tile of scratch (SCRATCH_ATTN_DQ). dK, dV
- *              stay in registers, summed over the group's heads in head
- *              order; one write at the end.
- *     dq reduce: block = one query tile of one (b, h): adds its partials in
- *              key-block order, scales, writes bf16 dQ.
- *   5 tile products (S, dV, dP, dK, dQ), and every output element is the
- *   sum of one thread in a fixed order: no atomics, bit-identical runs.
- *   The partials cost about B NH T^2 hs 4 / (2 * 128) bytes (226 MB at GPT-2
- *   124M, B = 16, T = 1024), hence the 128-key block: with 64 keys
- *   (ATT_BWD_WARPS=4) they double. Above a cap (1 GiB; ATT_DQ_SPLIT_CAP or
- *   ops_attention_set_dq_split_cap, ops_cuda.h) the fallback runs instead:
- *     dk/dv:   the same kernel with 4 warps (64 keys) and no partials, then
+ *     dk/dv:   block = (b, kv head, 64 keys), each warp 16 keys. Loops over
+ *              the group's query heads and, for each, over query tiles from
+ *              the diagonal to T: S^T = K Q^T, P^T = exp(S^T - lse),
+ *              dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - D),
+ *              dK += dS^T Q. dK, dV stay in registers, summed over the
+ *              group's heads in head order; one write at the end.
  *     dq:      block = (b, h, 64 queries), each warp 16 queries. Loops over
  *              key tiles 0..diagonal: S, P, dP = dO V^T, dS, dQ += dS K.
- *   which recomputes S and dP (7 tile products) but needs no scratch. A
- *   key's dK and dV get the same operations on every path: the same bits.
+ *   Splitting dq from dk/dv recomputes S and dP once more (7 instead of 5
+ *   tile products) but makes every output element the sum of one thread in
+ *   a fixed order: no atomics, bit-identical runs.
  *
  * GQA costs GPT-2 nothing: the kernels only take NKV for their row stride
  * and kv-head offsets (one integer division per block, or per tile step in
@@ -63,17 +50,13 @@
  * hs > 64 the backward narrows its inner tile to 32 to stay inside 255
  * registers without spills.
  *
- * The kernels are in ops/attention_kernels.cuh (primitives, forward) and
- * ops/attention_bwd_kernels.cuh (backward), which the CPU emulation of
- * tests/emu also compiles; this file holds the launchers.
+ * The kernels are in ops/attention_kernels.cuh (which the CPU emulation
+ * of tests/emu also compiles); this file holds the launchers.
  */
 #include <math.h>
-#include <stdlib.h>
 
 #include "ops/cuda_common.cuh"
-#include "ops/ops_cuda.h"
 #include "ops/attention_kernels.cuh"
-#include "ops/attention_bwd_kernels.cuh"
 
 /* ------------------------------------------------------------------------------ */
 /* host side */
@@ -110,60 +93,6 @@ static void attn_forward_launch(bf16* out, float* lse, const bf16* qkv, int B, i
     CUDA_CHECK_LAUNCH("attn_fwd_kernel");
 }
 
-/* The split dQ's knobs (ops_cuda.h): the cap on its partial buffer, and the
- * warps per block of its dK/dV/dQ kernel. Defaults from the environment
- * (ATT_DQ_SPLIT_CAP in bytes, ATT_BWD_WARPS = 4 or 8), read at the first
- * backward, else ATT_DQ_SPLIT_CAP_DEFAULT and 8. */
-#define ATT_DQ_SPLIT_CAP_DEFAULT ((size_t)1 << 30) /* 1 GiB (the scratch slot adds cuda_scratch's 25% headroom) */
-static bool g_att_knobs_read = false;
-static size_t g_att_split_cap = ATT_DQ_SPLIT_CAP_DEFAULT;
-static int g_att_bwd_warps = 8;
-
-static void attn_read_knobs(void) {
-    if (g_att_knobs_read) return;
-    g_att_knobs_read = true;
-    const char* cap = getenv("ATT_DQ_SPLIT_CAP");
-    if (cap && *cap) g_att_split_cap = (size_t)strtoull(cap, nullptr, 10);
-    const char* nw = getenv("ATT_BWD_WARPS");
-    if (nw && *nw) {
-        g_att_bwd_warps = atoi(nw);
-        if (g_att_bwd_warps != 4 && g_att_bwd_warps != 8) FATAL("ATT_BWD_WARPS=%s: must be 4 or 8", nw);
-    }
-}
-size_t ops_attention_set_dq_split_cap(size_t bytes) {
-    attn_read_knobs();
-    const size_t old = g_att_split_cap;
-    g_att_split_cap = bytes;
-    return old;
-}
-int ops_attention_set_bwd_warps(int warps) {
-    attn_read_knobs();
-    if (warps != 4 && warps != 8) FATAL("ops_attention_set_bwd_warps(%d): must be 4 or 8", warps);
-    const int old = g_att_bwd_warps;
-    g_att_bwd_warps = warps;
-    return old;
-}
-
-/* the split path: dK, dV and the dQ partials in one kernel, then the reduction */
-template <int HS, int NW>
-static void attn_backward_split(bf16* dqkv, float* part, size_t tiles_bh, const bf16* dout, const bf16* qkv,
-                                const float* lse, const float* Dbuf, int B, int T, int NH, int NKV) {
-    using Cfg = DkvCfg<HS, NW>;
-    static bool smem_set = false;
-    cudaStream_t s = cuda_stream();
-    const float scale = 1.0f / sqrtf((float)HS);
-    const size_t smem = Cfg::SMEM_BASE + Cfg::SMEM_DS;
-    attn_set_smem(attn_bwd_dkdv_kernel<HS, NW, true>, smem, &smem_set);
-    dim3 grid(NKV, B, (T + Cfg::BN - 1) / Cfg::BN);
-    attn_bwd_dkdv_kernel<HS, NW, true><<<grid, Cfg::NTH, smem, s>>>(dqkv, part, tiles_bh, dout, qkv, lse, Dbuf, T, NH,
-                                                                    NKV, LOG2E * scale, scale);
-    CUDA_CHECK_LAUNCH("attn_bwd_dkdv_kernel (split dQ)");
-    dim3 rgrid((T + Cfg::BQ - 1) / Cfg::BQ, NH, B);
-    attn_bwd_dq_reduce_kernel<HS, Cfg::BQ, Cfg::BN><<<rgrid, ATT_RED_THREADS, 0, s>>>(dqkv, part, tiles_bh, T, NH, NKV,
-                                                                                     scale);
-    CUDA_CHECK_LAUNCH("attn_bwd_dq_reduce_kernel");
-}
-
 template <int HS>
 static void attn_backward_launch(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* lse,
                                  int B, int T, int NH, int NKV) {
@@ -175,29 +104,14 @@ static void attn_backward_launch(bf16* dqkv, const bf16* dout, const bf16* qkv, 
         attn_bwd_d_kernel<HS><<<ceil_div_u(threads, 256), 256, 0, s>>>(Dbuf, dout, out, B, T, NH);
         CUDA_CHECK_LAUNCH("attn_bwd_d_kernel");
     }
-    /* split dQ when its partials fit under the cap: (b, h) x the query tiles'
-     * nk(qt) tiles of BQ x HS floats (attention_bwd_kernels.cuh) */
-    attn_read_knobs();
-    const int nw = g_att_bwd_warps;
-    const int BQ = DkvCfg<HS, 4>::BQ, BN = 16 * nw; /* BQ is the same for both warp counts */
-    const size_t tiles_bh = attn_part_off((T + BQ - 1) / BQ, BN / BQ);
-    const size_t part_bytes = (size_t)B * NH * tiles_bh * BQ * HS * sizeof(float);
-    if (part_bytes <= g_att_split_cap) {
-        float* part = (float*)cuda_scratch(SCRATCH_ATTN_DQ, part_bytes);
-        if (nw == 8) attn_backward_split<HS, 8>(dqkv, part, tiles_bh, dout, qkv, lse, Dbuf, B, T, NH, NKV);
-        else attn_backward_split<HS, 4>(dqkv, part, tiles_bh, dout, qkv, lse, Dbuf, B, T, NH, NKV);
-        return;
-    }
-    /* fallback: dK/dV (4 warps, no partials), then the dQ kernel that recomputes S, P, dP */
     const float scale = 1.0f / sqrtf((float)HS);
     const float scale_log2 = LOG2E * scale;
     {
-        using Cfg = DkvCfg<HS, 4>;
-        const size_t smem = Cfg::SMEM_BASE;
-        attn_set_smem(attn_bwd_dkdv_kernel<HS, 4, false>, smem, &smem_dkdv);
-        dim3 grid(NKV, B, (T + Cfg::BN - 1) / Cfg::BN);   /* one block per kv head */
-        attn_bwd_dkdv_kernel<HS, 4, false><<<grid, Cfg::NTH, smem, s>>>(dqkv, nullptr, 0, dout, qkv, lse, Dbuf, T, NH,
-                                                                        NKV, scale_log2, scale);
+        const size_t smem = DkvCfg<HS>::SMEM;
+        attn_set_smem(attn_bwd_dkdv_kernel<HS>, smem, &smem_dkdv);
+        dim3 grid(NKV, B, (T + DkvCfg<HS>::BN - 1) / DkvCfg<HS>::BN);   /* one block per kv head */
+        attn_bwd_dkdv_kernel<HS><<<grid, ATT_THREADS, smem, s>>>(dqkv, dout, qkv, lse, Dbuf, T, NH, NKV, scale_log2,
+                                                                 scale);
         CUDA_CHECK_LAUNCH("attn_bwd_dkdv_kernel");
     }
     {

@@ -16,7 +16,7 @@
  *   reduce_cuda.cu        ops_sumsq / ops_sum / ops_all_finite
  *   matmul_cuda.cu        matmuls on cuBLASLt
  *   attention_cuda.cu     flash-style attention, grouped-query too (kernels in
- *                         attention_kernels.cuh, attention_bwd_kernels.cuh)
+ *                         attention_kernels.cuh)
  *
  * What lives here: the checked-call macros for CUDA (every runtime call and
  * every kernel launch goes through them and ends in check_fatal with what
@@ -66,7 +66,6 @@ enum ScratchSlot {
     SCRATCH_LN_PARTIAL = 0,  /* layernorm_backward: per-block dw/db partial sums */
     SCRATCH_COLSUM,          /* bias_backward: per-row-chunk partial column sums */
     SCRATCH_ATTN_D,          /* attention_backward: D = rowsum(dout * out) */
-    SCRATCH_ATTN_DQ,         /* attention_backward: the split dQ's fp32 partial tiles */
     SCRATCH_REDUCE,          /* ops_sumsq / ops_sum / ops_all_finite */
     SCRATCH_ENCODER,         /* encoder_backward: bucket lists */
     SCRATCH_ENCODER_IDS,     /* encoder_backward: token ids on the host (pinned slot) */

@@ -35,7 +35,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "ops/ops_cuda.h"
 #include "tests/ops_gpu_testing.h"
 
 /* ======================================================================================= */
@@ -448,21 +447,7 @@ static void gpu_attention_bwd(floatX* dqkv, const floatX* dout, const floatX* qk
     else attention_gqa_backward(dqkv, dout, qkv, out, lse, B, T, NH, NKV, hs);
 }
 
-/* the q, k and v columns of every row of a dqkv [B*T][(NH + 2 NKV) hs], as three vectors */
-static void qkv_parts(const vecf& d, size_t rows, int NH, int NKV, int hs, vecf (&parts)[3]) {
-    const int W = (NH + 2 * NKV) * hs, at[4] = {0, NH * hs, (NH + NKV) * hs, W};
-    for (int part = 0; part < 3; part++) {
-        parts[part].clear();
-        for (size_t r = 0; r < rows; r++)
-            parts[part].insert(parts[part].end(), d.begin() + r * W + at[part], d.begin() + r * W + at[part + 1]);
-    }
-}
-
-/* NKV kv heads (NKV = NH: GPT-2's attention): qkv rows of (NH + 2 NKV) hs.
- * The backward has two paths (ops/attention_cuda.cu): the split dQ (dK, dV
- * and fp32 dQ partials in one kernel of 8 or 4 warps, then a reduction),
- * the default, run first here with 8 warps; and the fallback with the
- * separate dQ kernel (forced below by a zero cap on the partials). */
+/* NKV kv heads (NKV = NH: GPT-2's attention): qkv rows of (NH + 2 NKV) hs */
 static void test_attention(int B, int T, int NH, int NKV, int hs) {
     char what[96];
     snprintf(what, sizeof what, "B=%d T=%d NH=%d NKV=%d hs=%d", B, T, NH, NKV, hs);
@@ -487,19 +472,24 @@ static void test_attention(int B, int T, int NH, int NKV, int hs) {
     cpu_attention_gqa_backward(cdqkv.data(), g.data(), qkv.data(), cout.data(), clse.data(), B, T, NH, NKV, hs);
     floatX* dg = dev_bf(g);
     floatX* ddqkv = (floatX*)ops_malloc(nqkv * 2);
-    const size_t cap0 = ops_attention_set_dq_split_cap((size_t)1 << 30); /* the tests' partials are far below */
-    const int warps0 = ops_attention_set_bwd_warps(8);
     poison_bf(ddqkv, nqkv);
     gpu_attention_bwd(ddqkv, dg, dqkv_in, dout, dlse, B, T, NH, NKV, hs);
     vecf gd = get_bf(ddqkv, nqkv);
     check("attention_backward", "  dqkv", gd, cdqkv, TOL_ATTB);
     /* the three parts separately: a wrong dq hides less in a sum (and a
      * kv head's sum over its group shows in dk, dv) */
-    vecf gparts[3], cparts[3];
-    qkv_parts(gd, (size_t)B * T, NH, NKV, hs, gparts);
-    qkv_parts(cdqkv, (size_t)B * T, NH, NKV, hs, cparts);
-    static const char* names[3] = {"  dq", "  dk", "  dv"};
-    for (int part = 0; part < 3; part++) check("attention_backward", names[part], gparts[part], cparts[part], TOL_ATTB);
+    const int part_at[4] = {0, NH * hs, (NH + NKV) * hs, W};
+    for (int part = 0; part < 3; part++) {
+        vecf gp, cp;
+        for (size_t r = 0; r < (size_t)B * T; r++)
+            for (int i = part_at[part]; i < part_at[part + 1]; i++) {
+                size_t k = r * W + i;
+                gp.push_back(gd[k]);
+                cp.push_back(cdqkv[k]);
+            }
+        static const char* names[3] = {"  dq", "  dk", "  dv"};
+        check("attention_backward", names[part], gp, cp, TOL_ATTB);
+    }
     /* determinism: forward and backward again from the same inputs */
     floatX* dout2 = (floatX*)ops_malloc(nout * 2);
     float* dlse2 = (float*)ops_malloc(nlse * 4);
@@ -508,32 +498,6 @@ static void test_attention(int B, int T, int NH, int NKV, int hs) {
     gpu_attention_bwd(ddqkv2, dg, dqkv_in, dout2, dlse2, B, T, NH, NKV, hs);
     check_bits("attention_forward", "determinism: out", get_bytes(dout, nout * 2), get_bytes(dout2, nout * 2));
     check_bits("attention_backward", "determinism: dqkv", get_bytes(ddqkv, nqkv * 2), get_bytes(ddqkv2, nqkv * 2));
-    /* the other paths, each twice: dQ against the CPU; dK and dV are the
-     * same code on every path, so they must equal the first run's bits */
-    for (int v = 0; v < 2; v++) {
-        ops_attention_set_dq_split_cap(v == 0 ? 0 : (size_t)1 << 30);
-        ops_attention_set_bwd_warps(v == 0 ? 8 : 4);
-        const char* path = v == 0 ? "fallback" : "split, 4 warps";
-        char label[64];
-        poison_bf(ddqkv2, nqkv);
-        gpu_attention_bwd(ddqkv2, dg, dqkv_in, dout, dlse, B, T, NH, NKV, hs);
-        vecf gv = get_bf(ddqkv2, nqkv), vparts[3];
-        qkv_parts(gv, (size_t)B * T, NH, NKV, hs, vparts);
-        snprintf(label, sizeof label, "  dq (%s)", path);
-        check("attention_backward", label, vparts[0], cparts[0], TOL_ATTB);
-        vecf kv = vparts[1], kv0 = gparts[1];
-        kv.insert(kv.end(), vparts[2].begin(), vparts[2].end());
-        kv0.insert(kv0.end(), gparts[2].begin(), gparts[2].end());
-        snprintf(label, sizeof label, "  dk dv (%s) = split 8", path);
-        check("attention_backward", label, kv, kv0, TOL_EXACT);
-        std::vector<uint8_t> first = get_bytes(ddqkv2, nqkv * 2);
-        poison_bf(ddqkv2, nqkv);
-        gpu_attention_bwd(ddqkv2, dg, dqkv_in, dout, dlse, B, T, NH, NKV, hs);
-        snprintf(label, sizeof label, "determinism: %s", path);
-        check_bits("attention_backward", label, first, get_bytes(ddqkv2, nqkv * 2));
-    }
-    ops_attention_set_dq_split_cap(cap0);
-    ops_attention_set_bwd_warps(warps0);
     ops_free(dout2);
     ops_free(dlse2);
     ops_free(ddqkv2);
@@ -734,19 +698,12 @@ int main(int argc, char** argv) {
         test_attention(1, 100, 2, 2, 128);
         test_attention(1, 77, 2, 2, 48);
         test_attention(1, 130, 1, 1, 16);
-        /* several key blocks of 128 (the split path's 8-warp block) and
-         * query tiles of 32 (hs > 64): 4 partials per query tile; hs = 80
-         * and 96 leave some warps fewer column pairs of the dQ tile */
-        test_attention(1, 300, 2, 2, 64);
-        test_attention(1, 290, 2, 2, 80);
-        test_attention(1, 200, 1, 1, 96);
         /* grouped-query (Qwen2): groups of 2, 3 and 4 query heads, one kv
          * head for all; T past / not a multiple of the tiles; hs 64 and 128 */
         test_attention(2, 100, 4, 2, 64);
         test_attention(1, 130, 6, 2, 64);
         test_attention(1, 77, 4, 1, 128);
         test_attention(2, 33, 8, 2, 32);
-        test_attention(1, 270, 4, 2, 128);
     }
     GROUP("crossentropy") {
         test_crossentropy(37, 1000, 1024, 1); /* padding in the one slice */
