@@ -253,18 +253,24 @@ static float element_value(const CompressParams* p, const Wire* w, const uint8_t
     FATAL("element_value: method %s is decoded by groups", compress_method_name(p->method));
 }
 
+/* the P copies' wire sections as the FP8 decoder takes them (the caller frees) */
+static TacoWireIn* taco_wires_in(const Wire* w, const uint8_t* const* in, int P) {
+    TacoWireIn* t = (TacoWireIn*)mallocCheck(sizeof(TacoWireIn) * (size_t)P);
+    for (int i = 0; i < P; i++) {
+        t[i].scales = w->scaled ? in[i] : NULL;
+        t[i].exps = w->m->gbytes ? in[i] + w->groups : NULL;
+        t[i].codes = in[i] + w->codes;
+    }
+    return t;
+}
+
 void decompress_sum(const CompressParams* p, const uint8_t* const* in, int P, size_t n, float* out) {
     compress_params_check(p, "decompress_sum");
     if (P < 1) FATAL("decompress_sum: %d copies; at least 1", P);
     const Wire w = wire_of(p, n);
     if (w.m->family == CM_FAM_FP8) {
         const TacoCfg c = taco_cfg_of(p);
-        TacoWireIn* t = (TacoWireIn*)mallocCheck(sizeof(TacoWireIn) * (size_t)P);
-        for (int i = 0; i < P; i++) {
-            t[i].scales = w.scaled ? in[i] : NULL;
-            t[i].exps = w.m->gbytes ? in[i] + w.groups : NULL;
-            t[i].codes = in[i] + w.codes;
-        }
+        TacoWireIn* t = taco_wires_in(&w, in, P);
         taco_decode_sum(&c, t, P, n, out);
         free(t);
         return;
@@ -293,12 +299,7 @@ void decompress_sum_rotated(const CompressParams* p_in, const CompressParams* p_
     }
     const Wire w = wire_of(p_in, n);
     const TacoCfg c = taco_cfg_of(p_in);
-    TacoWireIn* t = (TacoWireIn*)mallocCheck(sizeof(TacoWireIn) * (size_t)P);
-    for (int i = 0; i < P; i++) {
-        t[i].scales = w.scaled ? in[i] : NULL;
-        t[i].exps = w.m->gbytes ? in[i] + w.groups : NULL;
-        t[i].codes = in[i] + w.codes;
-    }
+    TacoWireIn* t = taco_wires_in(&w, in, P);
     taco_decode_sum_rotated(&c, t, P, n, out);
     free(t);
 }
