@@ -47,6 +47,20 @@ typedef struct CollIpc {
 
 static size_t up16(size_t v) { return (v + 15) & ~(size_t)15; }
 
+#define BUS_ID_BYTES 32
+
+/* Collective over comm: every rank's GPU as a PCI bus id, BUS_ID_BYTES each
+ * in rank order (the caller frees); mine also in bus. */
+static char* gather_bus_ids(MPI_Comm comm, int P, char* bus) {
+    int dev;
+    memset(bus, 0, BUS_ID_BYTES);
+    char* all = mallocCheck((size_t)P * BUS_ID_BYTES);
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetPCIBusId(bus, BUS_ID_BYTES, dev));
+    MPI_CHECK(MPI_Allgather(bus, BUS_ID_BYTES, MPI_CHAR, all, BUS_ID_BYTES, MPI_CHAR, comm));
+    return all;
+}
+
 int coll_ipc_usable(MPI_Comm comm) {
     int P, r, dev;
     MPI_CHECK(MPI_Comm_size(comm, &P));
@@ -57,10 +71,8 @@ int coll_ipc_usable(MPI_Comm comm) {
     MPI_CHECK(MPI_Comm_size(shm, &local));
     MPI_CHECK(MPI_Comm_free(&shm));
     int ok = local == P;
-    char bus[32] = {0}, *all = mallocCheck((size_t)P * sizeof(bus));
+    char bus[BUS_ID_BYTES], *all = gather_bus_ids(comm, P, bus);
     CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetPCIBusId(bus, (int)sizeof(bus), dev));
-    MPI_CHECK(MPI_Allgather(bus, (int)sizeof(bus), MPI_CHAR, all, (int)sizeof(bus), MPI_CHAR, comm));
     for (int q = 0; q < P && ok; q++) {
         const char* b = all + (size_t)q * sizeof(bus);
         if (q == r || !strcmp(b, bus)) continue; /* one GPU: IPC needs nothing more */
@@ -80,15 +92,13 @@ int coll_ipc_usable(MPI_Comm comm) {
 }
 
 int coll_ranks_share_gpu(MPI_Comm comm) {
-    int P, dev;
+    int P;
     MPI_CHECK(MPI_Comm_size(comm, &P));
-    char bus[32] = {0}, *all = mallocCheck((size_t)P * sizeof(bus));
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetPCIBusId(bus, (int)sizeof(bus), dev));
-    MPI_CHECK(MPI_Allgather(bus, (int)sizeof(bus), MPI_CHAR, all, (int)sizeof(bus), MPI_CHAR, comm));
+    char bus[BUS_ID_BYTES], *all = gather_bus_ids(comm, P, bus);
     int shared = 0; /* the same answer on every rank: all hold the same list */
     for (int q = 0; q < P && !shared; q++)
-        for (int u = q + 1; u < P && !shared; u++) shared = !strcmp(all + (size_t)q * sizeof(bus), all + (size_t)u * sizeof(bus));
+        for (int u = q + 1; u < P && !shared; u++)
+            shared = !strcmp(all + (size_t)q * BUS_ID_BYTES, all + (size_t)u * BUS_ID_BYTES);
     free(all);
     return shared;
 }
