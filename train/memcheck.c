@@ -73,6 +73,13 @@ size_t memcheck_host_available(void) {
     return (size_t)avail;
 }
 
+/* Collective: the ranks of this node, and those of them on GPU dev (all of
+ * the node's when dev < 0: the CPU build) */
+static void node_and_gpu(int dev, MPI_Comm* node, MPI_Comm* gpu) {
+    MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, node));
+    MPI_CHECK(MPI_Comm_split(*node, dev < 0 ? 0 : dev, 0, gpu));
+}
+
 int memcheck_run(GPTShape s, const Comm* c, int B, int T, char* err, size_t errlen) {
     size_t dfree = 0, dtotal = 0;
     int dev = -1, on_device = ops_mem_info(&dfree, &dtotal, &dev);
@@ -87,12 +94,11 @@ int memcheck_run(GPTShape s, const Comm* c, int B, int T, char* err, size_t errl
     }
     /* the ranks of a node share its memory; those of a GPU share the GPU */
     MPI_Comm node, gpu;
-    MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+    node_and_gpu(dev, &node, &gpu);
     unsigned long long mine[2] = {e.host, e.device}, sum[2];
     int nranks;
     MPI_CHECK(MPI_Comm_size(node, &nranks));
     wd_allreduce(mine, sum, 2, MPI_UNSIGNED_LONG_LONG, MPI_SUM, node, "the memory check");
-    MPI_CHECK(MPI_Comm_split(node, dev < 0 ? 0 : dev, 0, &gpu));
     unsigned long long on_gpu = 0;
     int ngpu;
     MPI_CHECK(MPI_Comm_size(gpu, &ngpu));
@@ -134,8 +140,7 @@ void memcheck_report(GPTShape s, const Comm* c, int B, int T, size_t peak) {
     int dev = -1, share = 1;
     ops_mem_info(&dfree, &dtotal, &dev);
     MPI_Comm node, gpu;
-    MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
-    MPI_CHECK(MPI_Comm_split(node, dev < 0 ? 0 : dev, 0, &gpu));
+    node_and_gpu(dev, &node, &gpu);
     MPI_CHECK(MPI_Comm_size(gpu, &share));
     MPI_CHECK(MPI_Comm_free(&gpu));
     MPI_CHECK(MPI_Comm_free(&node));
