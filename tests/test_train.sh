@@ -40,21 +40,23 @@ t_one_shot() {
     done
     # and it is the one-shot that ran: at TP=4 it sends 3 tensors per rank, not 1.5
     python3 tests/compare_logs.py $T/one_4/log.jsonl $T/two_4/log.jsonl --ratio comm_bytes 1.9 2.1 || return 1
-    $TRAIN -np 2 build/train "${base[@]}" --set parallel.tp=2 --set compress.method=taco --set log.dir=$T/taco_two || return 1
+    $TRAIN -np 2 build/train "${base[@]}" --set parallel.tp=2 --set compress.method=taco --set comm.allreduce=two_shot \
+        --set log.dir=$T/taco_two || return 1
     $TRAIN -np 2 build/train "${base[@]}" --set parallel.tp=2 --set compress.method=taco --set comm.allreduce=one_shot \
         --set log.dir=$T/taco_one || return 1
     python3 tests/compare_logs.py $T/taco_one/log.jsonl $T/two_2/log.jsonl --key loss --rtol 0.02 || return 1
     python3 tests/compare_logs.py $T/taco_two/log.jsonl $T/taco_one/log.jsonl --ratio comm_bytes 0.97 1.03
 }
 
-# comm.allreduce=auto picks a shape per exchange by the bytes one-shot adds
-# (comm/policy.h): none at TP=2, so there it is one-shot; at TP=4 a switch
-# point of 0 KB keeps two-shot and a large one takes one-shot, bit for bit
+# comm.allreduce=auto (the default) picks a shape per exchange by the bytes
+# one-shot adds (comm/policy.h): none at TP=2, so there it is one-shot; at
+# TP=4 a switch point of 0 KB keeps two-shot and a large one takes one-shot,
+# bit for bit
 t_allreduce_auto() {
     local base=(configs/default.json "${SMALL[@]}" --set train.steps=20 --set compress.method=taco)
-    $TRAIN -np 2 build/train "${base[@]}" --set parallel.tp=2 --set comm.allreduce=auto --set log.dir=$T/auto_ar2 || return 1
+    $TRAIN -np 2 build/train "${base[@]}" --set parallel.tp=2 --set log.dir=$T/auto_ar2 || return 1
     python3 tests/compare_logs.py $T/auto_ar2/log.jsonl $T/taco_one/log.jsonl --exact || return 1
-    $TRAIN -np 4 build/train "${base[@]}" --set parallel.tp=4 --set log.dir=$T/ar4_two || return 1
+    $TRAIN -np 4 build/train "${base[@]}" --set parallel.tp=4 --set comm.allreduce=two_shot --set log.dir=$T/ar4_two || return 1
     $TRAIN -np 4 build/train "${base[@]}" --set parallel.tp=4 --set comm.allreduce=one_shot --set log.dir=$T/ar4_one || return 1
     $TRAIN -np 4 build/train "${base[@]}" --set parallel.tp=4 --set comm.allreduce=auto --set comm.one_shot_extra_kb=0 \
         --set log.dir=$T/ar4_auto0 || return 1

@@ -132,7 +132,7 @@ static const CfgKey cfg_keys[] = {
     { CFG_AT(comm.backend), .type = CFG_ENUM, .sdef = "mpi", .choices = "mpi|nccl", .gpu_only = "nccl" },
     K_INT(comm.pipeline_depth, 4, 1, 64),
     K_BOOL(comm.fuse, 1),
-    K_ENUM(comm.allreduce, "two_shot", "two_shot|one_shot|auto"),
+    K_ENUM(comm.allreduce, "auto", "two_shot|one_shot|auto"),
     K_INT(comm.one_shot_extra_kb, COMM_ONE_SHOT_EXTRA_KB_DEFAULT, 0, NOMAX),
     { CFG_AT(comm.transport), .type = CFG_ENUM, .sdef = "auto", .choices = "auto|staged|ipc|nccl", .gpu_only = "ipc|nccl" },
     K_INT(comm.sp_chunks, 0, 0, 64), /* 0: 4 with comm.overlap, else 1 (config_sp_chunks) */
