@@ -33,7 +33,7 @@ t_one_shot() {
     local base=(configs/default.json "${SMALL[@]}" --set train.steps=20)
     for tp in 2 4; do
         $TRAIN -np $tp build/train "${base[@]}" --set parallel.tp=$tp --set compress.method=none \
-            --set log.dir=$T/two_$tp || return 1
+            --set comm.allreduce=two_shot --set log.dir=$T/two_$tp || return 1
         $TRAIN -np $tp build/train "${base[@]}" --set parallel.tp=$tp --set compress.method=none \
             --set comm.allreduce=one_shot --set log.dir=$T/one_$tp || return 1
         python3 tests/compare_logs.py $T/one_$tp/log.jsonl $T/two_$tp/log.jsonl --exact || return 1
