@@ -8,8 +8,9 @@
  *   - the compression kernels (the .cu files of compress/) under
  *     tests/test_compress_gpu.cu, bit for bit against the CPU reference,
  *   - the pipelined device collectives (comm/collectives_cuda.c, plain C)
- *     under tests/test_coll_gpu.c, over MPI or over the NCCL of nccl_emu.c.
- * tests/emu/emu.mk builds all three (build/emu/test_*_emu).
+ *     under tests/test_coll_gpu.c, over MPI or over the NCCL of nccl_emu.c,
+ *   - the GPU trainer itself (every source of build/train_gpu).
+ * tests/emu/emu.mk builds them (build/emu/test_*_emu, build/emu/train_gpu_emu).
  *
  * The files: this header (force-included, g++ -include, into every C++
  * translation unit of an emulated build); emu_sched.cpp (the SIMT scheduler,
