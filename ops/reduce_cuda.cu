@@ -16,7 +16,11 @@
 /* norms: a fixed grid of RED_BLOCKS x RED_THREADS threads (not the device's
  * SM count), each summing a fixed grid-stride set of elements in double;
  * per-block sums in fixed order, then one block adds the block sums in fixed
- * order. Same input -> same bits, on any run. */
+ * order. Same input -> same bits, on any run. Blocks that would find no
+ * element (n < RED_BLOCKS x RED_THREADS) are not launched: their sums would
+ * be +0.0, which the final block reads in their place, so the additions and
+ * the bits are those of the full grid (and the small tensors of a model,
+ * its biases and norms, cost a few blocks instead of RED_BLOCKS). */
 #define RED_BLOCKS 1024
 #define RED_THREADS 256
 
@@ -33,9 +37,9 @@ __global__ void __launch_bounds__(RED_THREADS) reduce_partial_kernel(double* par
     if (threadIdx.x == 0) partial[blockIdx.x] = acc;
 }
 
-__global__ void __launch_bounds__(RED_BLOCKS) reduce_final_kernel(double* out, const double* partial) {
+__global__ void __launch_bounds__(RED_BLOCKS) reduce_final_kernel(double* out, const double* partial, unsigned nb) {
     __shared__ double buf[32];
-    double v = block_sum_d(partial[threadIdx.x], buf);
+    double v = block_sum_d(threadIdx.x < nb ? partial[threadIdx.x] : 0.0, buf);
     if (threadIdx.x == 0) out[0] = v;
 }
 
@@ -43,12 +47,14 @@ static double reduce_run(const float* x, size_t n, int square) {
     if (!n) return 0.0;
     cudaStream_t s = cuda_stream();
     double* partial = (double*)cuda_scratch(SCRATCH_REDUCE, (RED_BLOCKS + 1) * sizeof(double));
+    const size_t need = (n + RED_THREADS - 1) / RED_THREADS;
+    const unsigned nb = need < RED_BLOCKS ? (unsigned)need : RED_BLOCKS;
     if (square)
-        reduce_partial_kernel<1><<<RED_BLOCKS, RED_THREADS, 0, s>>>(partial, x, n);
+        reduce_partial_kernel<1><<<nb, RED_THREADS, 0, s>>>(partial, x, n);
     else
-        reduce_partial_kernel<0><<<RED_BLOCKS, RED_THREADS, 0, s>>>(partial, x, n);
+        reduce_partial_kernel<0><<<nb, RED_THREADS, 0, s>>>(partial, x, n);
     CUDA_CHECK_LAUNCH("reduce_partial_kernel");
-    reduce_final_kernel<<<1, RED_BLOCKS, 0, s>>>(partial + RED_BLOCKS, partial);
+    reduce_final_kernel<<<1, RED_BLOCKS, 0, s>>>(partial + RED_BLOCKS, partial, nb);
     CUDA_CHECK_LAUNCH("reduce_final_kernel");
     double* h = (double*)cuda_pinned(SCRATCH_REDUCE, sizeof(double));
     CUDA_CHECK(cudaMemcpyAsync(h, partial + RED_BLOCKS, sizeof(double), cudaMemcpyDeviceToHost, s));
