@@ -1,12 +1,15 @@
 /*
  * ops/device_cuda.cu - the backend itself: device selection (ops_init), the
- * one stream, the per-slot scratch and pinned buffers, device memory and
- * copies, and the fp32 <-> bf16 conversions (ops_f32_to_X / ops_X_to_f32).
+ * one stream, the per-slot scratch and pinned buffers, device memory, pinned
+ * host memory and copies, and the fp32 <-> bf16 conversions (ops_f32_to_X /
+ * ops_X_to_f32).
  *
  * Everything the other ops/..._cuda.cu files share at run time lives here
  * (cuda_common.cuh declares it): every kernel, memset and copy of the backend
  * goes on cuda_stream(), so the ops are ordered without events, and
- * ops_to_host / ops_from_host / ops_malloc synchronise before returning.
+ * ops_to_host / ops_from_host / ops_malloc synchronise before returning
+ * (ops_from_host_async / ops_to_host_async, between device memory and
+ * ops_malloc_host's pinned memory, only queue).
  * The backend state is per process, so two ranks sharing a GPU each have
  * their own stream and scratch.
  *
@@ -15,6 +18,8 @@
  * nearest even, which tests/test_ops_gpu.cu checks bit for bit against the
  * host rounding of common/bf16.h (ties, subnormals, infinities included).
  */
+#include <string.h>
+
 #include "ops/cuda_common.cuh"
 #include "ops/ops_cuda.h"
 
@@ -144,6 +149,24 @@ void ops_from_host(void* dst, const void* host_src, size_t bytes) {
 }
 
 void ops_sync(void) { CUDA_CHECK(cudaStreamSynchronize(cuda_stream())); }
+
+void* ops_malloc_host(size_t bytes) {
+    void* p = nullptr;
+    size_t want = bytes ? bytes : 16;
+    cudaError_t e = cudaMallocHost(&p, want);
+    if (e != cudaSuccess) FATAL("out of pinned host memory allocating %zu bytes: %s", want, cudaGetErrorString(e));
+    memset(p, 0, want);
+    return p;
+}
+void ops_free_host(void* p) {
+    if (p) CUDA_CHECK(cudaFreeHost(p));
+}
+void ops_from_host_async(void* dst, const void* host_src, size_t bytes) {
+    if (bytes) CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, cuda_stream()));
+}
+void ops_to_host_async(void* host_dst, const void* src, size_t bytes) {
+    if (bytes) CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, cuda_stream()));
+}
 
 /* ------------------------------------------------------------------------ */
 /* fp32 <-> bf16: flat element-wise kernels (cuda_common.cuh: EW_THREADS, ew_blocks) */
