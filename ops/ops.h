@@ -57,7 +57,8 @@ void* ops_malloc_host(size_t bytes);
 void ops_free_host(void* p);
 /* Queued copies between backend memory and such host memory: they return at
  * once (GPU), and the host buffer must be left alone until the next
- * ops_sync. */
+ * ops_sync. Inside a CUDA graph (below) the copy reads or writes the host
+ * buffer when the replay runs, not when it was recorded. */
 void ops_from_host_async(void* dst, const void* host_src, size_t bytes);
 void ops_to_host_async(void* host_dst, const void* src, size_t bytes);
 /* Device memory of this rank's GPU: returns 1 with free and total bytes and
@@ -216,6 +217,23 @@ double ops_sumsq(const float* x, size_t n);
 double ops_sum(const float* x, size_t n);
 /* 1 if every element of x[n] is finite */
 int ops_all_finite(const float* x, size_t n);
+
+/* ---- CUDA graphs (train.cuda_graph) ----------------------------------------
+ * The GPU build records what is queued between ops_graph_begin and
+ * ops_graph_end (kernels, copies, cuBLASLt calls; none of it runs then) as
+ * one CUDA graph, and ops_graph_launch replays it: the same kernels on the
+ * same pointers with the same arguments, each copy reading its host buffer
+ * when the replay runs. So between replays only the contents of buffers may
+ * change, never a pointer, a size or a scalar argument, and the recorded
+ * work may not wait for the device or allocate (the runtime refuses both
+ * during capture; backend scratch that would have to grow later is an
+ * error). One graph per process. ops_graph_supported is 0 on the CPU build,
+ * whose other graph calls are errors. */
+int ops_graph_supported(void);
+void ops_graph_begin(void);
+int ops_graph_end(void);     /* instantiates the graph; returns its node count */
+void ops_graph_launch(void);
+void ops_graph_free(void);   /* no-op without a graph */
 
 #ifdef __cplusplus
 }

@@ -68,6 +68,14 @@ void ops_free_host(void* p) { free(p); }
 void ops_from_host_async(void* dst, const void* host_src, size_t bytes) { memcpy(dst, host_src, bytes); }
 void ops_to_host_async(void* host_dst, const void* src, size_t bytes) { memcpy(host_dst, src, bytes); }
 
+/* No CUDA graphs here: the trainer asks ops_graph_supported first, so the
+ * other calls are programming errors. */
+int ops_graph_supported(void) { return 0; }
+void ops_graph_begin(void) { FATAL("ops_graph_begin: the CPU backend has no CUDA graphs"); }
+int ops_graph_end(void) { FATAL("ops_graph_end: the CPU backend has no CUDA graphs"); }
+void ops_graph_launch(void) { FATAL("ops_graph_launch: the CPU backend has no CUDA graphs"); }
+void ops_graph_free(void) {}
+
 /* ------------------------------------------------------------------------ */
 /* embedding */
 

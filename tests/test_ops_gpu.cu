@@ -2,8 +2,8 @@
  * tests/test_ops_gpu.cu - every op of the CUDA backend against the fp32 CPU
  * reference (ops/ops_cpu.c and ops/ops_cpu_qwen2.c linked in as cpu_F, see
  * tests/ops_ref.h), on the same random inputs. The ops Qwen2 adds are in
- * tests/test_ops_gpu_qwen2.cu, AdamW and the step's scalars in
- * tests/test_ops_gpu_step.cu (same binary), the helpers in
+ * tests/test_ops_gpu_qwen2.cu, AdamW, the step's scalars and the CUDA graph
+ * calls in tests/test_ops_gpu_step.cu (same binary), the helpers in
  * tests/ops_gpu_testing.h.
  *
  * Method (the library's device/METHOD.md):
@@ -28,7 +28,7 @@
  *   test_ops_gpu [group]    only the groups whose name contains `group`
  *                           (memory encoder position layernorm matmul
  *                           elementwise fused attention crossentropy adamw
- *                           norms step rmsnorm rope swiglu)
+ *                           norms step graph rmsnorm rope swiglu)
  * The same source also runs on the CPU against the emulated backend
  * (tests/emu/emu.mk), which is how it was checked before any GPU run.
  */
@@ -693,7 +693,7 @@ int main(int argc, char** argv) {
     printf("\n%d checks, %d failed\n", g_checks, g_fail);
     if (g_checks == 0) {
         printf("no test group matches '%s' (groups: memory encoder position layernorm matmul elementwise "
-               "fused attention crossentropy adamw norms step rmsnorm rope swiglu)\n", only ? only : "");
+               "fused attention crossentropy adamw norms step graph rmsnorm rope swiglu)\n", only ? only : "");
         return 1;
     }
     return g_fail ? 1 : 0;

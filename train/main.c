@@ -11,8 +11,10 @@
  * The host stages the batch and the step's scalars first (gpt_stage,
  * gpt_stage_step); the device part (train_step) then takes everything it
  * needs from backend memory and leaves the loss, the norm and the skip flag
- * there, so on one rank it queues without a single wait for the device.
- * The host reads the step's scalars once, after the step.
+ * there, so on one rank it queues without a single wait for the device,
+ * and with train.cuda_graph it is captured once, after a warm-up step, and
+ * replayed as one CUDA graph. The host reads the step's scalars once, after
+ * the step.
  */
 #include <limits.h>
 #include <math.h>
@@ -114,8 +116,8 @@ static void generate(GPT* m, Comm* c, const Config* cfg, const Tokenizer* tok, c
 
 /* The device part of one training step on the staged batch and scalars.
  * At world size 1 nothing in it waits for the device (the TP and DP
- * exchanges are no-ops there); with more ranks gpt_grad_clip waits once,
- * for the cross-rank sums. */
+ * exchanges are no-ops there), which is what lets ops_graph_* capture it;
+ * with more ranks gpt_grad_clip waits once, for the cross-rank sums. */
 static void train_step(GPT* m, Comm* c, const Config* cfg) {
     ops_from_host_async(m->step, m->step_host, sizeof(StepScalars));   /* lr and the bias corrections */
     gpt_forward_staged(m, c);
@@ -280,6 +282,14 @@ int main(int argc, char** argv) {
         fflush(stdout);
     }
 
+    char note[256];
+    const int graph = config_cuda_graph(&cfg, world_size, ops_graph_supported(), note, sizeof(note));
+    if (world_rank == 0 && note[0]) {
+        printf("%s\n", note);
+        fflush(stdout);
+    }
+    int graph_ready = 0;
+
     size_t N = (size_t)B * T;
     int* inputs = mallocCheck(N * sizeof(int));
     int* targets = mallocCheck(N * sizeof(int));
@@ -302,7 +312,22 @@ int main(int argc, char** argv) {
         float lr = schedule_lr(step, cfg.train.steps, cfg.train.lr, cfg.train.warmup_steps, cfg.train.lr_min_frac);
         gpt_stage(&model, inputs, targets);
         gpt_stage_step(&model, lr, cfg.train.beta1, cfg.train.beta2, done);
-        train_step(&model, &comm, &cfg);
+        if (graph_ready) {
+            ops_graph_launch();
+        } else if (graph && step > start) {   /* the step before was the warm-up: every buffer is sized */
+            ops_graph_begin();
+            train_step(&model, &comm, &cfg);
+            int nodes = ops_graph_end();
+            if (world_rank == 0) {
+                printf("train.cuda_graph: step %d captured as one CUDA graph of %d nodes, replayed from now on\n", done,
+                       nodes);
+                fflush(stdout);
+            }
+            ops_graph_launch();
+            graph_ready = 1;
+        } else {
+            train_step(&model, &comm, &cfg);
+        }
         ops_sync();
         double ms = (MPI_Wtime() - t0) * 1e3;
         const StepScalars res = *model.step_host;
@@ -377,6 +402,7 @@ int main(int argc, char** argv) {
         }
     }
 
+    ops_graph_free();
     if (!stopped) log_print_curve(&lg);
     memcheck_report(shape, &comm, B, T, dev_peak);
     bad = log_close(&lg, err, sizeof(err)) != 0;   /* rank 0 only: the others have no log */

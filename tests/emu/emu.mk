@@ -10,8 +10,8 @@
 #                          mpirun (--quick; --nccl: NCCL = nccl_emu.c; --ipc: the IPC transport only)
 #   train_gpu_emu          build/train_gpu from the same sources (every .c of train/, model/, comm/,
 #                          common/, compress/ and data/'s library, every .cu of ops/, compress/, comm/,
-#                          model/), linked against the emulator and nccl_emu.c, for running small
-#                          models through the GPU build's code
+#                          model/), linked against the emulator and nccl_emu.c: tests/test_train.sh runs
+#                          small models through it (the CUDA graph of a step against the eager step)
 # Standalone (not included by the top Makefile; tests/run_tests.sh calls it for `make test`):
 #   make -f tests/emu/emu.mk [-j2]        build the three
 #   make -f tests/emu/emu.mk run          build, then run them as `make test` does

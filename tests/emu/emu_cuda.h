@@ -9,7 +9,8 @@
  *     tests/test_compress_gpu.cu, bit for bit against the CPU reference,
  *   - the pipelined device collectives (comm/collectives_cuda.c, plain C)
  *     under tests/test_coll_gpu.c, over MPI or over the NCCL of nccl_emu.c,
- *   - the GPU trainer itself (every source of build/train_gpu).
+ *   - the GPU trainer itself (every source of build/train_gpu), its step
+ *     captured into a CUDA graph and replayed (train.cuda_graph).
  * tests/emu/emu.mk builds them (build/emu/test_*_emu, build/emu/train_gpu_emu).
  *
  * The files: this header (force-included, g++ -include, into every C++
