@@ -111,8 +111,9 @@ void gpt_set_shard(GPT* m, const float* host);
  * device part of a step starts after it (gpt_forward_staged). */
 void gpt_stage(GPT* m, const int* inputs, const int* targets);
 /* The host's part of the step's scalars (m->step_host): the learning rate
- * and AdamW's bias corrections at the 1-based step t. Copied in by the
- * step's first queued copy (train/main.c). */
+ * and AdamW's bias corrections at the 1-based step t. Called after
+ * gpt_stage, whose wait keeps it from rewriting what a queued copy still
+ * reads; the step's first queued copy takes it in (train/main.c). */
 void gpt_stage_step(GPT* m, float lr, float beta1, float beta2, int t);
 /* Forward over the staged batch: queues the copies of the staging and the
  * forward, without waiting for the device where TP = 1. With targets: the
