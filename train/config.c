@@ -102,6 +102,7 @@ static const CfgKey cfg_keys[] = {
     K_INT(train.eval_batches, 8, 1, NOMAX),
     K_INT(train.sample_every, 50, 0, NOMAX), /* follows eval_every unless set */
     K_INT(train.sample_len, 64, 1, NOMAX),
+    K_BOOL(train.cuda_graph, -1), /* -1: not set (config_cuda_graph) */
     K_INT(parallel.tp, 1, 1, NOMAX),
     K_INT(parallel.dp, 1, 1, NOMAX),
     K_BOOL(parallel.sp, 0),
