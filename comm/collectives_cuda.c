@@ -599,10 +599,7 @@ static uint64_t coll_run(Call* C, CollStats* st, const CollDevSite* site) {
         if (C->c[j] > cmax) cmax = C->c[j];
     }
     /* a zeroed CollScratchDev means the defaults (cuda_aware 0: staged) */
-    int K = s->K < 1 ? COLL_DEV_DEFAULT_K : s->K;
-    /* the one-shot's one phase in 2K pieces: the size of the two-shot's, whose two phases take K each */
-    if (C->one_shot) K *= 2;
-    if (K > COLL_DEV_MAX_K) K = COLL_DEV_MAX_K;
+    int K = s->K < 1 ? COLL_DEV_DEFAULT_K : (s->K > COLL_DEV_MAX_K ? COLL_DEV_MAX_K : s->K);
     size_t min_sub = s->min_sub ? s->min_sub : 65536;
     size_t kmax = (cmax + min_sub - 1) / min_sub;
     if (kmax < 1) kmax = 1;
