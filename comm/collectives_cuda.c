@@ -370,10 +370,14 @@ static void ensure_state(CollScratchDev* s, int P, int K, size_t bytes, size_t a
                             (size_t)nplan * sizeof(Msg));
 }
 
+/* the first reduce-scatter message a rank encodes and copies down: all P, or
+ * for the one-shot only its own tensor's (q = P - 1) */
+static int rs_first(const Call* C) { return C->one_shot ? C->P - 1 : 0; }
+
 /* sub-chunk k of every chunk: compress it for the reduce-scatter (on cs) */
 static void rs_encode_k(Call* C, int k) {
     CollScratchDev* s = C->s;
-    const int q0 = C->one_shot ? C->P - 1 : 0; /* one-shot: only my own tensor (q = P - 1) */
+    const int q0 = rs_first(C);
     for (int q = q0; q < C->P; q++) {
         int jc = rank_at(C, q);
         const Msg* m = rs_send(C, k, q);
@@ -439,8 +443,9 @@ static void run_mpi(Call* C) {
             rs_encode_k(C, k);
             if (!s->aware && P > 1) {
                 CUDA_CHECK(cudaStreamWaitEvent(s->s_d2h, ev_rs(C, k), 0));
-                const int q0 = C->one_shot ? P - 1 : 0, q1 = C->one_shot ? P - 1 : P - 2;
-                copy_span(C, rs_send(C, k, q0), rs_send(C, k, q1), cudaMemcpyDeviceToHost, s->s_d2h);
+                /* the messages to peers: q = 0 .. P - 2, or the one-shot's one (P - 1) */
+                copy_span(C, rs_send(C, k, rs_first(C)), rs_send(C, k, C->one_shot ? P - 1 : P - 2),
+                          cudaMemcpyDeviceToHost, s->s_d2h);
                 CUDA_CHECK(cudaEventRecord(ev_rs(C, k), s->s_d2h));
             }
         }
