@@ -28,6 +28,12 @@
 #ifndef ATT_BWD_MINB
 #define ATT_BWD_MINB 2
 #endif
+/* Shared-memory stages of the streamed tiles at hs <= 64: with 3, the stage a
+ * prefetch overwrites was read two steps ago, so one barrier per step does
+ * (with 2, a second barrier ends each step). */
+#ifndef ATT_STAGES
+#define ATT_STAGES 3
+#endif
 #define LOG2E 1.4426950408889634f
 #define LN2 0.6931471805599453f
 
@@ -131,8 +137,8 @@ __device__ __forceinline__ void load_tile(bf16* dst, const bf16* src, size_t str
 
 template <int HS>
 struct FwdCfg {
-    static constexpr int BM = 64, BN = 64, STR = HS + 8;
-    static constexpr size_t SMEM = (size_t)(BM + 4 * BN) * STR * sizeof(bf16); /* Q + 2 stages of K, V */
+    static constexpr int BM = 64, BN = 64, STR = HS + 8, NS = HS <= 64 ? ATT_STAGES : 2;
+    static constexpr size_t SMEM = (size_t)(BM + 2 * NS * BN) * STR * sizeof(bf16); /* Q + NS stages of K, V */
     static constexpr int MINB = HS <= 64 ? ATT_FWD_MINB : 2; /* blocks per SM the register cap aims at */
 };
 
@@ -140,14 +146,14 @@ template <int HS>
 __global__ void __launch_bounds__(ATT_THREADS, FwdCfg<HS>::MINB)
 attn_fwd_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH, int NKV, float scale_log2) {
     using Cfg = FwdCfg<HS>;
-    constexpr int BM = Cfg::BM, BN = Cfg::BN, STR = Cfg::STR;
+    constexpr int BM = Cfg::BM, BN = Cfg::BN, STR = Cfg::STR, NS = Cfg::NS;
     constexpr int KS = HS / 16; /* k-steps over the head dim */
     constexpr int NT = BN / 8;  /* 8-key n-tiles of S */
     constexpr int OT = HS / 8;  /* 8-column n-tiles of O */
     DYNAMIC_SMEM(smem_raw);
     bf16* sQ = reinterpret_cast<bf16*>(smem_raw);
-    bf16* sK = sQ + BM * STR; /* [2][BN][STR] */
-    bf16* sV = sK + 2 * BN * STR;
+    bf16* sK = sQ + BM * STR; /* [NS][BN][STR] */
+    bf16* sV = sK + NS * BN * STR;
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int h = blockIdx.x, b = blockIdx.y;
@@ -175,10 +181,10 @@ attn_fwd_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH, int NKV, 
     float l_run[2] = {0.0f, 0.0f};            /* this thread's part of the running sum */
 
     for (int j = 0; j < nkt; j++) {
-        const int st = j & 1;
-        if (j + 1 < nkt) { /* prefetch the next K, V tile into the other stage */
-            load_tile<BN, HS>(sK + (st ^ 1) * BN * STR, kg, rs, (j + 1) * BN, T);
-            load_tile<BN, HS>(sV + (st ^ 1) * BN * STR, vg, rs, (j + 1) * BN, T);
+        const int st = j % NS, nx = (j + 1) % NS;
+        if (j + 1 < nkt) { /* prefetch the next K, V tile into the next stage */
+            load_tile<BN, HS>(sK + nx * BN * STR, kg, rs, (j + 1) * BN, T);
+            load_tile<BN, HS>(sV + nx * BN * STR, vg, rs, (j + 1) * BN, T);
             cp_async_commit();
             cp_async_wait<1>();
         } else {
@@ -265,7 +271,7 @@ attn_fwd_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH, int NKV, 
                 mma16816(o[2 * dp + 1], pa, vb[2], vb[3]);
             }
         }
-        __syncthreads(); /* this stage is overwritten by the prefetch two tiles on */
+        if (NS == 2) __syncthreads(); /* this stage is overwritten by the next step's prefetch */
     }
 
     /* finish: full row sums across the 4 owners, normalise, write */
@@ -330,8 +336,8 @@ __global__ void attn_bwd_d_kernel(float* Dbuf, const bf16* dout, const bf16* out
  * group in registers, in that fixed order: deterministic, no atomics. */
 template <int HS>
 struct DkvCfg {
-    static constexpr int BN = 64, BQ = HS <= 64 ? 64 : 32, STR = HS + 8;
-    static constexpr size_t SMEM = (size_t)(2 * BN + 4 * BQ) * STR * sizeof(bf16) + 4 * BQ * sizeof(float);
+    static constexpr int BN = 64, BQ = HS <= 64 ? 64 : 32, STR = HS + 8, NS = HS <= 64 ? ATT_STAGES : 2;
+    static constexpr size_t SMEM = (size_t)(2 * BN + 2 * NS * BQ) * STR * sizeof(bf16) + 2 * NS * BQ * sizeof(float);
     static constexpr int MINB = HS <= 64 ? ATT_BWD_MINB : 2;
 };
 
@@ -340,17 +346,17 @@ __global__ void __launch_bounds__(ATT_THREADS, DkvCfg<HS>::MINB)
 attn_bwd_dkdv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* Dbuf,
                      int T, int NH, int NKV, float scale_log2, float scale) {
     using Cfg = DkvCfg<HS>;
-    constexpr int BN = Cfg::BN, BQ = Cfg::BQ, STR = Cfg::STR;
+    constexpr int BN = Cfg::BN, BQ = Cfg::BQ, STR = Cfg::STR, NS = Cfg::NS;
     constexpr int KS = HS / 16;
     constexpr int QT = BQ / 8; /* 8-query n-tiles of S^T */
     constexpr int OT = HS / 8;
     DYNAMIC_SMEM(smem_raw);
     bf16* sK = reinterpret_cast<bf16*>(smem_raw); /* [BN][STR] */
     bf16* sV = sK + BN * STR;                     /* [BN][STR] */
-    bf16* sQ = sV + BN * STR;                     /* [2][BQ][STR] */
-    bf16* sO = sQ + 2 * BQ * STR;                 /* dO, [2][BQ][STR] */
-    float* sL = reinterpret_cast<float*>(sO + 2 * BQ * STR); /* lse * log2(e), [2][BQ] */
-    float* sD = sL + 2 * BQ;                                 /* D, [2][BQ] */
+    bf16* sQ = sV + BN * STR;                     /* [NS][BQ][STR] */
+    bf16* sO = sQ + NS * BQ * STR;                /* dO, [NS][BQ][STR] */
+    float* sL = reinterpret_cast<float*>(sO + NS * BQ * STR); /* lse, [NS][BQ] */
+    float* sD = sL + NS * BQ;                                 /* D, [NS][BQ] */
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int kvh = blockIdx.x, b = blockIdx.y;
@@ -374,14 +380,23 @@ attn_bwd_dkdv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float*
         const int h = kvh * group + it / nq, q0 = (qt0 + it % nq) * BQ;
         load_tile<BQ, HS>(sQ + stage * BQ * STR, qb + (size_t)h * HS, rs, q0, T);
         load_tile<BQ, HS>(sO + stage * BQ * STR, ob + (size_t)h * HS, os, q0, T);
-        cp_async_commit();
         const float* lg = lse + ((size_t)b * NH + h) * T;
         const float* dg = Dbuf + ((size_t)b * NH + h) * T;
-        for (int i = threadIdx.x; i < BQ; i += ATT_THREADS) {
-            const int q = q0 + i;
-            sL[stage * BQ + i] = q < T ? lg[q] * LOG2E : 0.0f;
-            sD[stage * BQ + i] = q < T ? dg[q] : 0.0f;
+        if (T % 4 == 0) { /* rows 16-byte aligned: copied with the tiles, no wait for a load here */
+            for (int c = threadIdx.x; c < BQ / 4; c += ATT_THREADS) {
+                const int q = q0 + 4 * c;
+                const bool ok = q < T; /* the 4 rows of a chunk are all inside T or all past it */
+                cp_async16(sL + stage * BQ + 4 * c, lg + (ok ? q : 0), ok);
+                cp_async16(sD + stage * BQ + 4 * c, dg + (ok ? q : 0), ok);
+            }
+        } else {
+            for (int i = threadIdx.x; i < BQ; i += ATT_THREADS) {
+                const int q = q0 + i;
+                sL[stage * BQ + i] = q < T ? lg[q] : 0.0f;
+                sD[stage * BQ + i] = q < T ? dg[q] : 0.0f;
+            }
         }
+        cp_async_commit();
     };
 
     load_tile<BN, HS>(sK, kg, rs, k0, T);
@@ -398,9 +413,9 @@ attn_bwd_dkdv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float*
         for (int e = 0; e < 4; e++) dk[i][e] = dv[i][e] = 0.0f;
 
     for (int it = 0; it < nsteps; it++) {
-        const int st = it & 1;
+        const int st = it % NS;
         if (it + 1 < nsteps) {
-            load_step(st ^ 1, it + 1);
+            load_step((it + 1) % NS, it + 1);
             cp_async_wait<1>();
         } else {
             cp_async_wait<0>();
@@ -430,12 +445,17 @@ attn_bwd_dkdv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float*
         }
         /* P^T = exp(s*scale - lse), 0 where the query precedes the key or is past T */
         const bool need_mask = (q0 < k0 + BN) || (q0 + BQ > T);
+        float nl[QT][2]; /* -lse * log2(e) of this thread's queries */
+#pragma unroll
+        for (int i = 0; i < QT; i++)
+#pragma unroll
+            for (int c = 0; c < 2; c++) nl[i][c] = -(cL[i * 8 + 2 * t4 + c] * LOG2E);
 #pragma unroll
         for (int i = 0; i < QT; i++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int ql = i * 8 + 2 * t4 + (e & 1);
-                float p = fast_exp2(fmaf(s[i][e], scale_log2, -cL[ql]));
+                float p = fast_exp2(fmaf(s[i][e], scale_log2, nl[i][e & 1]));
                 if (need_mask) {
                     const int q = q0 + ql, key = key0 + (e >> 1) * 8;
                     if (q < key || q >= T) p = 0.0f;
@@ -502,7 +522,7 @@ attn_bwd_dkdv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float*
                 mma16816(dk[2 * dp + 1], da, qb[2], qb[3]);
             }
         }
-        __syncthreads();
+        if (NS == 2) __syncthreads(); /* this stage is overwritten by the next step's prefetch */
     }
 
     /* write dK * scale and dV for this thread's two keys */
@@ -527,8 +547,8 @@ attn_bwd_dkdv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float*
  * tiles of BN from 0 to the diagonal. */
 template <int HS>
 struct DqCfg {
-    static constexpr int BM = 64, BN = HS <= 64 ? 64 : 32, STR = HS + 8;
-    static constexpr size_t SMEM = (size_t)(2 * BM + 4 * BN) * STR * sizeof(bf16);
+    static constexpr int BM = 64, BN = HS <= 64 ? 64 : 32, STR = HS + 8, NS = HS <= 64 ? ATT_STAGES : 2;
+    static constexpr size_t SMEM = (size_t)(2 * BM + 2 * NS * BN) * STR * sizeof(bf16);
     static constexpr int MINB = HS <= 64 ? ATT_BWD_MINB : 2;
 };
 
@@ -537,15 +557,15 @@ __global__ void __launch_bounds__(ATT_THREADS, DqCfg<HS>::MINB)
 attn_bwd_dq_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* Dbuf,
                    int T, int NH, int NKV, float scale_log2, float scale) {
     using Cfg = DqCfg<HS>;
-    constexpr int BM = Cfg::BM, BN = Cfg::BN, STR = Cfg::STR;
+    constexpr int BM = Cfg::BM, BN = Cfg::BN, STR = Cfg::STR, NS = Cfg::NS;
     constexpr int KS = HS / 16;
     constexpr int NT = BN / 8;
     constexpr int OT = HS / 8;
     DYNAMIC_SMEM(smem_raw);
     bf16* sQ = reinterpret_cast<bf16*>(smem_raw); /* [BM][STR] */
     bf16* sO = sQ + BM * STR;                     /* dO [BM][STR] */
-    bf16* sK = sO + BM * STR;                     /* [2][BN][STR] */
-    bf16* sV = sK + 2 * BN * STR;                 /* [2][BN][STR] */
+    bf16* sK = sO + BM * STR;                     /* [NS][BN][STR] */
+    bf16* sV = sK + NS * BN * STR;                /* [NS][BN][STR] */
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int h = blockIdx.x, b = blockIdx.y;
@@ -580,10 +600,10 @@ attn_bwd_dq_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* l
     for (int i = 0; i < OT; i++) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.0f;
 
     for (int j = 0; j < nkt; j++) {
-        const int st = j & 1;
+        const int st = j % NS, nx = (j + 1) % NS;
         if (j + 1 < nkt) {
-            load_tile<BN, HS>(sK + (st ^ 1) * BN * STR, kg, rs, (j + 1) * BN, T);
-            load_tile<BN, HS>(sV + (st ^ 1) * BN * STR, vg, rs, (j + 1) * BN, T);
+            load_tile<BN, HS>(sK + nx * BN * STR, kg, rs, (j + 1) * BN, T);
+            load_tile<BN, HS>(sV + nx * BN * STR, vg, rs, (j + 1) * BN, T);
             cp_async_commit();
             cp_async_wait<1>();
         } else {
@@ -671,7 +691,7 @@ attn_bwd_dq_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* l
                 mma16816(dq[2 * d + 1], da, kb[2], kb[3]);
             }
         }
-        __syncthreads();
+        if (NS == 2) __syncthreads(); /* this stage is overwritten by the next step's prefetch */
     }
 
 #pragma unroll

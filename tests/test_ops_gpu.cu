@@ -673,12 +673,15 @@ int main(int argc, char** argv) {
         test_attention(1, 100, 2, 2, 128);
         test_attention(1, 77, 2, 2, 48);
         test_attention(1, 130, 1, 1, 16);
+        /* long dQ chains: 16 key tiles add to the last query tile, in order */
+        test_attention(1, 1024, 2, 2, 64);
         /* grouped-query (Qwen2): groups of 2, 3 and 4 query heads, one kv
          * head for all; T past / not a multiple of the tiles; hs 64 and 128 */
         test_attention(2, 100, 4, 2, 64);
         test_attention(1, 130, 6, 2, 64);
         test_attention(1, 77, 4, 1, 128);
         test_attention(2, 33, 8, 2, 32);
+        test_attention(1, 520, 4, 2, 128);
     }
     GROUP("crossentropy") {
         test_crossentropy(37, 1000, 1024, 1); /* padding in the one slice */
