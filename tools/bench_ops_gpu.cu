@@ -7,19 +7,25 @@
  * bf16 GEMM rate). The PyTorch reference of the same step is
  * tools/bench_pytorch.py (anchors on the H200: eager 46.2 ms, compiled 32.4 ms).
  *
- *   build/gpu/bench_ops_gpu [B] [T] [steps] [unfused]   (defaults 16 1024 10)
+ *   build/gpu/bench_ops_gpu [B] [T] [steps] [unfused | variants]   (defaults 16 1024 10)
  *
  * The step calls the fused ops as gpt.c does (residual_layernorm_forward
  * after each row-parallel GEMM, matmul_gelu_forward, gelu_matmul_backward);
  * "unfused" runs the separate ops they replace (bias_forward,
  * residual_forward, layernorm_forward, gelu_forward, gelu_backward), gpt.c's
  * order before the fusion, for the before/after comparison in one session.
+ * "variants" adds a table of the memory-bound ops' kernel variants
+ * (ops/memops.cuh: TPFP8_LN_FWD_VARIANT, TPFP8_LN_BWD_VARIANT,
+ * TPFP8_BIAS_BWD_VARIANT), each setting timed in the same session: the step's
+ * median and the ops it changes (bias_backward also runs inside
+ * matmul_backward, whose dbias it is).
  *
  * Weights are random (GPT-2 init scale), tokens random; no communication
  * (the TP exchanges of gpt.c are no-ops at TP = 1). Each op's time is the
  * device time between events recorded around it, summed per op kind over a
- * step; "rate" is FLOP/s for matrix ops and bytes moved (each input read
- * once, each output written once) per second for the rest.
+ * step (the mean of OP_STEPS steps); "rate" is FLOP/s for matrix ops and
+ * bytes moved (each input read once, each output written once) per second
+ * for the rest.
  */
 #include <math.h>
 #include <stdint.h>
@@ -101,6 +107,8 @@ static cudaEvent_t next_event() {
             call;                                                           \
         }                                                                   \
     } while (0)
+
+#define OP_STEPS 5 /* steps timed op by op; the table shows their mean */
 
 static void collect() {
     CUDA_CHECK(cudaStreamSynchronize(stream()));
@@ -214,26 +222,29 @@ static bool g_fused = true; /* gpt.c's fused ops (false: the separate ops they r
 static double train_step(Model& M) {
     const int B = M.B, T = M.T, C = M.C, N = M.N, L = M.L, NH = M.NH, hs = M.hs, Vp = M.Vp, V = M.V;
     const double nc = (double)N * C, att_f = 2.0 * B * NH * (double)T * T * hs; /* causal: 2 matmuls x T^2/2 */
+    /* the norms' bytes: the bf16 rows each way plus the fp32 mean and rstd (w, b: C wide, negligible);
+     * the backward reads dout, x and dinp (it accumulates) and writes dinp: 4 row transfers */
+    const double ln_fwd_b = 4.0 * nc + 8.0 * N, res_ln_b = 8.0 * nc + 8.0 * N, ln_bwd_b = 8.0 * nc + 8.0 * N;
     TIMED("encoder_forward", 0, 4.0 * nc, encoder_forward(M.x0, M.tok, W(M, WTE), N, C, 0, Vp));
     TIMED("position_forward", 0, 6.0 * nc, position_forward(M.x0, W(M, WPE), B, T, C));
     /* fused: the first norm alone, every later one inside residual_layernorm_forward */
     if (g_fused)
-        TIMED("layernorm_forward", 0, 4.0 * nc, layernorm_forward(M.layer[0].ln1, M.layer[0].ln1_mean, M.layer[0].ln1_rstd, M.x0, W(M, LN1W, 0), W(M, LN1B, 0), N, C));
+        TIMED("layernorm_forward", 0, ln_fwd_b, layernorm_forward(M.layer[0].ln1, M.layer[0].ln1_mean, M.layer[0].ln1_rstd, M.x0, W(M, LN1W, 0), W(M, LN1B, 0), N, C));
     for (int l = 0; l < L; l++) {
         auto& a = M.layer[l];
         floatX* x = l == 0 ? M.x0 : M.layer[l - 1].res3;
         if (!g_fused)
-            TIMED("layernorm_forward", 0, 4.0 * nc, layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, W(M, LN1W, l), W(M, LN1B, l), N, C));
+            TIMED("layernorm_forward", 0, ln_fwd_b, layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, W(M, LN1W, l), W(M, LN1B, l), N, C));
         TIMED("matmul_forward", mm_f(N, C, 3 * C), 0, matmul_forward(a.qkv, a.ln1, W(M, QKVW, l), W(M, QKVB, l), N, C, 3 * C));
         TIMED("attention_forward", att_f, 0, attention_forward(a.atty, a.lse, a.qkv, B, T, NH, hs));
         TIMED("matmul_forward", mm_f(N, C, C), 0, matmul_forward(a.attproj, a.atty, W(M, APW, l), nullptr, N, C, C));
         if (g_fused) {
-            TIMED("residual_layernorm_forward", 0, 8.0 * nc, residual_layernorm_forward(a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, x, a.attproj, W(M, APB, l), W(M, LN2W, l), W(M, LN2B, l), N, C));
+            TIMED("residual_layernorm_forward", 0, res_ln_b, residual_layernorm_forward(a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, x, a.attproj, W(M, APB, l), W(M, LN2W, l), W(M, LN2B, l), N, C));
             TIMED("matmul_gelu_forward", mm_f(N, C, 4 * C), 0, matmul_gelu_forward(a.fch_gelu, a.fch, a.ln2, W(M, FCW, l), W(M, FCB, l), N, C, 4 * C));
         } else {
             TIMED("bias_forward", 0, 4.0 * nc, bias_forward(a.attproj, W(M, APB, l), N, C));
             TIMED("residual_forward", 0, 6.0 * nc, residual_forward(a.res2, x, a.attproj, (size_t)N * C));
-            TIMED("layernorm_forward", 0, 4.0 * nc, layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, W(M, LN2W, l), W(M, LN2B, l), N, C));
+            TIMED("layernorm_forward", 0, ln_fwd_b, layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, W(M, LN2W, l), W(M, LN2B, l), N, C));
             TIMED("matmul_forward", mm_f(N, C, 4 * C), 0, matmul_forward(a.fch, a.ln2, W(M, FCW, l), W(M, FCB, l), N, C, 4 * C));
             TIMED("gelu_forward", 0, 16.0 * nc, gelu_forward(a.fch_gelu, a.fch, (size_t)N * 4 * C));
         }
@@ -242,7 +253,7 @@ static double train_step(Model& M) {
             /* the next norm: layer l+1's ln1, or lnf after the last layer */
             const bool last = l == L - 1;
             Model::Layer* nx = last ? nullptr : &M.layer[l + 1];
-            TIMED("residual_layernorm_forward", 0, 8.0 * nc,
+            TIMED("residual_layernorm_forward", 0, res_ln_b,
                   residual_layernorm_forward(a.res3, last ? M.lnf : nx->ln1, last ? M.lnf_mean : nx->ln1_mean, last ? M.lnf_rstd : nx->ln1_rstd,
                                              a.res2, a.fcproj, W(M, FPB, l), last ? W(M, LNFW) : W(M, LN1W, l + 1), last ? W(M, LNFB) : W(M, LN1B, l + 1), N, C));
         } else {
@@ -253,7 +264,7 @@ static double train_step(Model& M) {
     floatX* last = M.layer[L - 1].res3;
     const double nv = (double)N * Vp;
     if (!g_fused)
-        TIMED("layernorm_forward", 0, 4.0 * nc, layernorm_forward(M.lnf, M.lnf_mean, M.lnf_rstd, last, W(M, LNFW), W(M, LNFB), N, C));
+        TIMED("layernorm_forward", 0, ln_fwd_b, layernorm_forward(M.lnf, M.lnf_mean, M.lnf_rstd, last, W(M, LNFW), W(M, LNFB), N, C));
     TIMED("matmul_forward (lm head)", mm_f(N, C, Vp), 0, matmul_forward(M.logits, M.lnf, W(M, WTE), nullptr, N, C, Vp));
     TIMED("crossentropy (3 kernels)", 0, 2.0 * nv, crossentropy_max(M.ce_mx, M.logits, N, Vp, 0, V));
     TIMED("crossentropy (3 kernels)", 0, 2.0 * nv, crossentropy_stats(M.ce_stats, M.logits, M.ce_mx, M.tgt, N, Vp, 0, V));
@@ -264,7 +275,7 @@ static double train_step(Model& M) {
     TIMED("ops_zero", 0, 4.0 * M.total, ops_zero(M.grads, M.total * 4));
     TIMED("matmul_backward (lm head)", 2 * mm_f(N, C, Vp), 0, matmul_backward(M.dln, G(M, WTE), nullptr, M.logits, M.lnf, W(M, WTE), N, C, Vp));
     TIMED("ops_zero", 0, 2.0 * nc, ops_zero(M.dres, (size_t)N * C * 2));
-    TIMED("layernorm_backward", 0, 10.0 * nc, layernorm_backward(M.dres, G(M, LNFW), G(M, LNFB), M.dln, last, W(M, LNFW), M.lnf_mean, M.lnf_rstd, N, C));
+    TIMED("layernorm_backward", 0, ln_bwd_b, layernorm_backward(M.dres, G(M, LNFW), G(M, LNFB), M.dln, last, W(M, LNFW), M.lnf_mean, M.lnf_rstd, N, C));
     for (int l = L - 1; l >= 0; l--) {
         auto& a = M.layer[l];
         floatX* x = l == 0 ? M.x0 : M.layer[l - 1].res3;
@@ -276,12 +287,12 @@ static double train_step(Model& M) {
             TIMED("gelu_backward", 0, 24.0 * nc, gelu_backward(M.dfch, a.fch, M.dfch_gelu, (size_t)N * 4 * C));
         }
         TIMED("matmul_backward", 2 * mm_f(N, C, 4 * C), 0, matmul_backward(M.dln, G(M, FCW, l), G(M, FCB, l), M.dfch, a.ln2, W(M, FCW, l), N, C, 4 * C));
-        TIMED("layernorm_backward", 0, 10.0 * nc, layernorm_backward(M.dres, G(M, LN2W, l), G(M, LN2B, l), M.dln, a.res2, W(M, LN2W, l), a.ln2_mean, a.ln2_rstd, N, C));
+        TIMED("layernorm_backward", 0, ln_bwd_b, layernorm_backward(M.dres, G(M, LN2W, l), G(M, LN2B, l), M.dln, a.res2, W(M, LN2W, l), a.ln2_mean, a.ln2_rstd, N, C));
         TIMED("bias_backward", 0, 2.0 * nc, bias_backward(G(M, APB, l), M.dres, N, C));
         TIMED("matmul_backward", 2 * mm_f(N, C, C), 0, matmul_backward(M.datty, G(M, APW, l), nullptr, M.dres, a.atty, W(M, APW, l), N, C, C));
         TIMED("attention_backward", 2.5 * att_f, 0, attention_backward(M.dqkv, M.datty, a.qkv, a.atty, a.lse, B, T, NH, hs));
         TIMED("matmul_backward", 2 * mm_f(N, C, 3 * C), 0, matmul_backward(M.dln, G(M, QKVW, l), G(M, QKVB, l), M.dqkv, a.ln1, W(M, QKVW, l), N, C, 3 * C));
-        TIMED("layernorm_backward", 0, 10.0 * nc, layernorm_backward(M.dres, G(M, LN1W, l), G(M, LN1B, l), M.dln, x, W(M, LN1W, l), a.ln1_mean, a.ln1_rstd, N, C));
+        TIMED("layernorm_backward", 0, ln_bwd_b, layernorm_backward(M.dres, G(M, LN1W, l), G(M, LN1B, l), M.dln, x, W(M, LN1W, l), a.ln1_mean, a.ln1_rstd, N, C));
     }
     TIMED("position_backward", 0, 2.0 * nc, position_backward(G(M, WPE), M.dres, B, T, C));
     TIMED("encoder_backward (host sort)", 0, 6.0 * nc, encoder_backward(G(M, WTE), M.dres, M.tok, N, C, 0, Vp));
@@ -297,13 +308,76 @@ static double train_step(Model& M) {
     return loss;
 }
 
+/* g_stats := the mean per step of OP_STEPS steps timed op by op */
+static void time_ops(Model& M) {
+    g_stats.clear();
+    g_timing = true;
+    for (int i = 0; i < OP_STEPS; i++) train_step(M);
+    collect();
+    g_timing = false;
+    for (auto& kv : g_stats) {
+        kv.second.calls /= OP_STEPS;
+        kv.second.ms /= OP_STEPS;
+        kv.second.flops /= OP_STEPS;
+        kv.second.bytes /= OP_STEPS;
+    }
+}
+
+/* the kernel variants of ops/memops.cuh, one setting at a time (the other
+ * variables as the caller's environment has them), each after two untimed
+ * steps: the step's median over `steps` and the ops the variable changes */
+template <typename StepMedian>
+static void variant_table(Model& M, double copy_gbs, StepMedian step_median) {
+    static const struct {
+        const char* env;
+        int n;
+        const char* ops[3];
+    } sets[] = {
+        {"TPFP8_LN_FWD_VARIANT", 3, {"layernorm_forward", "residual_layernorm_forward", nullptr}},
+        {"TPFP8_LN_BWD_VARIANT", 3, {"layernorm_backward", nullptr, nullptr}},
+        {"TPFP8_BIAS_BWD_VARIANT", 2, {"bias_backward", "matmul_backward", nullptr}},
+    };
+    printf("\nvariants (ops/memops.cuh): one variable at a time, per-op times the mean of %d steps\n", OP_STEPS);
+    printf("%-26s %8s  %-28s %9s %12s %8s\n", "setting", "step ms", "op", "ms/step", "rate", "of ceil");
+    for (const auto& set : sets) {
+        const char* saved = getenv(set.env);
+        std::string keep = saved ? saved : "";
+        for (int v = 0; v < set.n; v++) {
+            char val[16], name[64];
+            snprintf(val, sizeof val, "%d", v);
+            setenv(set.env, val, 1);
+            snprintf(name, sizeof name, "%s=%d", set.env + 6, v); /* without "TPFP8_" */
+            train_step(M);
+            train_step(M);
+            ops_sync();
+            const double step = step_median();
+            time_ops(M);
+            for (int o = 0; o < 3 && set.ops[o]; o++) {
+                const OpStat& s = g_stats[set.ops[o]];
+                char rate[32] = "-", frac[16] = "-";
+                if (s.ms > 0 && s.bytes > 0) {
+                    const double gb = s.bytes / (s.ms / 1e3) / 1e9;
+                    snprintf(rate, sizeof rate, "%.0f GB/s", gb);
+                    snprintf(frac, sizeof frac, "%.0f%%", 100.0 * gb / copy_gbs);
+                }
+                printf("%-26s %8s  %-28s %9.3f %12s %8s\n", o == 0 ? name : "", o == 0 ? std::to_string(step).substr(0, 6).c_str() : "",
+                       set.ops[o], s.ms, rate, frac);
+            }
+        }
+        if (saved) setenv(set.env, keep.c_str(), 1);
+        else unsetenv(set.env);
+    }
+}
+
 int main(int argc, char** argv) {
     const int B = argc > 1 ? atoi(argv[1]) : 16;
     const int T = argc > 2 ? atoi(argv[2]) : 1024;
     const int steps = argc > 3 ? atoi(argv[3]) : 10;
-    if (argc > 4 && strcmp(argv[4], "unfused") != 0) FATAL("usage: bench_ops_gpu [B] [T <= 1024] [steps] [unfused]");
-    g_fused = argc <= 4;
-    if (B <= 0 || T <= 0 || T > 1024 || steps <= 0) FATAL("usage: bench_ops_gpu [B] [T <= 1024] [steps] [unfused]");
+    const char* usage = "usage: bench_ops_gpu [B] [T <= 1024] [steps] [unfused | variants]";
+    if (argc > 4 && strcmp(argv[4], "unfused") != 0 && strcmp(argv[4], "variants") != 0) FATAL("%s", usage);
+    g_fused = argc <= 4 || strcmp(argv[4], "unfused") != 0;
+    const bool variants = argc > 4 && strcmp(argv[4], "variants") == 0;
+    if (B <= 0 || T <= 0 || T > 1024 || steps <= 0) FATAL("%s", usage);
     ops_init(0);
     cudaDeviceProp prop;
     int dev = 0;
@@ -369,11 +443,8 @@ int main(int argc, char** argv) {
         CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
         step_ms.push_back(ms);
     }
-    /* one more step with per-op events (they add a little overhead of their own) */
-    g_timing = true;
-    train_step(M);
-    collect();
-    g_timing = false;
+    /* OP_STEPS more steps with per-op events (they add a little overhead of their own) */
+    time_ops(M);
 
     std::sort(step_ms.begin(), step_ms.end());
     const double med = step_ms[step_ms.size() / 2];
@@ -403,5 +474,19 @@ int main(int argc, char** argv) {
         printf("%-30s %6d %9.3f %5.1f%% %12s %9s\n", r.first.c_str(), s.calls, s.ms, 100.0 * s.ms / total, rate, frac);
     }
     printf("%-30s %6s %9.3f\n", "sum of op times", "", total);
+    if (variants) variant_table(M, copy_gbs, [&] {
+        std::vector<double> t;
+        for (int i = 0; i < steps; i++) {
+            CUDA_CHECK(cudaEventRecord(e0, stream()));
+            train_step(M);
+            CUDA_CHECK(cudaEventRecord(e1, stream()));
+            CUDA_CHECK(cudaEventSynchronize(e1));
+            float ms;
+            CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+            t.push_back(ms);
+        }
+        std::sort(t.begin(), t.end());
+        return t[t.size() / 2];
+    });
     return 0;
 }
