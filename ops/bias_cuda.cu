@@ -132,12 +132,16 @@ unsigned* colsum_tail_counters(size_t n) {
  * before the first add (added in row order, so the order is still fixed), a
  * chunk is CS_UNROLL * 8 rows or a multiple of it, and the chunks' partial
  * rows are added by colsum_tail inside the same kernel, per 256-column group.
- * Plain loads: the gradient just written by the norm backward is still in L2
- * and the GEMM after this op reads it again. */
+ * The grid is at most CS_BLOCKS blocks, one wave on an H200 at 3 blocks per
+ * SM (a first try with chunks of 64 rows, 768 blocks in two waves, took 16 us
+ * where the old kernels took 14). Plain loads: the gradient just written by
+ * the norm backward is still in L2 and the GEMM after this op reads it
+ * again. */
 #define CS_UNROLL 8
+#define CS_BLOCKS 384
 
 template <bool VEC>
-__global__ void __launch_bounds__(256)
+__global__ void __launch_bounds__(256, VEC ? 3 : 1)
 colsum_unrolled_kernel(float* dst, float* partial, float* gpart, unsigned* counters, const bf16* x, int N, int C,
                        int rows_per_chunk) {
     __shared__ float sm[8][CS_COLS];
@@ -180,15 +184,15 @@ colsum_unrolled_kernel(float* dst, float* partial, float* gpart, unsigned* count
     }
     /* this column group's chunks, in chunk order */
     const int ngroups = colsum_tail_groups(gridDim.y);
-    colsum_tail(partial + c0, gpart + c0, counters + (size_t)blockIdx.x * (ngroups + 1), blockIdx.y, gridDim.y,
-                min(CS_COLS, C - c0), (size_t)C, [&](int cc, float v) { dst[c0 + cc] += v; });
+    colsum_tail<4>(partial + c0, gpart + c0, counters + (size_t)blockIdx.x * (ngroups + 1), blockIdx.y, gridDim.y,
+                min(CS_COLS, C - c0), (size_t)C, [&](int cc) { return dst + c0 + cc; });
 }
 
 static void bias_backward_unrolled(float* dbias, const floatX* dout, int N, int C) {
     const int gx = (int)ceil_div_u(C, CS_COLS);
-    /* about 1024 blocks in all (one wave of 8 per SM on an H200), chunks of whole unrolled steps */
+    /* at most CS_BLOCKS blocks in all, chunks of whole unrolled steps (a function of N and C only) */
     const int step = 8 * CS_UNROLL;
-    int cap = 1024 / gx > 1 ? 1024 / gx : 1;
+    int cap = CS_BLOCKS / gx > 1 ? CS_BLOCKS / gx : 1;
     int rpc = (int)ceil_div_u(N, cap);
     rpc = (rpc + step - 1) / step * step;
     const int nchunks = (int)ceil_div_u(N, rpc), ngroups = colsum_tail_groups(nchunks);

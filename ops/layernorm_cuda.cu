@@ -29,22 +29,20 @@
  *
  * C is a template parameter in chunks of 256 columns (NCH = 1..LN_MAX_NCH),
  * so the row lives in registers; a larger C is a clear fatal error.
+ *
+ * Variants (ops/memops.cuh; the kernels in ops/layernorm_variants.cuh, the
+ * launchers here): TPFP8_LN_FWD_VARIANT = 1 / 2 and TPFP8_LN_BWD_VARIANT =
+ * 1 / 2 / 3 run other kernels for C <= 1024 (variant 3: C a multiple of 256,
+ * else variant 2), with the backward's block partials added inside the same
+ * kernel (colsum_tail) instead of by colsum_finish; 0, the default, is the
+ * kernels of this file.
  */
 #include <math.h>
 
 #include <type_traits>
 
-#include "common/cuda_async.cuh"
 #include "ops/cuda_common.cuh"
 #include "ops/memops.cuh"
-
-#ifdef CUDA_EMU
-/* g++ -O2 reports the variant kernels' packed register arrays (w, b, the
- * prefetched row) as maybe used uninitialized, on paths their guards exclude:
- * every element is written before it is read (and nvcc, which compiles the
- * same code for the GPU, finds nothing) */
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
 
 /* ------------------------------------------------------------------------ */
 /* One warp per row. Lane l owns chunks l, l+32, ... of 8 columns; NCH =
@@ -228,311 +226,13 @@ layernorm_backward_kernel(bf16* dinp, float* partial, const bf16* dout, const bf
     for (int c = threadIdx.x; c < NPART * C; c += blockDim.x) pb[c] = sred[c];
 }
 
-/* ---- variants 1 and 2 (ops/memops.cuh: TPFP8_LN_FWD_VARIANT / _BWD_) ----------
- * What the H200 profile of the kernels above showed (ncu, GPT-2 124M shapes):
- * the forward kept the L1/TEX pipe at 85% busy with DRAM at a third to a half
- * of its peak - every warp loads w and b (and the residual's bias) again for
- * its one row, twice the row's own bytes through L1 - and the backward (16
- * warps per SM, 128 registers) issued one instruction per 11 cycles per warp
- * with DRAM at 42%, while its two colsum_finish launches took 4-5 us each of
- * a 58 us call. So the variants:
- *  - forward: warps persist over rows (grid = one wave, rows balanced), with
- *    w, b and the bias packed in registers, loaded once per warp; row loads
- *    with the streaming hint; PREF = true (variant 2) also loads the next row
- *    before the current one's two reductions, so a load is always in flight;
- *  - backward: dw / db accumulate in the warp's own slice of shared memory
- *    instead of 48 registers, w packed in registers, so variant 1 runs 24
- *    warps per SM (80 registers) and variant 2 (PREF, next row's x, dout,
- *    dinp loaded before the current row's reductions) 16; the block partials
- *    are added by colsum_tail inside the same kernel (no second launch).
- * Same fixed-order reductions as the kernels above (rows in order within a
- * warp, warps in warp order, blocks in a fixed tree), arithmetic per element
- * as theirs. */
-
-/* the row's x (and, for RES, y) chunks of this lane; chunks past C are zero */
-template <int NCH, bool VEC, bool RES>
-__device__ __forceinline__ void ln_fwd_load(uint4 (&xp)[NCH], uint4 (&yp)[NCH], const bf16* inp, const bf16* y, int row,
-                                            int lane, int nch8, int C) {
-#pragma unroll
-    for (int i = 0; i < NCH; i++) {
-        const int ch = lane + 32 * i;
-        xp[i] = yp[i] = make_uint4(0u, 0u, 0u, 0u);
-        if (ch < nch8) {
-            xp[i] = ldu4_cs<VEC>(inp + (size_t)row * C, ch * 8, C);
-            if constexpr (RES) yp[i] = ldu4_cs<VEC>(y + (size_t)row * C, ch * 8, C);
-        }
-    }
-}
-
-/* The variant kernels serve C <= 32 * 8 * LN_VAR_MAX_NCH (1024): wider rows
- * would not fit their registers (w, b and the bias held for the whole
- * kernel) and run the kernels above whatever the variant. */
-#define LN_VAR_MAX_NCH 4
-
-/* blocks per SM their register caps are set for (C <= 768 with 16-byte
- * accesses, the GPT-2 shapes; the rest take what they need, unspilled) */
-static constexpr int ln_minblocks(int nch, bool vec, bool pref) { return vec && nch <= 3 ? (pref ? 2 : 3) : 1; }
-
-template <int NCH, bool VEC, bool RMS, bool RES, bool PREF>
-__global__ void __launch_bounds__(LN_WARPS * 32, ln_minblocks(NCH, VEC, PREF))
-layernorm_forward_rows_kernel(bf16* out, float* mean, float* rstd, const bf16* inp, const bf16* w, const bf16* b,
-                              int N, int C, float eps, bf16* res, const bf16* y, const bf16* ybias) {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int nwarps = gridDim.x * LN_WARPS;
-    int row = blockIdx.x * LN_WARPS + warp;
-    if (row >= N) return;
-    const int nch8 = (C + 7) / 8;
-    uint4 wp[NCH], bp[NCH], yb[NCH];
-#pragma unroll
-    for (int i = 0; i < NCH; i++) {
-        const int ch = lane + 32 * i;
-        wp[i] = make_uint4(0u, 0u, 0u, 0u);
-        bp[i] = make_uint4(0u, 0u, 0u, 0u);
-        yb[i] = make_uint4(0u, 0u, 0u, 0u);
-        if (ch < nch8) {
-            wp[i] = ldu4<VEC>(w, ch * 8, C);
-            if constexpr (!RMS) bp[i] = ldu4<VEC>(b, ch * 8, C);
-            if constexpr (RES) yb[i] = ldu4<VEC>(ybias, ch * 8, C);
-        }
-    }
-    uint4 xp[NCH], yp[NCH];
-    ln_fwd_load<NCH, VEC, RES>(xp, yp, inp, y, row, lane, nch8, C);
-    for (; row < N; row += nwarps) {
-        const int next = row + nwarps;
-        uint4 xn[NCH], yn[NCH];
-        if (PREF && next < N) ln_fwd_load<NCH, VEC, RES>(xn, yn, inp, y, next, lane, nch8, C);
-#pragma unroll
-        for (int i = 0; i < NCH; i++) {
-            opaque_u4(wp[i]);
-            if constexpr (!RMS) opaque_u4(bp[i]);
-            if constexpr (RES) opaque_u4(yb[i]);
-        }
-        /* the row stays packed: each pass unpacks it (RES: the rounded sum is
-         * exactly a bf16 row, packed and stored as res, then normalised) */
-        float sum = 0.0f;
-#pragma unroll
-        for (int i = 0; i < NCH; i++) {
-            const int ch = lane + 32 * i;
-            float x[8];
-            unpack_u4(xp[i], x); /* zero past C */
-            if (RES && ch < nch8) {
-                /* as the kernel above: res = x + (y + bias), rounded, stored, normalised */
-                float yv[8], bv[8];
-                unpack_u4(yp[i], yv);
-                unpack_u4(yb[i], bv);
-#pragma unroll
-                for (int k = 0; k < 8; k++) x[k] += yv[k] + bv[k];
-                xp[i] = pack_u4(x);
-                stu4<VEC>(res + (size_t)row * C, ch * 8, C, xp[i]);
-                unpack_u4(xp[i], x);
-            }
-#pragma unroll
-            for (int k = 0; k < 8; k++) sum += x[k];
-        }
-        const float m = RMS ? 0.0f : warp_sum(sum) / C;
-        float var = 0.0f;
-#pragma unroll
-        for (int i = 0; i < NCH; i++) {
-            const int ch = lane + 32 * i;
-            opaque_u4(xp[i]);
-            float x[8];
-            unpack_u4(xp[i], x);
-#pragma unroll
-            for (int k = 0; k < 8; k++) {
-                float d = x[k] - m;
-                if (ch < nch8 && ch * 8 + k < C) var += d * d;
-            }
-        }
-        const float s = 1.0f / sqrtf(warp_sum(var) / C + eps);
-        bf16* o_row = out + (size_t)row * C;
-#pragma unroll
-        for (int i = 0; i < NCH; i++) {
-            const int ch = lane + 32 * i;
-            if (ch >= nch8) continue;
-            opaque_u4(xp[i]);
-            float x[8], wv[8], bv[8], o[8];
-            unpack_u4(xp[i], x);
-            unpack_u4(wp[i], wv);
-            if (RMS) {
-#pragma unroll
-                for (int k = 0; k < 8; k++) o[k] = x[k] * s * wv[k];
-            } else {
-                unpack_u4(bp[i], bv);
-#pragma unroll
-                for (int k = 0; k < 8; k++) o[k] = (x[k] - m) * s * wv[k] + bv[k];
-            }
-            st8<VEC>(o_row, ch * 8, C, o);
-        }
-        if (lane == 0) {
-            if (!RMS) mean[row] = m;
-            rstd[row] = s;
-        }
-        if (next < N) {
-            if constexpr (PREF) {
-#pragma unroll
-                for (int i = 0; i < NCH; i++) {
-                    xp[i] = xn[i];
-                    yp[i] = yn[i];
-                }
-            } else {
-                ln_fwd_load<NCH, VEC, RES>(xp, yp, inp, y, next, lane, nch8, C);
-            }
-        }
-    }
-}
-
-/* one row's backward inputs, packed, for this lane's chunks (zero past C) */
-template <int NCH, bool VEC, bool RMS>
-struct LnBwdRow {
-    uint4 x[NCH], d[NCH], di[NCH];
-    float m, s;
-    __device__ __forceinline__ void load(const bf16* inp, const bf16* dout, const bf16* dinp, const float* mean,
-                                         const float* rstd, int row, int lane, int nch8, int C) {
-#pragma unroll
-        for (int i = 0; i < NCH; i++) {
-            const int ch = lane + 32 * i;
-            x[i] = d[i] = di[i] = make_uint4(0u, 0u, 0u, 0u);
-            if (ch < nch8) {
-                x[i] = ldu4_cs<VEC>(inp + (size_t)row * C, ch * 8, C);
-                d[i] = ldu4_cs<VEC>(dout + (size_t)row * C, ch * 8, C);
-                di[i] = ldu4_cs<VEC>(dinp + (size_t)row * C, ch * 8, C);
-            }
-        }
-        m = RMS ? 0.0f : mean[row];
-        s = rstd[row];
-    }
-};
-
-/* the float4 of warp `warp`'s accumulator slice (part a = dw / db, chunk i,
- * half h of its 8 columns) that lane `lane` owns: lanes adjacent, so a warp's
- * 16-byte accesses meet no bank conflict */
-template <int NCH, int NPART>
-__device__ __forceinline__ int ln_acc_index(int warp, int a, int i, int h, int lane) {
-    return (((warp * NPART + a) * NCH + i) * 2 + h) * 32 + lane;
-}
-
-template <int NCH, bool VEC, bool RMS, bool PREF>
-__global__ void __launch_bounds__(LN_WARPS * 32, ln_minblocks(NCH, VEC, PREF))
-layernorm_backward_smem_kernel(bf16* dinp, float* partial, float* gpart, unsigned* counters, float* dw, float* db,
-                               const bf16* dout, const bf16* inp, const bf16* w, const float* mean, const float* rstd,
-                               int N, int C, int rows_per_block) {
-    constexpr int NPART = RMS ? 1 : 2;
-    DYNAMIC_SMEM(smem_raw); /* [LN_WARPS][NPART][NCH][2][32] float4 */
-    float4* acc = reinterpret_cast<float4*>(smem_raw);
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int nch8 = (C + 7) / 8;
-#pragma unroll
-    for (int a = 0; a < NPART; a++)
-#pragma unroll
-        for (int i = 0; i < NCH; i++)
-#pragma unroll
-            for (int h = 0; h < 2; h++) acc[ln_acc_index<NCH, NPART>(warp, a, i, h, lane)] = make_float4(0.f, 0.f, 0.f, 0.f);
-    uint4 wp[NCH];
-#pragma unroll
-    for (int i = 0; i < NCH; i++) {
-        const int ch = lane + 32 * i;
-        wp[i] = make_uint4(0u, 0u, 0u, 0u);
-        if (ch < nch8) wp[i] = ldu4<VEC>(w, ch * 8, C);
-    }
-    const int r0 = blockIdx.x * rows_per_block;
-    const int r1 = min(N, r0 + rows_per_block);
-    int row = r0 + warp;
-    LnBwdRow<NCH, VEC, RMS> cur;
-    if (row < r1) cur.load(inp, dout, dinp, mean, rstd, row, lane, nch8, C);
-    for (; row < r1; row += LN_WARPS) {
-        const int next = row + LN_WARPS;
-        LnBwdRow<NCH, VEC, RMS> nxt;
-        if (PREF && next < r1) nxt.load(inp, dout, dinp, mean, rstd, next, lane, nch8, C);
-#pragma unroll
-        for (int i = 0; i < NCH; i++) opaque_u4(wp[i]);
-        const float m = cur.m, s = cur.s;
-        float gsum = 0.0f, gxsum = 0.0f;
-#pragma unroll
-        for (int i = 0; i < NCH; i++) {
-            float xv[8], dv[8], wv[8];
-            unpack_u4(cur.x[i], xv);
-            unpack_u4(cur.d[i], dv);
-            unpack_u4(wp[i], wv);
-#pragma unroll
-            for (int k = 0; k < 8; k++) {
-                float g = wv[k] * dv[k];
-                gsum += g;
-                gxsum += g * (xv[k] - m) * s; /* padded columns: g = 0 */
-            }
-        }
-        const float gmean = RMS ? 0.0f : warp_sum(gsum) / C;
-        const float gxmean = warp_sum(gxsum) / C;
-        /* the second pass unpacks again rather than keep 16 floats per chunk live across the reductions */
-#pragma unroll
-        for (int i = 0; i < NCH; i++) {
-            opaque_u4(cur.x[i]);
-            opaque_u4(cur.d[i]);
-            opaque_u4(wp[i]);
-        }
-        bf16* di_row = dinp + (size_t)row * C;
-#pragma unroll
-        for (int i = 0; i < NCH; i++) {
-            const int ch = lane + 32 * i;
-            if (ch >= nch8) continue;
-            float xv[8], dv[8], wv[8], di[8], xh[8];
-            unpack_u4(cur.x[i], xv);
-            unpack_u4(cur.d[i], dv);
-            unpack_u4(cur.di[i], di);
-            unpack_u4(wp[i], wv);
-#pragma unroll
-            for (int k = 0; k < 8; k++) {
-                xh[k] = (xv[k] - m) * s;
-                di[k] += (wv[k] * dv[k] - gmean - xh[k] * gxmean) * s;
-            }
-            st8<VEC>(di_row, ch * 8, C, di);
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                float4* pw = &acc[ln_acc_index<NCH, NPART>(warp, 0, i, h, lane)];
-                float4 t = *pw;
-                t.x += xh[4 * h] * dv[4 * h];
-                t.y += xh[4 * h + 1] * dv[4 * h + 1];
-                t.z += xh[4 * h + 2] * dv[4 * h + 2];
-                t.w += xh[4 * h + 3] * dv[4 * h + 3];
-                *pw = t;
-                if constexpr (!RMS) {
-                    float4* pb = &acc[ln_acc_index<NCH, NPART>(warp, 1, i, h, lane)];
-                    float4 u = *pb;
-                    u.x += dv[4 * h];
-                    u.y += dv[4 * h + 1];
-                    u.z += dv[4 * h + 2];
-                    u.w += dv[4 * h + 3];
-                    *pb = u;
-                }
-            }
-        }
-        if (next < r1) {
-            if constexpr (PREF) cur = nxt;
-            else cur.load(inp, dout, dinp, mean, rstd, next, lane, nch8, C);
-        }
-    }
-    __syncthreads();
-    /* warps -> the block's partial, in warp order */
-    const float* accf = reinterpret_cast<const float*>(smem_raw);
-    float* pb = partial + (size_t)blockIdx.x * NPART * C;
-    for (int c = threadIdx.x; c < NPART * C; c += blockDim.x) {
-        const int a = c / C, cc = c - a * C, ch = cc >> 3, k = cc & 7;
-        float t = 0.0f;
-#pragma unroll
-        for (int wi = 0; wi < LN_WARPS; wi++)
-            t += accf[ln_acc_index<NCH, NPART>(wi, a, ch >> 5, k >> 2, ch & 31) * 4 + (k & 3)];
-        pb[c] = t;
-    }
-    colsum_tail(partial, gpart, counters, blockIdx.x, gridDim.x, NPART * C, (size_t)NPART * C, [&](int c, float v) {
-        if (c < C) dw[c] += v;
-        else db[c - C] += v;
-    });
-}
-
 /* The residual inputs of RES (res, y, ybias; NULL otherwise). */
 struct LnRes {
     floatX* res;
     const floatX *y, *ybias;
 };
+
+#include "ops/layernorm_variants.cuh" /* the kernels of variants 1-3 */
 
 template <int NCH, bool RMS, bool RES>
 static void layernorm_launch(bool vec, floatX* out, float* mean, float* rstd, const floatX* inp,
@@ -648,7 +348,6 @@ static void norm_forward(const char* who, floatX* out, float* mean, float* rstd,
  * per SM of its 132), a function of N only. */
 #define LN_BWD_SMEM_BLOCKS_1 384
 #define LN_BWD_SMEM_BLOCKS_2 256
-#define LN_BWD_VARIANTS 3
 
 template <int NCH, bool VEC, bool RMS, bool PREF>
 static void layernorm_bwd_smem_launch(floatX* dinp, float* dw, float* db, const floatX* dout, const floatX* inp,
@@ -674,6 +373,31 @@ static void layernorm_bwd_smem_launch(floatX* dinp, float* dw, float* db, const 
     CUDA_CHECK_LAUNCH("layernorm_backward_smem_kernel");
 }
 
+template <int NCH, bool RMS>
+static void layernorm_bwd_smem3_launch(floatX* dinp, float* dw, float* db, const floatX* dout, const floatX* inp,
+                                       const floatX* w, const float* mean, const float* rstd, int N, int C) {
+    constexpr int NPART = RMS ? 1 : 2;
+    int rpb = (int)ceil_div_u(N, LN_BWD_SMEM_BLOCKS_2);
+    rpb = (rpb + LN_WARPS - 1) / LN_WARPS * LN_WARPS;
+    const int grid = (int)ceil_div_u(N, rpb), ngroups = colsum_tail_groups(grid);
+    const size_t pstride = (size_t)NPART * C;
+    float* partial = (float*)cuda_scratch(SCRATCH_LN_PARTIAL, (size_t)(grid + ngroups) * pstride * sizeof(float));
+    unsigned* counters = colsum_tail_counters((size_t)ngroups + 1);
+    auto kernel = layernorm_backward_smem3_kernel<NCH, RMS>;
+    const size_t smem = ((size_t)LN_WARPS * NPART * NCH * 256 + 2 * (size_t)rpb) * sizeof(float);
+    static size_t smem_set = 0; /* the limit raised so far (rpb grows with N) */
+    if (smem > smem_set) {
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        smem_set = smem;
+    }
+    kernel<<<grid, LN_WARPS * 32, smem, cuda_stream()>>>((bf16*)dinp, partial, partial + (size_t)grid * pstride,
+                                                         counters, dw, db, (const bf16*)dout, (const bf16*)inp,
+                                                         (const bf16*)w, mean, rstd, N, C, rpb);
+    CUDA_CHECK_LAUNCH("layernorm_backward_smem3_kernel");
+}
+
+#define LN_BWD_VARIANTS 4
+
 /* db and mean are NULL for RMS */
 template <bool RMS>
 static void norm_backward(const char* who, floatX* dinp, float* dw, float* db, const floatX* dout, const floatX* inp,
@@ -686,7 +410,9 @@ static void norm_backward(const char* who, floatX* dinp, float* dw, float* db, c
         ln_with_nch<1>(nch, [&](auto k) {
             constexpr int K = decltype(k)::value;
             if constexpr (K <= LN_VAR_MAX_NCH) {
-                if (variant == 1) {
+                if (variant == 3 && vec && C == K * 256) {
+                    layernorm_bwd_smem3_launch<K, RMS>(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+                } else if (variant == 1) {
                     if (vec) layernorm_bwd_smem_launch<K, true, RMS, false>(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
                     else layernorm_bwd_smem_launch<K, false, RMS, false>(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
                 } else {

@@ -9,7 +9,7 @@
  * the backend had before the variants, the default while the others are
  * being measured on the H200):
  *   TPFP8_LN_FWD_VARIANT    layernorm_forward, residual_layernorm_forward, rmsnorm_forward
- *   TPFP8_LN_BWD_VARIANT    layernorm_backward, rmsnorm_backward
+ *   TPFP8_LN_BWD_VARIANT    layernorm_backward, rmsnorm_backward (0..3)
  *   TPFP8_BIAS_BWD_VARIANT  bias_backward (and so matmul_backward's dbias)
  * Every variant is deterministic (its reduction order depends on shapes
  * only); two variants agree within rounding, not bit for bit.
@@ -124,52 +124,85 @@ __host__ __device__ static inline int colsum_tail_groups(int nparts) { return (n
  * kernel that uses them leaves them zero */
 unsigned* colsum_tail_counters(size_t n);
 
-/* sum_{j < n} rows[j * stride + c4] (float4 index c4), j ascending, 8 loads
- * in flight (L2 loads: other blocks wrote the rows) */
-__device__ __forceinline__ float4 colsum_rows4(const float4* rows, size_t stride4, int n, int c4) {
-    float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int j0 = 0; j0 < n; j0 += 8) {
-        float4 v[8];
+/* Columns ca and cb (cb < 0: none) of rows 0..n-1 summed in row order, UNR
+ * rows at a time with both columns' loads in flight (L2 loads: other blocks
+ * wrote the rows). T is float4 (four columns per index) or float. */
+__device__ __forceinline__ void colsum_add(float4& s, const float4& v) {
+    s.x += v.x;
+    s.y += v.y;
+    s.z += v.z;
+    s.w += v.w;
+}
+__device__ __forceinline__ void colsum_add(float& s, float v) { s += v; }
+template <int UNR, typename T>
+__device__ __forceinline__ void colsum_rows2(const T* rows, size_t stride, int n, int ca, int cb, T& sa, T& sb) {
+    for (int j0 = 0; j0 < n; j0 += UNR) {
+        T va[UNR], vb[UNR];
 #pragma unroll
-        for (int j = 0; j < 8; j++)
-            if (j0 + j < n) v[j] = __ldcg(&rows[(size_t)(j0 + j) * stride4 + c4]);
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
+        for (int j = 0; j < UNR; j++) {
             if (j0 + j < n) {
-                s.x += v[j].x;
-                s.y += v[j].y;
-                s.z += v[j].z;
-                s.w += v[j].w;
+                va[j] = __ldcg(&rows[(size_t)(j0 + j) * stride + ca]);
+                if (cb >= 0) vb[j] = __ldcg(&rows[(size_t)(j0 + j) * stride + cb]);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < UNR; j++) {
+            if (j0 + j < n) {
+                colsum_add(sa, va[j]);
+                if (cb >= 0) colsum_add(sb, vb[j]);
             }
         }
     }
-    return s;
 }
-/* the same for one column of floats */
-__device__ __forceinline__ float colsum_rows1(const float* rows, size_t stride, int n, int c) {
-    float s = 0.0f;
-    for (int j0 = 0; j0 < n; j0 += 8) {
-        float v[8];
+
+/* One stage of colsum_tail over n rows of ncols (in units of T) from
+ * `rows`: each thread takes two columns at a time. FINAL: add the sums to
+ * *dst(c) (read before the rows are, so that load is not one more round
+ * trip); else store them to out. */
+template <int UNR, bool FINAL, typename T, typename Dst>
+__device__ __forceinline__ void colsum_stage(const T* rows, size_t stride, int n, int ncols, T* out, Dst dst,
+                                             int tid, int nthr) {
+    constexpr int W = sizeof(T) / sizeof(float);
+    for (int ca = tid; ca < ncols; ca += 2 * nthr) {
+        const int cb = ca + nthr < ncols ? ca + nthr : -1;
+        float da[W] = {}, db[W] = {};
+        if constexpr (FINAL) {
 #pragma unroll
-        for (int j = 0; j < 8; j++)
-            if (j0 + j < n) v[j] = __ldcg(&rows[(size_t)(j0 + j) * stride + c]);
+            for (int k = 0; k < W; k++) {
+                da[k] = *dst(W * ca + k);
+                if (cb >= 0) db[k] = *dst(W * cb + k);
+            }
+        }
+        T sa, sb;
+        memset(&sa, 0, sizeof sa);
+        memset(&sb, 0, sizeof sb);
+        colsum_rows2<UNR>(rows, stride, n, ca, cb, sa, sb);
+        if constexpr (FINAL) {
+            const float* fa = reinterpret_cast<const float*>(&sa);
+            const float* fb = reinterpret_cast<const float*>(&sb);
 #pragma unroll
-        for (int j = 0; j < 8; j++)
-            if (j0 + j < n) s += v[j];
+            for (int k = 0; k < W; k++) {
+                *dst(W * ca + k) = da[k] + fa[k];
+                if (cb >= 0) *dst(W * cb + k) = db[k] + fb[k];
+            }
+        } else {
+            out[ca] = sa;
+            if (cb >= 0) out[cb] = sb;
+        }
     }
-    return s;
 }
 
 /* Called by every thread of a block, after the block's partial row
  * partial[part * pstride + c], c < ncols, is written (by any of its threads),
  * as the block's last action. gpart: colsum_tail_groups(nparts) rows of the
- * same stride; counters: colsum_tail_groups(nparts) + 1, zero. out(c, sum)
- * is called once per column, by the one block that finishes. Columns go four
- * at a time (16-byte loads, each thread's loads all in flight: the finishing
- * blocks wait on L2 latency, not bandwidth) when the rows allow it. */
-template <typename Out>
+ * same stride; counters: colsum_tail_groups(nparts) + 1, zero. dst(c) is the
+ * float* that column c's sum is added to, by the one block that finishes.
+ * Columns go four at a time (16-byte loads) when the rows allow it, two
+ * columns per thread with UNR rows of each in flight: the finishing blocks
+ * wait on L2 latency (a round trip per step), not on bandwidth. */
+template <int UNR = 8, typename Dst>
 __device__ void colsum_tail(const float* partial, float* gpart, unsigned* counters, int part, int nparts, int ncols,
-                            size_t pstride, Out out) {
+                            size_t pstride, Dst dst) {
     __shared__ unsigned ticket;
     const int tid = threadIdx.y * blockDim.x + threadIdx.x, nthr = blockDim.x * blockDim.y;
     const int ngroups = colsum_tail_groups(nparts);
@@ -182,32 +215,24 @@ __device__ void colsum_tail(const float* partial, float* gpart, unsigned* counte
     __syncthreads();
     if (ticket != (unsigned)gsize - 1) return; /* the whole block: ticket is shared */
     /* the last of group g: its parts in part order */
-    if (vec4) {
-        const float4* rows = reinterpret_cast<const float4*>(partial + (size_t)p0 * pstride);
-        float4* grow = reinterpret_cast<float4*>(gpart + (size_t)g * pstride);
-        for (int c4 = tid; c4 < ncols / 4; c4 += nthr) grow[c4] = colsum_rows4(rows, pstride / 4, gsize, c4);
-    } else {
-        for (int c = tid; c < ncols; c += nthr)
-            gpart[(size_t)g * pstride + c] = colsum_rows1(partial + (size_t)p0 * pstride, pstride, gsize, c);
-    }
+    if (vec4)
+        colsum_stage<UNR, false>(reinterpret_cast<const float4*>(partial + (size_t)p0 * pstride), pstride / 4, gsize,
+                                 ncols / 4, reinterpret_cast<float4*>(gpart + (size_t)g * pstride), dst, tid, nthr);
+    else
+        colsum_stage<UNR, false>(partial + (size_t)p0 * pstride, pstride, gsize, ncols, gpart + (size_t)g * pstride,
+                                 dst, tid, nthr);
     if (tid == 0) counters[g] = 0;
     __threadfence();
     __syncthreads();
     if (tid == 0) ticket = atomicAdd(&counters[ngroups], 1u);
     __syncthreads();
     if (ticket != (unsigned)ngroups - 1) return;
-    /* the last group: the group rows in group order */
-    if (vec4) {
-        for (int c4 = tid; c4 < ncols / 4; c4 += nthr) {
-            const float4 t = colsum_rows4(reinterpret_cast<const float4*>(gpart), pstride / 4, ngroups, c4);
-            out(4 * c4, t.x);
-            out(4 * c4 + 1, t.y);
-            out(4 * c4 + 2, t.z);
-            out(4 * c4 + 3, t.w);
-        }
-    } else {
-        for (int c = tid; c < ncols; c += nthr) out(c, colsum_rows1(gpart, pstride, ngroups, c));
-    }
+    /* the last group: the group rows in group order, added to dst */
+    if (vec4)
+        colsum_stage<UNR, true>(reinterpret_cast<const float4*>(gpart), pstride / 4, ngroups, ncols / 4,
+                                (float4*)nullptr, dst, tid, nthr);
+    else
+        colsum_stage<UNR, true>(gpart, pstride, ngroups, ncols, (float*)nullptr, dst, tid, nthr);
     if (tid == 0) counters[ngroups] = 0;
 }
 
