@@ -650,7 +650,7 @@ static void test_norms(size_t n) {
 static void test_memop_variants(const char* only) {
     static const struct {
         const char *ln_fwd, *ln_bwd, *bias_bwd;
-    } passes[] = {{"1", "1", "1"}, {"2", "2", "1"}};
+    } passes[] = {{"1", "1", "1"}, {"2", "2", "1"}, {"2", "3", "1"}};
     for (const auto& p : passes) {
 #define GROUP(name) if (!only || strstr(name, only))
         bool any = false;

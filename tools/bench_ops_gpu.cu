@@ -334,7 +334,7 @@ static void variant_table(Model& M, double copy_gbs, StepMedian step_median) {
         const char* ops[3];
     } sets[] = {
         {"TPFP8_LN_FWD_VARIANT", 3, {"layernorm_forward", "residual_layernorm_forward", nullptr}},
-        {"TPFP8_LN_BWD_VARIANT", 3, {"layernorm_backward", nullptr, nullptr}},
+        {"TPFP8_LN_BWD_VARIANT", 4, {"layernorm_backward", nullptr, nullptr}},
         {"TPFP8_BIAS_BWD_VARIANT", 2, {"bias_backward", "matmul_backward", nullptr}},
     };
     printf("\nvariants (ops/memops.cuh): one variable at a time, per-op times the mean of %d steps\n", OP_STEPS);
