@@ -43,6 +43,12 @@
  *      go by ncclSend/ncclRecv between device buffers on a network stream,
  *      ordered by events; no host loop, no staging (run_nccl).
  *
+ *   6. The one-shot all-reduce over MPI (comm/oneshot_cuda.c) is the
+ *      reduce-scatter of point 3 with every rank's "chunk" its whole tensor:
+ *      sub-chunk k of my tensor goes to every peer once it is compressed,
+ *      and range k is summed over the P copies into x once it has arrived,
+ *      so a large one-shot pipelines its copies as a two-shot does.
+ *
  * K = 1 is the unpipelined reference point for the benchmark. min_sub keeps
  * sub-chunks from getting so small that launch and message overheads win.
  */
@@ -143,6 +149,9 @@ typedef struct {
     const float* damax_rs; /* device delayed amax of each phase (CollDevSite), or NULL */
     const float* damax_ag;
     int host_stats;       /* the caller wants CollStats: copy the statistics to the host */
+    int one_shot;         /* the one-shot all-reduce over MPI (coll_one_shot_mpi_dev): the reduce-scatter
+                             machinery with every "chunk" the whole tensor, my one message sent to every
+                             peer, the P copies summed into x */
 } Call;
 
 static Msg* rs_send(const Call* C, int k, int q) { return &C->plan[(size_t)k * C->P + q]; }
@@ -200,7 +209,7 @@ static int msg_count(size_t bytes) {
 /* sub-chunk k of the reduce-scatter is compressed (and on the host): send it */
 static void rs_send_k(Call* C, int k) {
     for (int q = 0; q < C->P - 1; q++) {
-        const Msg* m = rs_send(C, k, q);
+        const Msg* m = rs_send(C, k, C->one_shot ? C->P - 1 : q); /* one-shot: my one message to all */
         if (m->bytes)
             MPI_CHECK(MPI_Isend(mpi_base(C) + m->off, msg_count(m->bytes), MPI_BYTE, rank_at(C, q), TAG_RS + k, C->comm,
                                 &rs_sreq(C, k)[q]));
@@ -354,84 +363,42 @@ static void ag_decode_k(Call* C, int k) {
     decompress_jobs_dev(C->p_ag, C->jobs, P, CDEV_DECODE_BF16, NULL, C->cs);
 }
 
+/* the scratch grown to this call's needs: P + 1 statistics slots, the events
+ * and requests of K sub-chunks in both phases, nplan messages */
 static void ensure_state(CollScratchDev* s, int P, int K, size_t bytes, size_t acc, int nplan) {
-    if (!s->initialized) {
-        CUDA_CHECK(cudaStreamCreateWithFlags(&s->s_d2h, cudaStreamNonBlocking));
-        CUDA_CHECK(cudaStreamCreateWithFlags(&s->s_h2d, cudaStreamNonBlocking));
-        CUDA_CHECK(cudaStreamCreateWithFlags(&s->s_net, cudaStreamNonBlocking));
-        /* NCCL moves device memory itself: no host mirror */
-        s->aware = s->nccl ? 1 : s->cuda_aware < 0 ? coll_mpi_cuda_aware() : s->cuda_aware != 0;
-        s->initialized = 1;
-    }
-    /* growing: wait for everything queued (copies, kernels, the stats copy)
-     * that may still use the old buffers; happens on the first calls only */
-    if (bytes > s->buf_cap || acc > s->acc_cap || P + 1 > s->st_cap) CUDA_CHECK(cudaDeviceSynchronize());
-    if (bytes > s->buf_cap) {
-        if (s->d_buf) CUDA_CHECK(cudaFree(s->d_buf));
-        if (s->h_buf) CUDA_CHECK(cudaFreeHost(s->h_buf));
-        s->h_buf = NULL;
-        s->buf_cap = bytes + bytes / 4 + 4096;
-        CUDA_CHECK(cudaMalloc((void**)&s->d_buf, s->buf_cap));
-        if (!s->aware) CUDA_CHECK(cudaMallocHost((void**)&s->h_buf, s->buf_cap));
-    }
-    if (!s->aware && !s->h_buf && s->buf_cap) CUDA_CHECK(cudaMallocHost((void**)&s->h_buf, s->buf_cap));
-    if (acc > s->acc_cap) {
-        if (s->d_acc) CUDA_CHECK(cudaFree(s->d_acc));
-        s->acc_cap = acc + acc / 4 + 1024;
-        CUDA_CHECK(cudaMalloc((void**)&s->d_acc, s->acc_cap * sizeof(float)));
-    }
-    if (P + 1 > s->st_cap) {
-        if (s->d_st) compress_stats_dev_free(s->d_st);
-        if (s->h_st) CUDA_CHECK(cudaFreeHost(s->h_st));
-        s->st_cap = P + 1;
-        s->d_st = compress_stats_dev_alloc(s->st_cap);
-        CUDA_CHECK(cudaMallocHost((void**)&s->h_st, sizeof(CompressStatsDev) * (size_t)s->st_cap));
-    }
-    int nev = EV_FIXED + 4 * K;
-    if (nev > s->ev_cap) {
-        s->ev = realloc(s->ev, sizeof(cudaEvent_t) * (size_t)nev);
-        if (!s->ev) FATAL("out of host memory for %d CUDA events", nev);
-        for (int i = s->ev_cap; i < nev; i++) {
-            /* (waiting on a never-recorded event is a no-op: the first call's EV_END) */
-            CUDA_CHECK(cudaEventCreateWithFlags(&s->ev[i], cudaEventDisableTiming));
-        }
-        s->ev_cap = nev;
-    }
-    int nreq = 4 * K * (P > 1 ? P - 1 : 1);
-    if (nreq > s->req_cap) {
-        free(s->req);
-        s->req = mallocCheck(sizeof(MPI_Request) * (size_t)nreq);
-        s->req_cap = nreq;
-    }
-    if ((size_t)nplan * sizeof(Msg) > s->plan_cap) {
-        free(s->plan);
-        s->plan_cap = (size_t)nplan * sizeof(Msg);
-        s->plan = mallocCheck(s->plan_cap);
-    }
+    coll_scratch_dev_ensure(s, P + 1, EV_FIXED + 4 * K, 4 * K * (P > 1 ? P - 1 : 1), bytes, acc,
+                            (size_t)nplan * sizeof(Msg));
 }
+
+/* the first reduce-scatter message a rank encodes and copies down: all P, or
+ * for the one-shot only its own tensor's (q = P - 1) */
+static int rs_first(const Call* C) { return C->one_shot ? C->P - 1 : 0; }
 
 /* sub-chunk k of every chunk: compress it for the reduce-scatter (on cs) */
 static void rs_encode_k(Call* C, int k) {
     CollScratchDev* s = C->s;
-    for (int q = 0; q < C->P; q++) {
+    const int q0 = rs_first(C);
+    for (int q = q0; q < C->P; q++) {
         int jc = rank_at(C, q);
         const Msg* m = rs_send(C, k, q);
         CompressJobDev* jb = &C->jobs[q];
         job_init(jb, C->c[jc], m);
         jb->x = C->x_rs + C->b[jc];
         jb->out = wire_out_of(s->d_buf, m);
-        jb->stream = coll_stream_of(C->stream, C->r, jc, 0);
+        /* (the one-shot's stream: coll_allreduce_one_shot's) */
+        jb->stream = C->one_shot ? coll_stream_of(C->stream, C->r, 0, 2) : coll_stream_of(C->stream, C->r, jc, 0);
         jb->st = &s->d_st[jc];
         jb->delayed_amax = C->damax_rs;
     }
-    compress_jobs_encode_dev(C->p_rs, 1, C->jobs, C->P, C->cs);
+    compress_jobs_encode_dev(C->p_rs, 1, C->jobs + q0, C->P - q0, C->cs);
     CUDA_CHECK(cudaEventRecord(ev_rs(C, k), C->cs));
 }
 
 /* current scaling: the amax of every chunk before any of it is encoded */
 static void rs_amax_all(Call* C) {
     if (!compress_dev_two_pass(C->p_rs)) return;
-    for (int j = 0; j < C->P; j++) {
+    const int j0 = C->one_shot ? C->r : 0, j1 = C->one_shot ? C->r + 1 : C->P;
+    for (int j = j0; j < j1; j++) {
         CompressJobDev* jb = &C->jobs[j];
         memset(jb, 0, sizeof(*jb));
         jb->n = C->c[j];
@@ -440,7 +407,7 @@ static void rs_amax_all(Call* C) {
         jb->x = C->x_rs + C->b[j];
         jb->st = &C->s->d_st[j];
     }
-    compress_jobs_amax_dev(C->p_rs, 1, C->jobs, C->P, C->cs);
+    compress_jobs_amax_dev(C->p_rs, 1, C->jobs + j0, j1 - j0, C->cs);
 }
 
 /* MPI transport: nonblocking point-to-point driven by a host progress loop
@@ -476,7 +443,9 @@ static void run_mpi(Call* C) {
             rs_encode_k(C, k);
             if (!s->aware && P > 1) {
                 CUDA_CHECK(cudaStreamWaitEvent(s->s_d2h, ev_rs(C, k), 0));
-                copy_span(C, rs_send(C, k, 0), rs_send(C, k, P - 2), cudaMemcpyDeviceToHost, s->s_d2h);
+                /* the messages to peers: q = 0 .. P - 2, or the one-shot's one (P - 1) */
+                copy_span(C, rs_send(C, k, rs_first(C)), rs_send(C, k, C->one_shot ? P - 1 : P - 2),
+                          cudaMemcpyDeviceToHost, s->s_d2h);
                 CUDA_CHECK(cudaEventRecord(ev_rs(C, k), s->s_d2h));
             }
         }
@@ -626,7 +595,12 @@ static uint64_t coll_run(Call* C, CollStats* st, const CollDevSite* site) {
     C->c = C->b + P;
     size_t cmax = 0;
     for (int j = 0; j < P; j++) {
-        coll_chunk(C->n, P, j, align, &C->b[j], &C->c[j]);
+        if (C->one_shot) { /* every rank's tensor whole */
+            C->b[j] = 0;
+            C->c[j] = C->n;
+        } else {
+            coll_chunk(C->n, P, j, align, &C->b[j], &C->c[j]);
+        }
         if (C->c[j] > cmax) cmax = C->c[j];
     }
     /* a zeroed CollScratchDev means the defaults (cuda_aware 0: staged) */
@@ -650,7 +624,10 @@ static uint64_t coll_run(Call* C, CollStats* st, const CollDevSite* site) {
     C->plan = s->plan;
     size_t cursor = 0;
     for (int k = 0; k < K && C->do_rs && !s->ipc; k++)
-        for (int q = 0; q < P; q++) place(&cursor, rs_send(C, k, q), &l_rs, C->c[rank_at(C, q)], K, k);
+        for (int q = 0; q < P; q++) {
+            if (C->one_shot && q < P - 1) memset(rs_send(C, k, q), 0, sizeof(Msg)); /* only mine is sent */
+            else place(&cursor, rs_send(C, k, q), &l_rs, C->c[rank_at(C, q)], K, k);
+        }
     for (int k = 0; k < K && C->do_rs && !s->ipc; k++)
         for (int q = 0; q < P - 1; q++) place(&cursor, rs_recv(C, k, q), &l_rs, C->c[r], K, k);
     for (int k = 0; k < K && C->do_ag && !s->ipc; k++)
@@ -772,5 +749,19 @@ uint64_t coll_all_gather_unit_dev(MPI_Comm comm, const CompressParams* p, const 
     C.ag_in = mine;
     C.ag_in_bf16 = mine_is_bf16;
     C.ag_out = out;
+    return coll_run(&C, st, site);
+}
+
+uint64_t coll_one_shot_mpi_dev(MPI_Comm comm, const CompressParams* p, uint16_t* x, size_t n, uint64_t stream,
+                               CollScratchDev* s, const CollDevSite* site, CollStats* st, cudaStream_t cs) {
+    Call C;
+    call_init(&C, comm, s, n, stream, cs);
+    if (s->ipc || s->nccl) FATAL("internal: coll_one_shot_mpi_dev is the MPI transport's one-shot");
+    C.one_shot = 1;
+    C.do_rs = 1;
+    C.p_rs = p; /* the caller's copy, its delayed_amax already cleared for a device amax */
+    C.x_rs = x;
+    C.rs_out = x; /* sub-chunk k is summed into x after every encode is queued: in place is safe */
+    C.rs_out_bf16 = 1;
     return coll_run(&C, st, site);
 }

@@ -78,9 +78,9 @@ typedef struct CollScratchDev {
     int req_cap;
     void* plan;         /* message table (internal) */
     size_t plan_cap;
-    /* the one-shot all-reduce's (comm/oneshot_cuda.c) */
-    uint8_t* d_one;     /* P slots, one rank's wire each */
-    uint8_t* h_one;     /* pinned mirror (staged mode) */
+    /* the one-shot all-reduce's over NCCL and IPC (comm/oneshot_cuda.c; over MPI it
+       uses the two-shot's buffers above) */
+    uint8_t* d_one;     /* P slots, one rank's wire each (NCCL) */
     size_t one_cap;
     CompressStatsDev* d_ost; /* its encode's statistics, and the pinned copy */
     CompressStatsDev* h_ost;
@@ -157,6 +157,14 @@ void coll_allreduce_one_shot_dev(MPI_Comm comm, const CompressParams* p, uint16_
 uint64_t coll_allreduce_one_shot_site_dev(MPI_Comm comm, const CompressParams* p, uint16_t* x, size_t n,
                                           uint64_t stream, CollScratchDev* s, const CollDevSite* site, CollStats* st,
                                           cudaStream_t cs);
+
+/* (internal to the device collectives) The one-shot all-reduce over MPI,
+ * pipelined in sub-chunks like the two-shot (comm/collectives_cuda.c, point
+ * 6); p's delayed_amax already cleared where site carries a device one. */
+uint64_t coll_one_shot_mpi_dev(MPI_Comm comm, const CompressParams* p, uint16_t* x, size_t n, uint64_t stream,
+                               CollScratchDev* s, const CollDevSite* site, CollStats* st, cudaStream_t cs);
+/* (internal to the device collectives: comm/scratch_cuda.c) */
+void coll_scratch_dev_ensure(CollScratchDev* s, int nst, int nev, int nreq, size_t bytes, size_t acc, size_t plan_bytes);
 
 /* 1 if this MPI takes device pointers (compile-time and run-time check). */
 int coll_mpi_cuda_aware(void);

@@ -3,16 +3,19 @@
  * (coll_allreduce_one_shot) on device buffers.
  *
  * Every rank compresses its whole bf16 tensor once (compress_dev), the P
- * wires are gathered (NCCL all-gather, MPI all-gather of device pointers when
- * MPI is CUDA-aware, else through pinned host memory), and every rank sums
- * the P copies in rank order (decompress_reduce_dev): the host version's
- * bytes and sums, so the result is that of coll_allreduce_one_shot on
- * float(x), rounded to bf16, and identical on every rank.
- *
- * Each rank's wire sits in a slot of `stride` bytes, `pad` bytes in, so that
- * its element bytes are 16-byte aligned (the kernels' fast path); the
- * all-gather moves whole slots. Not pipelined: this shape is for the
- * messages where a phase's fixed cost matters more than its bandwidth.
+ * wires are gathered, and every rank sums the P copies in rank order
+ * (decompress_reduce_dev): the host version's bytes and sums, so the result
+ * is that of coll_allreduce_one_shot on float(x), rounded to bf16, and
+ * identical on every rank. How the wires move:
+ *   - IPC: each rank encodes into its slot of the shared buffers and reads
+ *     the peers' slots where they lie (coll_ipc_one_shot);
+ *   - NCCL: one all-gather of P slots, each `stride` bytes with the wire
+ *     `pad` bytes in, so that its element bytes are 16-byte aligned (the
+ *     kernels' fast path);
+ *   - MPI (staged through pinned host memory, or device pointers when MPI is
+ *     CUDA-aware): in sub-chunks, pipelined like the two-shot exchange
+ *     (coll_one_shot_mpi_dev), because there the copies to and from the
+ *     host cost as much as the bytes and overlap only in pieces.
  */
 #include <stdint.h>
 #include <string.h>
@@ -35,17 +38,13 @@ static void one_shot_stats(CollScratchDev* s) {
     CUDA_CHECK(cudaEventCreateWithFlags(&s->ev_one, cudaEventDisableTiming));
 }
 
-/* the device slots (and their pinned host mirror when staged), grown as needed */
-static void one_shot_buffers(CollScratchDev* s, size_t bytes, int staged) {
-    if (bytes > s->one_cap) {
-        CUDA_CHECK(cudaDeviceSynchronize()); /* queued work may still use the old buffers (first calls only) */
-        if (s->d_one) CUDA_CHECK(cudaFree(s->d_one));
-        if (s->h_one) CUDA_CHECK(cudaFreeHost(s->h_one));
-        s->h_one = NULL;
-        s->one_cap = bytes + bytes / 4 + 4096;
-        CUDA_CHECK(cudaMalloc((void**)&s->d_one, s->one_cap));
-    }
-    if (staged && !s->h_one) CUDA_CHECK(cudaMallocHost((void**)&s->h_one, s->one_cap));
+/* the device slots, grown as needed */
+static void one_shot_buffers(CollScratchDev* s, size_t bytes) {
+    if (bytes <= s->one_cap) return;
+    CUDA_CHECK(cudaDeviceSynchronize()); /* queued work may still use the old buffer (first calls only) */
+    if (s->d_one) CUDA_CHECK(cudaFree(s->d_one));
+    s->one_cap = bytes + bytes / 4 + 4096;
+    CUDA_CHECK(cudaMalloc((void**)&s->d_one, s->one_cap));
 }
 
 /* wait for what cs has queued so far, under the watchdog */
@@ -55,25 +54,17 @@ static void wait_cs(CollScratchDev* s, cudaStream_t cs, MPI_Comm comm, const cha
     s->host_syncs++;
 }
 
-/* the staged and NCCL transports: the P wires gathered into P slots, then summed */
-static void one_shot_moved(MPI_Comm comm, const CompressParams* p, uint16_t* x, size_t n, uint64_t stream,
-                           const float* damax, CollScratchDev* s, cudaStream_t cs, int r, int P, int aware, size_t pad,
-                           size_t stride) {
-    one_shot_buffers(s, stride * (size_t)P, !aware);
+/* NCCL: the P wires gathered into P slots, then summed */
+static void one_shot_nccl(const CompressParams* p, uint16_t* x, size_t n, uint64_t stream, const float* damax,
+                          CollScratchDev* s, cudaStream_t cs, int r, int P) {
+    const CompressWireLayout l = compress_wire_layout(p);
+    const size_t pad = (16 - compress_wire_codes_offset(&l, n) % 16) % 16;
+    const size_t stride = up16(pad + compress_bound(p, n));
+    one_shot_buffers(s, stride * (size_t)P);
     uint8_t* slot = s->d_one + (size_t)r * stride;
-
     compress_dev_scaled(p, x, 1, n, coll_stream_of(stream, r, 0, 2), slot + pad, s->d_ost, damax, cs);
-    if (s->nccl) { /* in place: my slot is where the gather puts my part */
-        NCCL_CHECK(ncclAllGather(slot, s->d_one, stride, ncclUint8, (ncclComm_t)s->nccl, cs));
-    } else {
-        uint8_t* base = aware ? s->d_one : s->h_one;
-        if (!aware) CUDA_CHECK(cudaMemcpyAsync(s->h_one + (size_t)r * stride, slot, stride, cudaMemcpyDeviceToHost, cs));
-        wait_cs(s, cs, comm, "one-shot all-reduce (encode)"); /* MPI reads what cs wrote: the transport's wait */
-        MPI_Request req;
-        MPI_CHECK(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_BYTE, base, (int)stride, MPI_BYTE, comm, &req));
-        wd_waitall(1, &req, comm, "one-shot all-reduce (all-gather)");
-        if (!aware) CUDA_CHECK(cudaMemcpyAsync(s->d_one, s->h_one, stride * (size_t)P, cudaMemcpyHostToDevice, cs));
-    }
+    /* in place: my slot is where the gather puts my part */
+    NCCL_CHECK(ncclAllGather(slot, s->d_one, stride, ncclUint8, (ncclComm_t)s->nccl, cs));
     const uint8_t* copies[COMPRESS_DEV_MAX_IN];
     for (int i = 0; i < P; i++) copies[i] = s->d_one + (size_t)i * stride + pad;
     decompress_reduce_dev(p, copies, P, n, x, CDEV_SUM_BF16, cs);
@@ -96,26 +87,20 @@ uint64_t coll_allreduce_one_shot_site_dev(MPI_Comm comm, const CompressParams* p
     const CompressParams* p = &pd;
     MPI_CHECK(MPI_Comm_rank(comm, &r));
     if (P > COMPRESS_DEV_MAX_IN) FATAL("the one-shot all-reduce sums up to %d ranks' copies, not %d", COMPRESS_DEV_MAX_IN, P);
-    const int aware = s->nccl ? 1 : s->cuda_aware < 0 ? coll_mpi_cuda_aware() : s->cuda_aware != 0;
+    if (!s->ipc && !s->nccl) return coll_one_shot_mpi_dev(comm, p, x, n, stream, s, site, st, cs);
 
-    const CompressWireLayout l = compress_wire_layout(p);
-    const size_t wire = compress_bound(p, n);
-    const size_t pad = (16 - compress_wire_codes_offset(&l, n) % 16) % 16;
-    const size_t stride = up16(pad + wire);
-    if (stride > (size_t)INT32_MAX) FATAL("one-shot all-reduce of %zu elements is too large for MPI int counts", n);
     one_shot_stats(s);
     compress_stats_dev_reset(s->d_ost, 1, cs);
     if (s->ipc) coll_ipc_one_shot(comm, p, x, n, stream, damax, s->d_ost, s, cs); /* read where it lies */
-    else one_shot_moved(comm, p, x, n, stream, damax, s, cs, r, P, aware, pad, stride);
+    else one_shot_nccl(p, x, n, stream, damax, s, cs, r, P);
 
-    /* The next call reuses the slots in stream order: its encode and copies
-     * run on cs after this call's decode, and its MPI all-gather only after
-     * its own wait for them. */
+    /* The next call reuses the slots in stream order: its encode runs on cs
+     * after this call's decode. */
     if (site && site->stats) coll_stats_fold_dev(site->stats, s->d_ost, 1, 1, 0, cs); /* the one chunk as an RS chunk */
-    const uint64_t bytes = (uint64_t)wire * (uint64_t)(P - 1);
+    const uint64_t bytes = (uint64_t)compress_bound(p, n) * (uint64_t)(P - 1);
     if (st) {
         CUDA_CHECK(cudaMemcpyAsync(s->h_ost, s->d_ost, sizeof(CompressStatsDev), cudaMemcpyDeviceToHost, cs));
-        wait_cs(s, cs, comm, s->nccl ? "one-shot all-reduce (NCCL)" : "one-shot all-reduce");
+        wait_cs(s, cs, comm, s->nccl ? "one-shot all-reduce (NCCL)" : "one-shot all-reduce (IPC)");
         float a;
         memcpy(&a, &s->h_ost->amax_bits, sizeof(a));
         st->saturated += s->h_ost->saturated;

@@ -2,7 +2,8 @@
  * comm/scratch_cuda.c - the life of a CollScratchDev (comm/collectives_cuda.h):
  * its default settings, what it holds for the transports (streams, events,
  * device and pinned buffers, the IPC transport's mappings) and how it is
- * given back, and whether MPI takes device pointers.
+ * grown as calls need it and given back, and whether MPI takes device
+ * pointers.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -48,7 +49,6 @@ void coll_scratch_dev_free(CollScratchDev* s) {
     free(s->req);
     free(s->plan);
     if (s->d_one) CUDA_CHECK(cudaFree(s->d_one));
-    if (s->h_one) CUDA_CHECK(cudaFreeHost(s->h_one));
     if (s->d_ost) compress_stats_dev_free(s->d_ost);
     if (s->h_ost) CUDA_CHECK(cudaFreeHost(s->h_ost));
     if (s->ev_one) CUDA_CHECK(cudaEventDestroy(s->ev_one));
@@ -64,4 +64,62 @@ void coll_scratch_dev_free(CollScratchDev* s) {
     s->min_sub = min_sub;
     s->cuda_aware = aware;
     s->nccl = nccl;
+}
+
+/* Grow what a call needs, never shrink: the streams (made once), d_buf (and
+ * its pinned mirror when staged) to `bytes`, the fp32 sum to `acc` floats,
+ * nst statistics slots, nev events, nreq MPI requests, the message table to
+ * plan_bytes. Growing waits for the device (first calls only). */
+void coll_scratch_dev_ensure(CollScratchDev* s, int nst, int nev, int nreq, size_t bytes, size_t acc, size_t plan_bytes) {
+    if (!s->initialized) {
+        CUDA_CHECK(cudaStreamCreateWithFlags(&s->s_d2h, cudaStreamNonBlocking));
+        CUDA_CHECK(cudaStreamCreateWithFlags(&s->s_h2d, cudaStreamNonBlocking));
+        CUDA_CHECK(cudaStreamCreateWithFlags(&s->s_net, cudaStreamNonBlocking));
+        /* NCCL moves device memory itself: no host mirror */
+        s->aware = s->nccl ? 1 : s->cuda_aware < 0 ? coll_mpi_cuda_aware() : s->cuda_aware != 0;
+        s->initialized = 1;
+    }
+    /* growing: wait for everything queued (copies, kernels, the stats copy)
+     * that may still use the old buffers; happens on the first calls only */
+    if (bytes > s->buf_cap || acc > s->acc_cap || nst > s->st_cap) CUDA_CHECK(cudaDeviceSynchronize());
+    if (bytes > s->buf_cap) {
+        if (s->d_buf) CUDA_CHECK(cudaFree(s->d_buf));
+        if (s->h_buf) CUDA_CHECK(cudaFreeHost(s->h_buf));
+        s->h_buf = NULL;
+        s->buf_cap = bytes + bytes / 4 + 4096;
+        CUDA_CHECK(cudaMalloc((void**)&s->d_buf, s->buf_cap));
+        if (!s->aware) CUDA_CHECK(cudaMallocHost((void**)&s->h_buf, s->buf_cap));
+    }
+    if (!s->aware && !s->h_buf && s->buf_cap) CUDA_CHECK(cudaMallocHost((void**)&s->h_buf, s->buf_cap));
+    if (acc > s->acc_cap) {
+        if (s->d_acc) CUDA_CHECK(cudaFree(s->d_acc));
+        s->acc_cap = acc + acc / 4 + 1024;
+        CUDA_CHECK(cudaMalloc((void**)&s->d_acc, s->acc_cap * sizeof(float)));
+    }
+    if (nst > s->st_cap) {
+        if (s->d_st) compress_stats_dev_free(s->d_st);
+        if (s->h_st) CUDA_CHECK(cudaFreeHost(s->h_st));
+        s->st_cap = nst;
+        s->d_st = compress_stats_dev_alloc(s->st_cap);
+        CUDA_CHECK(cudaMallocHost((void**)&s->h_st, sizeof(CompressStatsDev) * (size_t)s->st_cap));
+    }
+    if (nev > s->ev_cap) {
+        s->ev = realloc(s->ev, sizeof(cudaEvent_t) * (size_t)nev);
+        if (!s->ev) FATAL("out of host memory for %d CUDA events", nev);
+        for (int i = s->ev_cap; i < nev; i++) {
+            /* (waiting on a never-recorded event is a no-op: the first call's EV_END) */
+            CUDA_CHECK(cudaEventCreateWithFlags(&s->ev[i], cudaEventDisableTiming));
+        }
+        s->ev_cap = nev;
+    }
+    if (nreq > s->req_cap) {
+        free(s->req);
+        s->req = mallocCheck(sizeof(MPI_Request) * (size_t)nreq);
+        s->req_cap = nreq;
+    }
+    if (plan_bytes > s->plan_cap) {
+        free(s->plan);
+        s->plan_cap = plan_bytes;
+        s->plan = mallocCheck(s->plan_cap);
+    }
 }

@@ -106,6 +106,7 @@ void comm_policy_default(CommPolicy* p) {
     p->dump_step = -1;
     p->fuse = 1;
     p->sp_chunks = 1;
+    p->one_shot = COMM_ALLREDUCE_AUTO; /* comm.allreduce's default */
     p->one_shot_extra_bytes = (long long)COMM_ONE_SHOT_EXTRA_KB_DEFAULT * 1024;
 }
 

@@ -78,9 +78,10 @@ CollScratchDev* sites_dev_scratch(Comm* c) {
         /* a piece waiting on a peer process resolves only when the GPU switches processes, which it
          * does at a time slice while this one has GEMMs queued (docs/RESULTS.md section 5) */
         if (ipc && c->policy.overlap && coll_ranks_share_gpu(c->tp_comm) && c->world_rank == 0)
-            printf("warning: comm.overlap with ranks sharing a GPU over CUDA IPC is slow: the GPU runs one process "
-                   "at a time, so each piece waits for a time slice (measured about 2 ms a piece, a 7x slower "
-                   "GPT-2 124M step). It pays with one rank per GPU; here set comm.overlap false\n");
+            printf("warning: comm.overlap with ranks sharing a GPU over CUDA IPC is slow: without MPS the GPU runs "
+                   "one process at a time, so each piece waits for a time slice (measured about 2 ms a piece, a 7x "
+                   "slower GPT-2 124M step), and under MPS the ranks' GEMMs and exchanges share the same SMs "
+                   "(measured 3%% slower). It pays with one rank per GPU; here set comm.overlap false\n");
         if (c->policy.pipeline_depth > 0) c->dscratch->K = c->policy.pipeline_depth;
         c->dscratch->unfused = !c->policy.fuse;
     }

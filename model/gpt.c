@@ -41,12 +41,14 @@
  */
 #include "model/gpt.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "comm/sp.h"
 #include "comm/watchdog.h"
 #include "common/check.h"
+#include "ops/encoder_plan.h"
 #ifdef OPS_BF16
 #include "model/init_cuda.h"
 #endif
@@ -62,6 +64,8 @@ static void* take(size_t bytes) {
     counted += bytes;
     return NULL;
 }
+/* the host staging (a few ints per token): not backend memory, not counted */
+static void* take_host(size_t bytes) { return counting ? NULL : ops_malloc_host(bytes); }
 
 void gpt_init(GPT* m, GPTShape s, int tp_size, int tp_rank, int B, int T, int sp) {
     memset(m, 0, sizeof(*m));
@@ -94,6 +98,12 @@ void gpt_init(GPT* m, GPTShape s, int tp_size, int tp_rank, int B, int T, int sp
     size_t N = (size_t)B * T, C = (size_t)s.C, R = (size_t)m->R;
     m->tok = take(N * sizeof(int));
     m->tgt = take(N * sizeof(int));
+    m->plan = take(ENCODER_PLAN_INTS((int)N, m->Vr) * sizeof(int));
+    m->step = take(sizeof(StepScalars));
+    m->tok_host = take_host(N * sizeof(int));
+    m->tgt_host = take_host(N * sizeof(int));
+    m->plan_host = take_host(ENCODER_PLAN_INTS((int)N, m->Vr) * sizeof(int));
+    m->step_host = take_host(sizeof(StepScalars));
     m->x0 = take(R * C * sizeof(floatX));
     m->acts = callocCheck((size_t)s.L, sizeof(LayerActs));
     for (int l = 0; l < s.L; l++) {
@@ -156,6 +166,12 @@ void gpt_free(GPT* m) {
     ops_free(m->adam_v);
     ops_free(m->tok);
     ops_free(m->tgt);
+    ops_free(m->plan);
+    ops_free(m->step);
+    ops_free_host(m->tok_host);
+    ops_free_host(m->tgt_host);
+    ops_free_host(m->plan_host);
+    ops_free_host(m->step_host);
     ops_free(m->x0);
     for (int l = 0; l < m->pl.s.L; l++) {
         LayerActs* a = &m->acts[l];
@@ -244,13 +260,54 @@ static void positions(GPT* m, Comm* c, floatX* x, const floatX* wpe, float* dwpe
     }
 }
 
+void gpt_stage(GPT* m, const int* inputs, const int* targets) {
+    const int N = m->B * m->T;
+    ops_sync();   /* the previous batch's copies have read the staging */
+    memcpy(m->tok_host, inputs, (size_t)N * sizeof(int));
+    m->staged_targets = targets != NULL;
+    if (!targets) return;
+    memcpy(m->tgt_host, targets, (size_t)N * sizeof(int));
+    encoder_plan(m->plan_host, inputs, N, m->v0, m->Vr);
+}
+
+void gpt_stage_step(GPT* m, float lr, float beta1, float beta2, int t) {
+    m->step_host->lr = lr;
+    m->step_host->bc1 = 1.0f - powf(beta1, (float)t);
+    m->step_host->bc2 = 1.0f - powf(beta2, (float)t);
+}
+
+/* the staging's copies, queued: they read the host buffers when they run */
+static void upload_staged(GPT* m) {
+    const int N = m->B * m->T;
+    ops_from_host_async(m->tok, m->tok_host, (size_t)N * sizeof(int));
+    if (!m->staged_targets) return;
+    ops_from_host_async(m->tgt, m->tgt_host, (size_t)N * sizeof(int));
+    ops_from_host_async(m->plan, m->plan_host, ENCODER_PLAN_INTS(N, m->Vr) * sizeof(int));
+}
+
+static void gpt2_forward(GPT* m, Comm* c);
+
+void gpt_forward_staged(GPT* m, Comm* c) {
+    upload_staged(m);
+    if (m->pl.s.arch == ARCH_QWEN2) qwen2_forward(m, c);
+    else gpt2_forward(m, c);
+}
+
 float gpt_forward(GPT* m, Comm* c, const int* inputs, const int* targets) {
-    if (m->pl.s.arch == ARCH_QWEN2) return qwen2_forward(m, c, inputs, targets);
+    gpt_stage(m, inputs, targets);
+    gpt_forward_staged(m, c);
+    if (!targets) return 0.0f;
+    float loss;
+    ops_to_host(&loss, &m->step->loss, sizeof(loss));
+    return loss;
+}
+
+static void gpt2_forward(GPT* m, Comm* c) {
     const GPTShape* s = &m->pl.s;
     int B = m->B, T = m->T, C = s->C, R = m->R;
     floatX* P = m->params;
 
-    gpt_embed_forward(m, c, inputs, TENSOR(P, P_WTE));
+    gpt_embed_forward(m, c, TENSOR(P, P_WTE));
     positions(m, c, m->x0, TENSOR(P, P_WPE), NULL, NULL);
     /* the first norm alone: every later one is fused with the residual add before it */
     layernorm_forward(gpt_norm_out(m, m->acts[0].ln1), m->acts[0].ln1_mean, m->acts[0].ln1_rstd, m->x0,
@@ -278,22 +335,21 @@ float gpt_forward(GPT* m, Comm* c, const int* inputs, const int* targets) {
     }
 
     gpt_colpar_forward(m, c, SITE_LMHEAD_AG, -1, m->logits, m->lnf, TENSOR(P, P_WTE), NULL, m->Vr);
-    return gpt_head_loss(m, c, targets);
+    gpt_head_loss(m, c);
 }
 
-float gpt_head_loss(GPT* m, Comm* c, const int* targets) {
-    if (!targets) return 0.0f;
+void gpt_head_loss(GPT* m, Comm* c) {
+    if (!m->staged_targets) return;
     const GPTShape* s = &m->pl.s;
     int N = m->B * m->T;
     /* vocab-parallel cross-entropy: global max, then global sum of exp and
      * target logit; the backward (softmax - onehot) / N is fused in. */
-    ops_from_host(m->tgt, targets, (size_t)N * sizeof(int));
     crossentropy_max(m->ce_mx, m->logits, N, m->Vr, m->v0, s->V);
     tp_allreduce_small(c, m->ce_mx, (size_t)N, MPI_MAX);
     crossentropy_stats(m->ce_stats, m->logits, m->ce_mx, m->tgt, N, m->Vr, m->v0, s->V);
     tp_allreduce_small(c, m->ce_stats, 2 * (size_t)N, MPI_SUM);
     crossentropy_backward(m->logits, m->losses, m->ce_mx, m->ce_stats, m->tgt, N, m->Vr, m->v0, s->V, 1.0f / (float)N);
-    return (float)(ops_sum(m->losses, (size_t)N) / N);
+    ops_mean(&m->step->loss, m->losses, (size_t)N);
 }
 
 void gpt_zero_grad(GPT* m) { ops_zero(m->grads, m->pl.total * sizeof(float)); }
@@ -338,13 +394,12 @@ void gpt_backward(GPT* m, Comm* c) {
     }
     /* embeddings: the gradient wrt x0 feeds wpe (replicated) and this rank's wte rows */
     positions(m, c, NULL, NULL, TENSOR(G, P_WPE), m->dres);
-    encoder_backward(TENSOR(G, P_WTE), gpt_grad_in(m, c, SITE_EMBED_RS_BWD, -1), m->tok, N, C, m->v0, m->Vr);
+    encoder_backward(TENSOR(G, P_WTE), gpt_grad_in(m, c, SITE_EMBED_RS_BWD, -1), m->plan, N, C, m->Vr);
     gpt_replicated_grads(m, c);
 }
 
-void gpt_embed_forward(GPT* m, Comm* c, const int* inputs, const floatX* wte) {
+void gpt_embed_forward(GPT* m, Comm* c, const floatX* wte) {
     const int N = m->B * m->T, C = m->pl.s.C;
-    ops_from_host(m->tok, inputs, (size_t)N * sizeof(int));
     encoder_forward(gpt_partial(m, m->x0), m->tok, wte, N, C, m->v0, m->Vr);
     gpt_reduce(m, c, SITE_EMBED_FWD, SITE_EMBED_RS, -1, m->x0);
 }
@@ -510,20 +565,39 @@ void gpt_replicated_grads(GPT* m, Comm* c) {
         if (!m->pl.sharded[t] && m->pl.local[t]) tp_allreduce_sum(c, TENSOR(m->grads, t), m->pl.local[t]);
 }
 
-double gpt_grad_sumsq(const GPT* m, int count_replicated) {
-    double ss = 0.0;
+/* this rank's squared gradient norm into m->step->sumsq, queued */
+static void grad_sumsq_queue(const GPT* m, int count_replicated) {
+    ops_zero(&m->step->sumsq, sizeof(double));
     for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
         if (!m->pl.sharded[t] && !count_replicated) continue;
-        ss += ops_sumsq(TENSOR(m->grads, t), m->pl.local[t]);
+        ops_sumsq_acc(&m->step->sumsq, TENSOR(m->grads, t), m->pl.local[t]);
     }
+}
+
+double gpt_grad_sumsq(const GPT* m, int count_replicated) {
+    grad_sumsq_queue(m, count_replicated);
+    double ss;
+    ops_to_host(&ss, &m->step->sumsq, sizeof(ss));
     return ss;
 }
 
-void gpt_update(GPT* m, float lr, float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t) {
+void gpt_grad_clip(GPT* m, Comm* c, float grad_clip) {
+    grad_sumsq_queue(m, c->tp_rank == 0);
+    if (c->world_size > 1) {
+        StepScalars h;
+        ops_to_host(&h, m->step, sizeof(h));
+        h.sumsq = comm_sum_double(c->tp_comm, h.sumsq);
+        h.loss = (float)(comm_sum_double(c->dp_comm, h.loss) / c->dp_size);
+        ops_from_host(m->step, &h, sizeof(h));
+    }
+    ops_grad_clip(m->step, grad_clip);
+}
+
+void gpt_update(GPT* m, float beta1, float beta2, float eps, float weight_decay) {
     for (int k = 0; k < NUM_PARAM_TENSORS; k++) {
         size_t off = m->pl.offset[k];
         adamw_update(m->master + off, m->params + off, m->grads + off, m->adam_m + off, m->adam_v + off,
-                     m->pl.local[k], lr, beta1, beta2, eps, m->pl.decayed[k] ? weight_decay : 0.0f, grad_scale, t);
+                     m->pl.local[k], m->step, beta1, beta2, eps, m->pl.decayed[k] ? weight_decay : 0.0f);
     }
 }
 

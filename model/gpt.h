@@ -45,6 +45,14 @@ typedef struct {
     /* activations (backend memory) */
     int* tok;                 /* inputs  [B*T] */
     int* tgt;                 /* targets [B*T] */
+    int* plan;                /* encoder_backward's plan of the batch (ops/encoder_plan.h) */
+    StepScalars* step;        /* the training step's scalars: loss, norm, clip, AdamW's lr (ops.h) */
+    /* the staged batch and step (host memory the backend copies from without
+     * waiting: pinned on the GPU): gpt_stage writes them, the step's queued
+     * copies read them; step_host also receives the step's results */
+    int *tok_host, *tgt_host, *plan_host;
+    int staged_targets;       /* the staged batch has targets (and a plan) */
+    StepScalars* step_host;
     floatX* x0;               /* embeddings [N,C] */
     LayerActs* acts;          /* [L] */
     floatX *lnf, *logits;     /* [N,C], [N,Vr] (dlogits after a forward with targets) */
@@ -97,21 +105,44 @@ void gpt_init_device(GPT* m, unsigned long long seed);
 void gpt_get_shard(const GPT* m, float* host);
 void gpt_set_shard(GPT* m, const float* host);
 
-/* Forward over inputs (host int[B*T]). With targets: returns the mean loss
- * and leaves dlogits ready for gpt_backward. Without: leaves logits. */
+/* The batch to the host staging (inputs, targets: host int[B*T]; targets
+ * may be NULL), and with targets encoder_backward's plan of it. Waits for
+ * the device first, so that no queued copy still reads the staging; the
+ * device part of a step starts after it (gpt_forward_staged). */
+void gpt_stage(GPT* m, const int* inputs, const int* targets);
+/* The host's part of the step's scalars (m->step_host): the learning rate
+ * and AdamW's bias corrections at the 1-based step t. Called after
+ * gpt_stage, whose wait keeps it from rewriting what a queued copy still
+ * reads; the step's first queued copy takes it in (train/main.c). */
+void gpt_stage_step(GPT* m, float lr, float beta1, float beta2, int t);
+/* Forward over the staged batch: queues the copies of the staging and the
+ * forward, without waiting for the device where TP = 1. With targets: the
+ * mean loss into m->step->loss and dlogits ready for gpt_backward; without:
+ * the logits. */
+void gpt_forward_staged(GPT* m, Comm* c);
+/* gpt_stage + gpt_forward_staged, then the loss (0 without targets) read
+ * back: evaluation, sampling and the tests. */
 float gpt_forward(GPT* m, Comm* c, const int* inputs, const int* targets);
 void gpt_zero_grad(GPT* m);
 void gpt_backward(GPT* m, Comm* c);
-/* sum of squared grads; replicated tensors only if count_replicated */
+/* sum of squared grads, returned to the host; replicated tensors only if
+ * count_replicated */
 double gpt_grad_sumsq(const GPT* m, int count_replicated);
-void gpt_update(GPT* m, float lr, float beta1, float beta2, float eps, float weight_decay,
-                float grad_scale, int t);
+/* The step's global gradient norm and loss into m->step, and from them the
+ * clip scale and the skip flag (ops_grad_clip). This rank's squared norm is
+ * summed on the device (replicated tensors counted on TP rank 0 only); with
+ * more than one rank the sums over TP (norm) and DP (loss) are host doubles
+ * (comm_sum_double), the step's one wait for the device. */
+void gpt_grad_clip(GPT* m, Comm* c, float grad_clip);
+/* AdamW on every tensor, with the scalars of m->step (skipped when skip) */
+void gpt_update(GPT* m, float beta1, float beta2, float eps, float weight_decay);
 /* Shared by the architectures: the vocab-parallel cross-entropy over
- * m->logits (NULL targets: 0, logits left as they are), leaving dlogits. */
-float gpt_head_loss(GPT* m, Comm* c, const int* targets);
-/* Shared: the tokens to the device and the vocab-parallel embedding of wte
- * (this rank's rows) into m->x0, summed over TP at embed.fwd. */
-void gpt_embed_forward(GPT* m, Comm* c, const int* inputs, const floatX* wte);
+ * m->logits against the staged targets, the mean loss into m->step->loss,
+ * leaving dlogits (nothing without targets). */
+void gpt_head_loss(GPT* m, Comm* c);
+/* Shared: the vocab-parallel embedding of wte (this rank's rows) into m->x0,
+ * summed over TP at embed.fwd. */
+void gpt_embed_forward(GPT* m, Comm* c, const floatX* wte);
 /* Its backward, shared too: dW += dlogits^T lnf, the gradient wrt lnf (a
  * partial sum over vocab slices, exchanged at lm_head.bwd / lm_head.ag.bwd)
  * returned as this rank's R rows, and m->dres zeroed for the final norm's
@@ -143,8 +174,9 @@ const floatX* gpt_colpar_backward(GPT* m, Comm* c, SiteKind ar, SiteKind rs, int
  * over its rows); nothing without sp */
 void gpt_replicated_grads(GPT* m, Comm* c);
 /* model/qwen2.c: forward and backward of model.arch = "qwen2" (same
- * contract as gpt_forward / gpt_backward, which call them for that arch) */
-float qwen2_forward(GPT* m, Comm* c, const int* inputs, const int* targets);
+ * contract as gpt_forward_staged / gpt_backward, which call them for that
+ * arch, after the staging's copies) */
+void qwen2_forward(GPT* m, Comm* c);
 void qwen2_backward(GPT* m, Comm* c);
 
 /* Full-vocab logits (first V entries) of row n after a forward without

@@ -37,12 +37,12 @@
 static floatX* head_weights(GPT* m, floatX* P) { return m->pl.s.tied ? TENSOR(P, Q_WTE) : TENSOR(P, Q_LMHEAD); }
 static float* head_grads(GPT* m, float* G) { return m->pl.s.tied ? TENSOR(G, Q_WTE) : TENSOR(G, Q_LMHEAD); }
 
-float qwen2_forward(GPT* m, Comm* c, const int* inputs, const int* targets) {
+void qwen2_forward(GPT* m, Comm* c) {
     const GPTShape* s = &m->pl.s;
     int B = m->B, T = m->T, C = s->C, N = B * T, R = m->R;
     floatX* P = m->params;
 
-    gpt_embed_forward(m, c, inputs, TENSOR(P, Q_WTE));
+    gpt_embed_forward(m, c, TENSOR(P, Q_WTE));
 
     for (int l = 0; l < s->L; l++) {
         LayerActs* a = &m->acts[l];
@@ -64,7 +64,7 @@ float qwen2_forward(GPT* m, Comm* c, const int* inputs, const int* targets) {
     floatX* last = m->acts[s->L - 1].res3;
     rmsnorm_forward(gpt_norm_out(m, m->lnf), m->lnf_rstd, last, TENSOR(P, Q_NORMW), R, C, s->norm_eps);
     gpt_colpar_forward(m, c, SITE_LMHEAD_AG, -1, m->logits, m->lnf, head_weights(m, P), NULL, m->Vr);
-    return gpt_head_loss(m, c, targets);
+    gpt_head_loss(m, c);
 }
 
 void qwen2_backward(GPT* m, Comm* c) {
@@ -96,6 +96,6 @@ void qwen2_backward(GPT* m, Comm* c) {
                                  a->ln1, LAYER(P, Q_QKVW, l), m->QKVr);
         rmsnorm_backward(m->dres, LAYER(G, Q_LN1W, l), dl, x, LAYER(P, Q_LN1W, l), a->ln1_rstd, R, C);
     }
-    encoder_backward(TENSOR(G, Q_WTE), gpt_grad_in(m, c, SITE_EMBED_RS_BWD, -1), m->tok, N, C, m->v0, m->Vr);
+    encoder_backward(TENSOR(G, Q_WTE), gpt_grad_in(m, c, SITE_EMBED_RS_BWD, -1), m->plan, N, C, m->Vr);
     gpt_replicated_grads(m, c);
 }

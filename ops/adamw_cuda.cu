@@ -7,6 +7,11 @@
  * in float, decoupled weight decay, param = bf16 round-to-nearest-even of the
  * master). Element-wise and memory-bound: 4 elements per thread with 16-byte
  * fp32 accesses (8-byte bf16 stores) when aligned, scalar otherwise.
+ *
+ * The step's scalars (learning rate, bias corrections, clip scale, skip) are
+ * read from device memory (ops.h's StepScalars) rather than passed by value:
+ * the clip scale is computed on the device, and a CUDA graph replaying this
+ * launch must see each step's values, which a kernel argument would freeze.
  */
 #include <math.h>
 #include <string.h>
@@ -31,9 +36,10 @@ __device__ __forceinline__ float adamw_one(float& w, float gr, float& m, float& 
 
 template <bool VEC>
 __global__ void adamw_kernel(float* master, bf16* param, const float* grad, float* m, float* v, size_t n,
-                             float lr, float b1, float b2, float eps, float wd, float gs, float bc1, float bc2) {
+                             const StepScalars* s, float b1, float b2, float eps, float wd) {
     size_t i0 = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 4;
-    if (i0 >= n) return;
+    if (i0 >= n || s->skip) return;
+    const float lr = s->lr, gs = s->scale, bc1 = s->bc1, bc2 = s->bc2;
     if (VEC && i0 + 4 <= n) {
         float4 w4 = *reinterpret_cast<const float4*>(master + i0);
         float4 g4 = *reinterpret_cast<const float4*>(grad + i0);
@@ -63,21 +69,17 @@ __global__ void adamw_kernel(float* master, bf16* param, const float* grad, floa
 }
 
 void adamw_update(float* master, floatX* param, const float* grad, float* m, float* v, size_t n,
-                  float lr, float beta1, float beta2, float eps, float weight_decay,
-                  float grad_scale, int t) {
+                  const StepScalars* s, float beta1, float beta2, float eps, float weight_decay) {
     if (!n) return;
-    /* bias corrections on the host, in float, exactly as the CPU reference */
-    const float bc1 = 1.0f - powf(beta1, (float)t);
-    const float bc2 = 1.0f - powf(beta2, (float)t);
     bf16* p = (bf16*)param;
     const bool vec = is_aligned16(master) && is_aligned16(grad) && is_aligned16(m) && is_aligned16(v) &&
                      ((uintptr_t)p & 7u) == 0;
     const unsigned grid = ceil_div_u(ceil_div_u(n, 4), EW_THREADS);
     if (vec)
-        adamw_kernel<true><<<grid, EW_THREADS, 0, cuda_stream()>>>(master, p, grad, m, v, n, lr, beta1, beta2, eps,
-                                                                    weight_decay, grad_scale, bc1, bc2);
+        adamw_kernel<true><<<grid, EW_THREADS, 0, cuda_stream()>>>(master, p, grad, m, v, n, s, beta1, beta2, eps,
+                                                                    weight_decay);
     else
-        adamw_kernel<false><<<grid, EW_THREADS, 0, cuda_stream()>>>(master, p, grad, m, v, n, lr, beta1, beta2, eps,
-                                                                     weight_decay, grad_scale, bc1, bc2);
+        adamw_kernel<false><<<grid, EW_THREADS, 0, cuda_stream()>>>(master, p, grad, m, v, n, s, beta1, beta2, eps,
+                                                                     weight_decay);
     CUDA_CHECK_LAUNCH("adamw_kernel");
 }

@@ -66,14 +66,12 @@ enum ScratchSlot {
     SCRATCH_LN_PARTIAL = 0,  /* layernorm_backward: per-block dw/db partial sums */
     SCRATCH_COLSUM,          /* bias_backward: per-row-chunk partial column sums */
     SCRATCH_ATTN_D,          /* attention_backward: D = rowsum(dout * out) */
-    SCRATCH_REDUCE,          /* ops_sumsq / ops_sum / ops_all_finite */
-    SCRATCH_ENCODER,         /* encoder_backward: bucket lists */
-    SCRATCH_ENCODER_IDS,     /* encoder_backward: token ids on the host (pinned slot) */
+    SCRATCH_REDUCE,          /* the reductions of reduce_cuda.cu */
     SCRATCH_ROPE,            /* rope_forward / rope_backward: the cos / sin table */
     SCRATCH_NSLOTS
 };
 void* cuda_scratch(int slot, size_t bytes);
-/* host-pinned staging, also per slot (encoder bucket lists, results) */
+/* host-pinned staging, also per slot (the reductions' results for the host) */
 void* cuda_pinned(int slot, size_t bytes);
 
 void matmul_cuda_init(void);   /* matmul_cuda.cu: cuBLASLt handle + workspace */

@@ -1,20 +1,33 @@
 /*
  * ops/device_cuda.cu - the backend itself: device selection (ops_init), the
- * one stream, the per-slot scratch and pinned buffers, device memory and
- * copies, and the fp32 <-> bf16 conversions (ops_f32_to_X / ops_X_to_f32).
+ * one stream, the per-slot scratch and pinned buffers, device memory, pinned
+ * host memory and copies, the CUDA graph of a step (ops_graph_*), and the
+ * fp32 <-> bf16 conversions (ops_f32_to_X / ops_X_to_f32).
  *
  * Everything the other ops/..._cuda.cu files share at run time lives here
  * (cuda_common.cuh declares it): every kernel, memset and copy of the backend
  * goes on cuda_stream(), so the ops are ordered without events, and
- * ops_to_host / ops_from_host / ops_malloc synchronise before returning.
+ * ops_to_host / ops_from_host / ops_malloc synchronise before returning
+ * (ops_from_host_async / ops_to_host_async, between device memory and
+ * ops_malloc_host's pinned memory, only queue).
  * The backend state is per process, so two ranks sharing a GPU each have
  * their own stream and scratch.
+ *
+ * CUDA graphs (ops.h, train.cuda_graph): the stream is captured between
+ * ops_graph_begin and ops_graph_end in the thread-local mode, which makes
+ * the runtime refuse any call of this thread that could wait for the device
+ * or allocate while it records (other threads, e.g. NCCL's, are not held to
+ * it). A scratch slot that must grow after the capture would be freed under
+ * the graph, so that is a fatal error naming the slot; one that must grow
+ * during it, too (the warm-up step before the capture sizes every slot).
  *
  * The conversions are flat element-wise kernels (cuda_common.cuh: 8 elements
  * per thread, 16-byte accesses when aligned); __float2bfloat16_rn rounds to
  * nearest even, which tests/test_ops_gpu.cu checks bit for bit against the
  * host rounding of common/bf16.h (ties, subnormals, infinities included).
  */
+#include <string.h>
+
 #include "ops/cuda_common.cuh"
 #include "ops/ops_cuda.h"
 
@@ -29,6 +42,16 @@ static void* g_scratch[SCRATCH_NSLOTS];
 static size_t g_scratch_bytes[SCRATCH_NSLOTS];
 static void* g_pinned[SCRATCH_NSLOTS];
 static size_t g_pinned_bytes[SCRATCH_NSLOTS];
+static cudaGraphExec_t g_graph = nullptr; /* the one instantiated graph (ops_graph_end) */
+static int g_capturing = 0;               /* between ops_graph_begin and ops_graph_end */
+
+/* a slot may not be reallocated while a graph records or holds its address */
+static void scratch_may_grow(const char* kind, int slot, size_t bytes) {
+    if (g_capturing || g_graph)
+        FATAL("%s slot %d must grow to %zu bytes %s: the warm-up step before the capture should have sized it "
+              "(run with train.cuda_graph=false and report this)", kind, slot, bytes,
+              g_capturing ? "while the step is captured into a CUDA graph" : "after the CUDA graph captured it");
+}
 
 cudaStream_t cuda_stream(void) {
     if (!g_inited) FATAL("a CUDA op ran before ops_init(local_rank): call ops_init first");
@@ -40,6 +63,7 @@ void* ops_cuda_stream(void) { return (void*)cuda_stream(); }
 void* cuda_scratch(int slot, size_t bytes) {
     if (slot < 0 || slot >= SCRATCH_NSLOTS) FATAL("bad scratch slot %d", slot);
     if (bytes > g_scratch_bytes[slot]) {
+        scratch_may_grow("scratch", slot, bytes);
         /* cudaFree waits for the device, so no queued kernel still uses the old buffer */
         CUDA_CHECK(cudaFree(g_scratch[slot]));
         g_scratch[slot] = nullptr;
@@ -56,6 +80,7 @@ void* cuda_scratch(int slot, size_t bytes) {
 void* cuda_pinned(int slot, size_t bytes) {
     if (slot < 0 || slot >= SCRATCH_NSLOTS) FATAL("bad pinned slot %d", slot);
     if (bytes > g_pinned_bytes[slot]) {
+        scratch_may_grow("pinned", slot, bytes);
         CUDA_CHECK(cudaStreamSynchronize(cuda_stream())); /* no copy may still read the old one */
         CUDA_CHECK(cudaFreeHost(g_pinned[slot]));
         g_pinned[slot] = nullptr;
@@ -144,6 +169,59 @@ void ops_from_host(void* dst, const void* host_src, size_t bytes) {
 }
 
 void ops_sync(void) { CUDA_CHECK(cudaStreamSynchronize(cuda_stream())); }
+
+void* ops_malloc_host(size_t bytes) {
+    void* p = nullptr;
+    size_t want = bytes ? bytes : 16;
+    cudaError_t e = cudaMallocHost(&p, want);
+    if (e != cudaSuccess) FATAL("out of pinned host memory allocating %zu bytes: %s", want, cudaGetErrorString(e));
+    memset(p, 0, want);
+    return p;
+}
+void ops_free_host(void* p) {
+    if (p) CUDA_CHECK(cudaFreeHost(p));
+}
+void ops_from_host_async(void* dst, const void* host_src, size_t bytes) {
+    if (bytes) CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, cuda_stream()));
+}
+void ops_to_host_async(void* host_dst, const void* src, size_t bytes) {
+    if (bytes) CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, cuda_stream()));
+}
+
+/* ------------------------------------------------------------------------ */
+/* CUDA graphs (ops.h) */
+
+int ops_graph_supported(void) { return 1; }
+
+void ops_graph_begin(void) {
+    if (g_capturing || g_graph) FATAL("ops_graph_begin: a CUDA graph is already %s", g_capturing ? "being captured" : "held");
+    CUDA_CHECK(cudaStreamBeginCapture(cuda_stream(), cudaStreamCaptureModeThreadLocal));
+    g_capturing = 1;
+}
+
+int ops_graph_end(void) {
+    if (!g_capturing) FATAL("ops_graph_end without ops_graph_begin");
+    cudaGraph_t graph = nullptr;
+    CUDA_CHECK(cudaStreamEndCapture(cuda_stream(), &graph));
+    g_capturing = 0;
+    size_t nodes = 0;
+    CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &nodes));
+    CUDA_CHECK(cudaGraphInstantiate(&g_graph, graph, 0));
+    CUDA_CHECK(cudaGraphDestroy(graph)); /* the executable graph keeps what it needs */
+    return (int)nodes;
+}
+
+void ops_graph_launch(void) {
+    if (!g_graph) FATAL("ops_graph_launch without a captured graph");
+    CUDA_CHECK(cudaGraphLaunch(g_graph, cuda_stream()));
+}
+
+void ops_graph_free(void) {
+    if (!g_graph) return;
+    CUDA_CHECK(cudaStreamSynchronize(cuda_stream())); /* no replay may still run */
+    CUDA_CHECK(cudaGraphExecDestroy(g_graph));
+    g_graph = nullptr;
+}
 
 /* ------------------------------------------------------------------------ */
 /* fp32 <-> bf16: flat element-wise kernels (cuda_common.cuh: EW_THREADS, ew_blocks) */

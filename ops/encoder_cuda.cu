@@ -8,16 +8,15 @@
  * pointers are aligned, scalar otherwise.
  *
  * Determinism: both backwards add into their fp32 gradient rows in the CPU
- * reference's exact order (dwte: positions of a token in increasing n, after
- * a stable counting sort on the host; dwpe: b = 0..B-1), so the results are
+ * reference's exact order (dwte: positions of a token in increasing n, by
+ * the host's plan of ops/encoder_plan.h; dwpe: b = 0..B-1), so the results are
  * bit-identical to the reference, with no float atomics.
  *
  * Dims: N = B*T rows, C channels, Vr vocab rows of this rank starting at
  * global id v0.
  */
-#include <vector>
-
 #include "ops/cuda_common.cuh"
+#include "ops/encoder_plan.h"
 
 /* out[n,:] = wte[tok[n]-v0,:] inside the slice, else zeros */
 template <bool VEC>
@@ -50,101 +49,62 @@ void encoder_forward(floatX* out, const int* tok, const floatX* wte, int N, int 
 }
 
 /* Encoder backward, deterministic. Positions holding the same token add into
- * the same dwte row, so the host buckets them first: the token ids come back
- * to the host (N ints), a stable counting sort groups positions by vocab row
- * (ascending n inside a row), and one block per touched row walks its list in
- * that order: dwte[row,c] = ((dwte + dout[n1]) + dout[n2]) + ..., the CPU
- * reference's exact order, so the result is bit-identical to it.
- * meta = [rows[nu] | start[nu+1] | pos[npos]] */
+ * the same dwte row, so the host groups them first (ops/encoder_plan.h: a
+ * stable counting sort of the batch's ids by vocab row, made when the batch
+ * is staged and copied in with it), and one block per touched row walks its
+ * list in that order: dwte[row,c] = ((dwte + dout[n1]) + dout[n2]) + ..., the
+ * CPU reference's exact order, so the result is bit-identical to it. The
+ * grid is U = min(N, Vr) blocks, the most rows a batch can touch, and blocks
+ * past the plan's nu return: the launch depends on the shape only, not on
+ * the batch, as a CUDA graph replaying it needs. */
 template <bool VEC>
-__global__ void encoder_backward_kernel(float* dwte, const bf16* dout, const int* meta, int nu, int C) {
-    const int u = blockIdx.x;
-    const int* rows = meta;
-    const int* start = meta + nu;
-    const int* pos = meta + 2 * nu + 1;
-    const int row = rows[u], p0 = start[u], p1 = start[u + 1];
-    float* dw = dwte + (size_t)row * C;
+__global__ void encoder_backward_kernel(float* dwte, const bf16* dout, const int* plan, int U, int C) {
+    const int nu = plan[0];
+    const int* rows = plan + 1;
+    const int* start = plan + 1 + U;
+    const int* pos = plan + 2 + 2 * U;
     const int nch = (C + 7) / 8;
-    for (int ch = threadIdx.x; ch < nch; ch += blockDim.x) {
-        const int c = ch * 8;
-        float acc[8];
-        if (VEC) {
-            float4 a = *reinterpret_cast<const float4*>(dw + c);
-            float4 b = *reinterpret_cast<const float4*>(dw + c + 4);
-            acc[0] = a.x; acc[1] = a.y; acc[2] = a.z; acc[3] = a.w;
-            acc[4] = b.x; acc[5] = b.y; acc[6] = b.z; acc[7] = b.w;
-        } else {
+    for (int u = blockIdx.x; u < nu; u += gridDim.x) {
+        const int row = rows[u], p0 = start[u], p1 = start[u + 1];
+        float* dw = dwte + (size_t)row * C;
+        for (int ch = threadIdx.x; ch < nch; ch += blockDim.x) {
+            const int c = ch * 8;
+            float acc[8];
+            if (VEC) {
+                float4 a = *reinterpret_cast<const float4*>(dw + c);
+                float4 b = *reinterpret_cast<const float4*>(dw + c + 4);
+                acc[0] = a.x; acc[1] = a.y; acc[2] = a.z; acc[3] = a.w;
+                acc[4] = b.x; acc[5] = b.y; acc[6] = b.z; acc[7] = b.w;
+            } else {
 #pragma unroll
-            for (int k = 0; k < 8; k++) acc[k] = (c + k < C) ? dw[c + k] : 0.0f;
-        }
-        for (int p = p0; p < p1; p++) {
-            float d[8];
-            ld8<VEC>(d, dout + (size_t)pos[p] * C, c, C);
+                for (int k = 0; k < 8; k++) acc[k] = (c + k < C) ? dw[c + k] : 0.0f;
+            }
+            for (int p = p0; p < p1; p++) {
+                float d[8];
+                ld8<VEC>(d, dout + (size_t)pos[p] * C, c, C);
 #pragma unroll
-            for (int k = 0; k < 8; k++) acc[k] += d[k];
-        }
-        if (VEC) {
-            *reinterpret_cast<float4*>(dw + c) = make_float4(acc[0], acc[1], acc[2], acc[3]);
-            *reinterpret_cast<float4*>(dw + c + 4) = make_float4(acc[4], acc[5], acc[6], acc[7]);
-        } else {
+                for (int k = 0; k < 8; k++) acc[k] += d[k];
+            }
+            if (VEC) {
+                *reinterpret_cast<float4*>(dw + c) = make_float4(acc[0], acc[1], acc[2], acc[3]);
+                *reinterpret_cast<float4*>(dw + c + 4) = make_float4(acc[4], acc[5], acc[6], acc[7]);
+            } else {
 #pragma unroll
-            for (int k = 0; k < 8; k++)
-                if (c + k < C) dw[c + k] = acc[k];
+                for (int k = 0; k < 8; k++)
+                    if (c + k < C) dw[c + k] = acc[k];
+            }
         }
     }
 }
 
-void encoder_backward(float* dwte, const floatX* dout, const int* tok, int N, int C, int v0, int Vr) {
+void encoder_backward(float* dwte, const floatX* dout, const int* plan, int N, int C, int Vr) {
     if (N <= 0 || C <= 0 || Vr <= 0) return;
-    cudaStream_t s = cuda_stream();
-    /* the ids to the host (pinned; synchronous: the bucketing needs them) */
-    int* htok = (int*)cuda_pinned(SCRATCH_ENCODER_IDS, (size_t)N * sizeof(int));
-    CUDA_CHECK(cudaMemcpyAsync(htok, tok, (size_t)N * sizeof(int), cudaMemcpyDeviceToHost, s));
-    CUDA_CHECK(cudaStreamSynchronize(s));
-    /* stable counting sort by local vocab row */
-    static std::vector<int> count;
-    count.assign((size_t)Vr, 0);
-    int npos = 0;
-    for (int n = 0; n < N; n++) {
-        int r = htok[n] - v0;
-        if (r >= 0 && r < Vr) {
-            count[r]++;
-            npos++;
-        }
-    }
-    if (npos == 0) return; /* no token of this slice: nothing to add */
-    int nu = 0;
-    for (int r = 0; r < Vr; r++) nu += count[r] > 0;
-    int* meta = (int*)cuda_pinned(SCRATCH_ENCODER, (size_t)(2 * nu + 1 + npos) * sizeof(int));
-    int* rows = meta;
-    int* start = meta + nu;
-    int* pos = meta + 2 * nu + 1;
-    /* count[r] becomes the write cursor of row r inside pos */
-    int u = 0, off = 0;
-    for (int r = 0; r < Vr; r++) {
-        if (!count[r]) continue;
-        rows[u] = r;
-        start[u] = off;
-        int c = count[r];
-        count[r] = off;
-        off += c;
-        u++;
-    }
-    start[nu] = off;
-    for (int n = 0; n < N; n++) {
-        int r = htok[n] - v0;
-        if (r >= 0 && r < Vr) pos[count[r]++] = n;
-    }
-    size_t meta_bytes = (size_t)(2 * nu + 1 + npos) * sizeof(int);
-    int* dmeta = (int*)cuda_scratch(SCRATCH_ENCODER, meta_bytes);
-    /* Async from pinned memory: the next call's synchronous id copy on this
-     * stream orders after this upload, so `meta` is free again by then. */
-    CUDA_CHECK(cudaMemcpyAsync(dmeta, meta, meta_bytes, cudaMemcpyHostToDevice, s));
+    const int U = encoder_plan_rows(N, Vr);
     const bf16* d = (const bf16*)dout;
     if (rows_vec_ok(C) && is_aligned16(dwte) && is_aligned16(d))
-        encoder_backward_kernel<true><<<nu, 128, 0, s>>>(dwte, d, dmeta, nu, C);
+        encoder_backward_kernel<true><<<U, 128, 0, cuda_stream()>>>(dwte, d, plan, U, C);
     else
-        encoder_backward_kernel<false><<<nu, 128, 0, s>>>(dwte, d, dmeta, nu, C);
+        encoder_backward_kernel<false><<<U, 128, 0, cuda_stream()>>>(dwte, d, plan, U, C);
     CUDA_CHECK_LAUNCH("encoder_backward_kernel");
 }
 

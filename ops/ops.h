@@ -51,6 +51,16 @@ void ops_from_host(void* dst, const void* host_src, size_t bytes);
 void ops_f32_to_X(floatX* dst, const float* src, size_t n);    /* both backend memory */
 void ops_X_to_f32(float* dst, const floatX* src, size_t n);    /* both backend memory */
 void ops_sync(void);                      /* wait for queued work (GPU) */
+/* Host memory the backend copies from and to without waiting (pinned on the
+ * GPU; plain memory on the CPU), zero-filled. */
+void* ops_malloc_host(size_t bytes);
+void ops_free_host(void* p);
+/* Queued copies between backend memory and such host memory: they return at
+ * once (GPU), and the host buffer must be left alone until the next
+ * ops_sync. Inside a CUDA graph (below) the copy reads or writes the host
+ * buffer when the replay runs, not when it was recorded. */
+void ops_from_host_async(void* dst, const void* host_src, size_t bytes);
+void ops_to_host_async(void* host_dst, const void* src, size_t bytes);
 /* Device memory of this rank's GPU: returns 1 with free and total bytes and
  * the device index; 0 on the CPU backend (no device memory). */
 int ops_mem_info(size_t* free_bytes, size_t* total_bytes, int* device);
@@ -59,8 +69,12 @@ int ops_mem_info(size_t* free_bytes, size_t* total_bytes, int* device);
 /* out[n,:] = wte[tok[n]-v0,:] if v0 <= tok[n] < v0+Vr else 0 (vocab-parallel).
  * tok is int[N] in backend memory. */
 void encoder_forward(floatX* out, const int* tok, const floatX* wte, int N, int C, int v0, int Vr);
-/* dwte[tok[n]-v0,:] += dout[n,:] for the tokens in the slice. Deterministic. */
-void encoder_backward(float* dwte, const floatX* dout, const int* tok, int N, int C, int v0, int Vr);
+/* dwte[tok[n]-v0,:] += dout[n,:] for the tokens in the slice, each row's
+ * positions added in increasing n (deterministic). plan: backend int[
+ * ENCODER_PLAN_INTS(N, Vr)], the batch's positions grouped by row, made on
+ * the host from the token ids by encoder_plan (ops/encoder_plan.h) and
+ * copied in; so the backward needs no token id back from the device. */
+void encoder_backward(float* dwte, const floatX* dout, const int* plan, int N, int C, int Vr);
 /* x[b,t,:] += wpe[t,:] */
 void position_forward(floatX* x, const floatX* wpe, int B, int T, int C);
 /* dwpe[t,:] += sum_b dx[b,t,:] */
@@ -167,16 +181,59 @@ void crossentropy_backward(floatX* logits_dlogits, float* losses, const float* m
                            const int* targets, int N, int Vr, int v0, int V, float dloss);
 
 /* ---- optimizer and norms -------------------------------------------------- */
-/* AdamW on one tensor: g = grad*grad_scale; m,v moments; master fp32 weights;
- * param = the working copy (may alias master on the CPU build). t is the
- * 1-based step for bias correction. */
+/* The scalars of one training step, in backend memory. The host sets lr,
+ * bc1 and bc2 before the step (a queued copy from ops_malloc_host memory);
+ * the device fills the rest during it (loss: ops_mean; sumsq:
+ * ops_sumsq_acc; norm, scale, skip: ops_grad_clip) and adamw_update reads
+ * them there, so no value has to visit the host in the middle of a step. */
+typedef struct {
+    float lr;       /* learning rate */
+    float bc1, bc2; /* AdamW's bias corrections 1 - beta1^t, 1 - beta2^t at the 1-based step t
+                       (powf on the host, as the CPU reference always computed them) */
+    float loss;     /* mean loss of the step's batch */
+    double sumsq;   /* squared norm of the gradient */
+    float norm;     /* sqrt(sumsq), before clipping */
+    float scale;    /* what the gradient is multiplied by: grad_clip / norm when clipped, else 1 */
+    int skip;       /* 1: the loss or the norm is not finite, adamw_update changes nothing */
+    int pad_;
+} StepScalars;
+
+/* AdamW on one tensor: g = grad * s->scale; m,v moments; master fp32
+ * weights; param = the working copy (may alias master on the CPU build);
+ * learning rate and bias corrections from s (backend memory). Nothing is
+ * written when s->skip. */
 void adamw_update(float* master, floatX* param, const float* grad, float* m, float* v, size_t n,
-                  float lr, float beta1, float beta2, float eps, float weight_decay,
-                  float grad_scale, int t);
-double ops_sumsq(const float* x, size_t n);          /* returns to host */
-double ops_sum(const float* x, size_t n);            /* returns to host */
+                  const StepScalars* s, float beta1, float beta2, float eps, float weight_decay);
+/* From s->loss and s->sumsq: s->norm = sqrt(sumsq); s->scale = grad_clip /
+ * norm if grad_clip > 0 and norm > grad_clip, else 1; s->skip = loss or norm
+ * not finite. One scalar computation, queued (the host's arithmetic). */
+void ops_grad_clip(StepScalars* s, float grad_clip);
+/* Reductions in a fixed order (double accumulation): into backend memory,
+ * queued, *acc += sum of x^2, *mean = (float)(sum of x / n) ... */
+void ops_sumsq_acc(double* acc, const float* x, size_t n);
+void ops_mean(float* mean, const float* x, size_t n);
+/* ... and the same sums returned to the host (they wait for the device) */
+double ops_sumsq(const float* x, size_t n);
+double ops_sum(const float* x, size_t n);
 /* 1 if every element of x[n] is finite */
 int ops_all_finite(const float* x, size_t n);
+
+/* ---- CUDA graphs (train.cuda_graph) ----------------------------------------
+ * The GPU build records what is queued between ops_graph_begin and
+ * ops_graph_end (kernels, copies, cuBLASLt calls; none of it runs then) as
+ * one CUDA graph, and ops_graph_launch replays it: the same kernels on the
+ * same pointers with the same arguments, each copy reading its host buffer
+ * when the replay runs. So between replays only the contents of buffers may
+ * change, never a pointer, a size or a scalar argument, and the recorded
+ * work may not wait for the device or allocate (the runtime refuses both
+ * during capture; backend scratch that would have to grow later is an
+ * error). One graph per process. ops_graph_supported is 0 on the CPU build,
+ * whose other graph calls are errors. */
+int ops_graph_supported(void);
+void ops_graph_begin(void);
+int ops_graph_end(void);     /* instantiates the graph; returns its node count */
+void ops_graph_launch(void);
+void ops_graph_free(void);   /* no-op without a graph */
 
 #ifdef __cplusplus
 }

@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "common/check.h"
+#include "ops/encoder_plan.h"
 
 #ifdef OPS_BF16
 #error "ops_cpu.c is the fp32 backend: build it without -DOPS_BF16"
@@ -62,6 +63,18 @@ void ops_X_to_f32(float* dst, const floatX* src, size_t n) {
     if (dst != src) memcpy(dst, src, n * sizeof(float));
 }
 void ops_sync(void) {}
+void* ops_malloc_host(size_t bytes) { return callocCheck(bytes ? bytes : 1, 1); }
+void ops_free_host(void* p) { free(p); }
+void ops_from_host_async(void* dst, const void* host_src, size_t bytes) { memcpy(dst, host_src, bytes); }
+void ops_to_host_async(void* host_dst, const void* src, size_t bytes) { memcpy(host_dst, src, bytes); }
+
+/* No CUDA graphs here: the trainer asks ops_graph_supported first, so the
+ * other calls are programming errors. */
+int ops_graph_supported(void) { return 0; }
+void ops_graph_begin(void) { FATAL("ops_graph_begin: the CPU backend has no CUDA graphs"); }
+int ops_graph_end(void) { FATAL("ops_graph_end: the CPU backend has no CUDA graphs"); }
+void ops_graph_launch(void) { FATAL("ops_graph_launch: the CPU backend has no CUDA graphs"); }
+void ops_graph_free(void) {}
 
 /* ------------------------------------------------------------------------ */
 /* embedding */
@@ -80,18 +93,18 @@ void encoder_forward(floatX* out, const int* tok, const floatX* wte, int N, int 
     }
 }
 
-void encoder_backward(float* dwte, const floatX* dout, const int* tok, int N, int C, int v0, int Vr) {
-    /* Two positions with the same token add into the same row, so rows are not
-     * independent. Threads split the channels instead and walk n in order. */
-    #pragma omp parallel for schedule(static)
-    for (int c0 = 0; c0 < C; c0 += COL_CHUNK) {
-        int c1 = imin(C, c0 + COL_CHUNK);
-        for (int n = 0; n < N; n++) {
-            int row = tok[n] - v0;
-            if (row < 0 || row >= Vr) continue;
-            float* dw = dwte + (size_t)row * C;
-            const float* d = dout + (size_t)n * C;
-            for (int c = c0; c < c1; c++) dw[c] += d[c];
+void encoder_backward(float* dwte, const floatX* dout, const int* plan, int N, int C, int Vr) {
+    /* Two positions with the same token add into the same row, so the plan
+     * (ops/encoder_plan.h) groups them: a thread per row, its positions in
+     * increasing n, which per element is the order of the plain loop over n */
+    const int U = encoder_plan_rows(N, Vr), nu = plan[0];
+    const int *rows = plan + 1, *start = plan + 1 + U, *pos = plan + 2 + 2 * U;
+    #pragma omp parallel for schedule(dynamic, 8)
+    for (int u = 0; u < nu; u++) {
+        float* dw = dwte + (size_t)rows[u] * C;
+        for (int p = start[u]; p < start[u + 1]; p++) {
+            const float* d = dout + (size_t)pos[p] * C;
+            for (int c = 0; c < C; c++) dw[c] += d[c];
         }
     }
 }
@@ -559,10 +572,9 @@ void crossentropy_backward(floatX* logits_dlogits, float* losses, const float* m
 /* optimizer and norms */
 
 void adamw_update(float* master, floatX* param, const float* grad, float* m, float* v, size_t n,
-                  float lr, float beta1, float beta2, float eps, float weight_decay,
-                  float grad_scale, int t) {
-    float bc1 = 1.0f - powf(beta1, (float)t);
-    float bc2 = 1.0f - powf(beta2, (float)t);
+                  const StepScalars* s, float beta1, float beta2, float eps, float weight_decay) {
+    if (s->skip) return;
+    const float lr = s->lr, bc1 = s->bc1, bc2 = s->bc2, grad_scale = s->scale;
     #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) {
         float g = grad[i] * grad_scale;
@@ -579,6 +591,12 @@ void adamw_update(float* master, floatX* param, const float* grad, float* m, flo
         master[i] = w;
         param[i] = w; /* param may alias master: a store of the same value */
     }
+}
+
+void ops_grad_clip(StepScalars* s, float grad_clip) {
+    s->norm = (float)sqrt(s->sumsq);
+    s->scale = (grad_clip > 0 && s->norm > grad_clip) ? grad_clip / s->norm : 1.0f;
+    s->skip = !isfinite(s->loss) || !isfinite(s->norm);
 }
 
 /* ops_sumsq / ops_sum: fixed-size chunks summed in double, then the chunk sums
@@ -604,6 +622,8 @@ static double sum_chunked(const float* x, size_t n, int square) {
 
 double ops_sumsq(const float* x, size_t n) { return sum_chunked(x, n, 1); }
 double ops_sum(const float* x, size_t n) { return sum_chunked(x, n, 0); }
+void ops_sumsq_acc(double* acc, const float* x, size_t n) { *acc += sum_chunked(x, n, 1); }
+void ops_mean(float* mean, const float* x, size_t n) { *mean = (float)(sum_chunked(x, n, 0) / (double)n); }
 
 int ops_all_finite(const float* x, size_t n) {
     int ok = 1; /* AND is order-independent, so the reduction is deterministic */

@@ -1,12 +1,15 @@
 /*
- * ops/reduce_cuda.cu - the whole-tensor reductions of ops/ops.h that return to
- * the host: ops_sumsq (the gradient norm), ops_sum (the mean loss) and
- * ops_all_finite (1 iff no element is inf or NaN).
+ * ops/reduce_cuda.cu - the whole-tensor reductions of ops/ops.h: the queued
+ * ones that leave their result in device memory (ops_sumsq_acc, the gradient
+ * norm; ops_mean, the loss), the same sums returned to the host (ops_sumsq,
+ * ops_sum), ops_all_finite (1 iff no element is inf or NaN), and
+ * ops_grad_clip, the step's norm, clip scale and skip flag.
  *
  * Deterministic by construction: a fixed grid (RED_BLOCKS x RED_THREADS, not
  * the device's SM count), double accumulation, per-block sums in fixed order,
  * then one block adds the block sums in fixed order: same input, same bits,
- * on any run and any device. Results come back through a pinned slot.
+ * on any run and any device. The host-returning ones come back through a
+ * pinned slot.
  */
 #include <math.h>
 
@@ -16,7 +19,11 @@
 /* norms: a fixed grid of RED_BLOCKS x RED_THREADS threads (not the device's
  * SM count), each summing a fixed grid-stride set of elements in double;
  * per-block sums in fixed order, then one block adds the block sums in fixed
- * order. Same input -> same bits, on any run. */
+ * order. Same input -> same bits, on any run. Blocks that would find no
+ * element (n < RED_BLOCKS x RED_THREADS) are not launched: their sums would
+ * be +0.0, which the final block reads in their place, so the additions and
+ * the bits are those of the full grid (and the small tensors of a model,
+ * its biases and norms, cost a few blocks instead of RED_BLOCKS). */
 #define RED_BLOCKS 1024
 #define RED_THREADS 256
 
@@ -33,23 +40,51 @@ __global__ void __launch_bounds__(RED_THREADS) reduce_partial_kernel(double* par
     if (threadIdx.x == 0) partial[blockIdx.x] = acc;
 }
 
-__global__ void __launch_bounds__(RED_BLOCKS) reduce_final_kernel(double* out, const double* partial) {
+/* How the final block's sum v lands: written, added to what is there (the
+ * host's `acc += ...` done on the device, one double add, so a sequence of
+ * them sums in the host's order), or divided by n and rounded to float. */
+enum { FINAL_SET, FINAL_ACC, FINAL_MEAN };
+
+template <int FINAL>
+__global__ void __launch_bounds__(RED_BLOCKS) reduce_final_kernel(void* out, const double* partial, unsigned nb,
+                                                                  size_t n) {
     __shared__ double buf[32];
-    double v = block_sum_d(partial[threadIdx.x], buf);
-    if (threadIdx.x == 0) out[0] = v;
+    double v = block_sum_d(threadIdx.x < nb ? partial[threadIdx.x] : 0.0, buf);
+    if (threadIdx.x != 0) return;
+    if (FINAL == FINAL_SET) *(double*)out = v;
+    else if (FINAL == FINAL_ACC) *(double*)out += v;
+    else *(float*)out = (float)(v / (double)n);
+}
+
+/* the sum (square: of squares) of x[n] into out, queued */
+template <int FINAL>
+static void reduce_queue(void* out, const float* x, size_t n, int square) {
+    cudaStream_t s = cuda_stream();
+    double* partial = (double*)cuda_scratch(SCRATCH_REDUCE, (RED_BLOCKS + 1) * sizeof(double));
+    const size_t need = (n + RED_THREADS - 1) / RED_THREADS;
+    const unsigned nb = need < RED_BLOCKS ? (unsigned)need : RED_BLOCKS;
+    if (square)
+        reduce_partial_kernel<1><<<nb, RED_THREADS, 0, s>>>(partial, x, n);
+    else
+        reduce_partial_kernel<0><<<nb, RED_THREADS, 0, s>>>(partial, x, n);
+    CUDA_CHECK_LAUNCH("reduce_partial_kernel");
+    reduce_final_kernel<FINAL><<<1, RED_BLOCKS, 0, s>>>(out, partial, nb, n);
+    CUDA_CHECK_LAUNCH("reduce_final_kernel");
+}
+
+void ops_sumsq_acc(double* acc, const float* x, size_t n) {
+    if (n) reduce_queue<FINAL_ACC>(acc, x, n, 1);
+}
+void ops_mean(float* mean, const float* x, size_t n) {
+    if (!n) FATAL("ops_mean of an empty tensor");
+    reduce_queue<FINAL_MEAN>(mean, x, n, 0);
 }
 
 static double reduce_run(const float* x, size_t n, int square) {
     if (!n) return 0.0;
     cudaStream_t s = cuda_stream();
     double* partial = (double*)cuda_scratch(SCRATCH_REDUCE, (RED_BLOCKS + 1) * sizeof(double));
-    if (square)
-        reduce_partial_kernel<1><<<RED_BLOCKS, RED_THREADS, 0, s>>>(partial, x, n);
-    else
-        reduce_partial_kernel<0><<<RED_BLOCKS, RED_THREADS, 0, s>>>(partial, x, n);
-    CUDA_CHECK_LAUNCH("reduce_partial_kernel");
-    reduce_final_kernel<<<1, RED_BLOCKS, 0, s>>>(partial + RED_BLOCKS, partial);
-    CUDA_CHECK_LAUNCH("reduce_final_kernel");
+    reduce_queue<FINAL_SET>(partial + RED_BLOCKS, x, n, square);
     double* h = (double*)cuda_pinned(SCRATCH_REDUCE, sizeof(double));
     CUDA_CHECK(cudaMemcpyAsync(h, partial + RED_BLOCKS, sizeof(double), cudaMemcpyDeviceToHost, s));
     CUDA_CHECK(cudaStreamSynchronize(s));
@@ -58,6 +93,21 @@ static double reduce_run(const float* x, size_t n, int square) {
 
 double ops_sumsq(const float* x, size_t n) { return reduce_run(x, n, 1); }
 double ops_sum(const float* x, size_t n) { return reduce_run(x, n, 0); }
+
+/* train/main.c's arithmetic of old, on the device: sqrt in double (IEEE,
+ * correctly rounded, as the host's), the float division (IEEE without
+ * fast-math) */
+__global__ void grad_clip_kernel(StepScalars* s, float grad_clip) {
+    const float norm = (float)sqrt(s->sumsq);
+    s->norm = norm;
+    s->scale = (grad_clip > 0 && norm > grad_clip) ? grad_clip / norm : 1.0f;
+    s->skip = !isfinite(s->loss) || !isfinite(norm);
+}
+
+void ops_grad_clip(StepScalars* s, float grad_clip) {
+    grad_clip_kernel<<<1, 1, 0, cuda_stream()>>>(s, grad_clip);
+    CUDA_CHECK_LAUNCH("grad_clip_kernel");
+}
 
 /* Any non-finite element stores 1 into the flag (all writers store the same
  * value, so the race is benign and the answer deterministic). */

@@ -190,5 +190,7 @@ static inline void check_bits(const char* op, const char* what, const std::vecto
  * attention is test_attention's NKV < NH case), run when `only` is NULL or
  * a substring of the group's name */
 void test_ops_gpu_qwen2(const char* only);
+/* tests/test_ops_gpu_step.cu: the groups adamw, step (the step's scalars) and graph (ops_graph_*) */
+void test_ops_gpu_step(const char* only);
 
 #endif /* OPS_GPU_TESTING_H */

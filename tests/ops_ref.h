@@ -15,6 +15,8 @@
 
 #include <stddef.h>
 
+#include "ops/ops.h" /* StepScalars */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -32,7 +34,7 @@ void cpu_ops_X_to_f32(float* dst, const float* src, size_t n);
 void cpu_ops_sync(void);
 
 void cpu_encoder_forward(float* out, const int* tok, const float* wte, int N, int C, int v0, int Vr);
-void cpu_encoder_backward(float* dwte, const float* dout, const int* tok, int N, int C, int v0, int Vr);
+void cpu_encoder_backward(float* dwte, const float* dout, const int* plan, int N, int C, int Vr);
 void cpu_position_forward(float* x, const float* wpe, int B, int T, int C);
 void cpu_position_backward(float* dwpe, const float* dx, int B, int T, int C);
 
@@ -81,8 +83,10 @@ void cpu_crossentropy_backward(float* logits_dlogits, float* losses, const float
                                const int* targets, int N, int Vr, int v0, int V, float dloss);
 
 void cpu_adamw_update(float* master, float* param, const float* grad, float* m, float* v, size_t n,
-                      float lr, float beta1, float beta2, float eps, float weight_decay,
-                      float grad_scale, int t);
+                      const StepScalars* s, float beta1, float beta2, float eps, float weight_decay);
+void cpu_ops_grad_clip(StepScalars* s, float grad_clip);
+void cpu_ops_sumsq_acc(double* acc, const float* x, size_t n);
+void cpu_ops_mean(float* mean, const float* x, size_t n);
 double cpu_ops_sumsq(const float* x, size_t n);
 double cpu_ops_sum(const float* x, size_t n);
 int cpu_ops_all_finite(const float* x, size_t n);

@@ -6,6 +6,9 @@
 #                       10 steps track within bf16 tolerance
 #   gpu_tp_equivalence  TP=1 vs TP=2 (two ranks sharing the GPU)
 #   gpu_determinism     two identical GPU runs give bit-identical losses
+#   gpu_cuda_graph      train.cuda_graph: the step replayed as one CUDA graph == the eager step,
+#                       bit for bit (GPT-2 and Qwen2, evaluation and sampling between replays), a
+#                       resume with the graph on, a diverging run stopped at the captured step
 #   test_init_gpu       the device weight init: TP degrees bit-identical, distribution rules
 #   gpu_memory_refusal  a model that cannot fit the GPU: one error before allocating
 #   gpu_sigterm_resume, gpu_watchdog_stopped_rank  tests/test_stop.sh on the GPU build
@@ -23,7 +26,8 @@
 #                       checkpoint repeats the uninterrupted run bit for bit
 #   test_coll_gpu       the device collectives (staged, IPC) against the host ones at 2, 3, 4 ranks
 #   the NCCL backend (tests/test_nccl_gpu.sh): with 2+ GPUs bit-identical to MPI
-# `tests/run_tests_gpu.sh nccl` runs only the NCCL part.
+# `tests/run_tests_gpu.sh nccl` runs only the NCCL part; `tests/run_tests_gpu.sh graph` only what
+# the step's CUDA graph touches: test_ops_gpu, gpu_vs_cpu, gpu_cuda_graph.
 set -u
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
@@ -216,6 +220,56 @@ PY
     done
 }
 
+# train.cuda_graph (on by default at one rank): the step captured after a warm-up step and replayed
+# gives the eager step's losses, gradient norms and validation losses bit for bit over 20 steps,
+# with evaluation, sampling and checkpoints between the replays; a checkpoint resumes with the
+# graph on, bit for bit (the step after the resume is the warm-up, the next one is captured); a
+# diverging run stops with the eager run's message and no checkpoint of its step
+t_gpu_cuda_graph() {
+    local extra=(--set parallel.tp=1 --set train.steps=20 --set train.eval_every=10 --set train.eval_batches=2
+                 --set train.sample_every=10 --set train.sample_len=8)
+    local arch d k
+    for arch in gpt2 qwen2; do
+        local cfg=("${GPT[@]}")
+        [ $arch = qwen2 ] && cfg=("${QWEN[@]}")
+        d=$T/graph_$arch
+        timeout 600 $MPIRUN -np 1 build/train_gpu "${cfg[@]}" "${extra[@]}" --set train.cuda_graph=false \
+            --set log.dir=${d}_off > ${d}_off.out || return 1
+        timeout 600 $MPIRUN -np 1 build/train_gpu "${cfg[@]}" "${extra[@]}" --set checkpoint.every=10 \
+            --set log.dir=${d}_on > ${d}_on.out || return 1
+        grep "cuda_graph" ${d}_on.out
+        grep -q "^train.cuda_graph: step 2 captured as one CUDA graph" ${d}_on.out || return 1
+        grep -q "cuda_graph" ${d}_off.out && { echo "the run with train.cuda_graph=false used it"; return 1; }
+        for k in loss grad_norm val_loss; do
+            python3 tests/compare_logs.py ${d}_on/log.jsonl ${d}_off/log.jsonl --key $k --exact || return 1
+        done
+        rm -rf ${d}_on/ckpt/*00000020*
+        timeout 600 $MPIRUN -np 1 build/train_gpu "${cfg[@]}" "${extra[@]}" --set checkpoint.every=10 \
+            --set checkpoint.resume=true --set log.dir=${d}_on > ${d}_resume.out || return 1
+        grep -q "resumed from .* at step 10" ${d}_resume.out || return 1
+        grep -q "^train.cuda_graph: step 12 captured" ${d}_resume.out || return 1
+        for k in loss grad_norm; do
+            python3 tests/compare_logs.py ${d}_on/log.jsonl ${d}_off/log.jsonl --key $k --exact --from-step 11 || return 1
+        done
+    done
+    local out rc step
+    out=$(timeout 600 $MPIRUN -np 1 build/train_gpu "${GPT[@]}" --set parallel.tp=1 --set train.lr=1e30 \
+          --set train.warmup_steps=0 --set checkpoint.every=1 --set log.dir=$T/graph_nan 2>&1); rc=$?
+    echo "$out" | grep -v "^step"
+    [ $rc -ne 0 ] && [ $rc -ne 124 ] || { echo "expected a non-zero exit, got $rc"; return 1; }
+    step=$(echo "$out" | sed -n 's/^error: non-finite [a-z ]* at step \([0-9]*\) .*Stopping before the update.*/\1/p' | head -1)
+    [ -n "$step" ] || { echo "no 'non-finite ... at step N' message"; return 1; }
+    [ ! -e "$T/graph_nan/ckpt/done_$(printf %08d "$step")" ] || { echo "a checkpoint of the failed step $step exists"; return 1; }
+    echo "stopped at step $step, no checkpoint for it"
+}
+
+if [ "${1:-}" = graph ]; then  # only the tests of the sync-free step and its CUDA graph
+    run test_ops_gpu build/gpu/test_ops_gpu
+    run gpu_vs_cpu t_gpu_vs_cpu
+    run gpu_cuda_graph t_gpu_cuda_graph
+    summary
+    exit
+fi
 if [ "${1:-}" = nccl ]; then  # only the NCCL backend's tests (a multi-GPU session's first command)
     source tests/test_nccl_gpu.sh
     summary
@@ -229,6 +283,7 @@ run gpu_init_device t_gpu_init_device
 run gpu_vs_cpu t_gpu_vs_cpu
 run gpu_tp_equivalence t_gpu_tp
 run gpu_determinism t_gpu_determinism
+run gpu_cuda_graph t_gpu_cuda_graph
 run gpu_taco_tracks_none t_gpu_taco
 run gpu_sequence_parallel t_gpu_sp
 run gpu_memory_refusal t_gpu_memory_refusal

@@ -418,9 +418,9 @@ int main(int argc, char** argv) {
                         record("unfused == host", eu < 0 && stats_equal(&sh, &su), mu, what);
                     }
 
-                    /* the one-shot all-reduce with the first method (K plays no part: once
-                     * per size and transport); the exact wires give the two-shot bits */
-                    if (ki == 0) {
+                    /* the one-shot all-reduce (over MPI pipelined in K sub-chunks, as the
+                     * two-shot); the exact wires give the two-shot bits */
+                    {
                         memcpy(two, got, n * 2);
                         memcpy(xh, xf, n * sizeof(float));
                         CollStats oh = {0}, od = {0};

@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "common/check.h"
+#include "ops/encoder_plan.h"
 #include "ops/ops.h"
 #include "tests/ops_testing.h"
 
@@ -67,6 +68,46 @@ static void test_memory(void) {
 /* ======================================================================== */
 /* embedding */
 
+/* encoder_backward as the model runs it: the host's plan of tok, then the op */
+static void enc_bwd(float* dwte, const float* dout, const int* tok, int N, int C, int v0, int Vr) {
+    int* plan = (int*)callocCheck(ENCODER_PLAN_INTS(N, Vr), sizeof(int));
+    encoder_plan(plan, tok, N, v0, Vr);
+    encoder_backward(dwte, dout, plan, N, C, Vr);
+    free(plan);
+}
+
+/* the plan's layout (ops/encoder_plan.h), and the plan-driven backward against
+ * the plain loop over n (the order it must reproduce), bit for bit */
+static void test_encoder_plan(void) {
+    const int tok[9] = {7, 3, 7, 12, 3, 7, 5, 30, 2}; /* slice [3, 13): 2 and 30 are another rank's */
+    const int N = 9, v0 = 3, Vr = 10, U = encoder_plan_rows(N, Vr);
+    int plan[ENCODER_PLAN_INTS(9, 10)];
+    memset(plan, 0xff, sizeof(plan));
+    encoder_plan(plan, tok, N, v0, Vr);
+    const int *rows = plan + 1, *start = plan + 1 + U, *pos = plan + 2 + 2 * U;
+    /* rows 0 (id 3: n 1, 4), 2 (id 5: n 6), 4 (id 7: n 0, 2, 5), 9 (id 12: n 3) */
+    const int want_rows[4] = {0, 2, 4, 9}, want_start[5] = {0, 2, 3, 6, 7}, want_pos[7] = {1, 4, 6, 0, 2, 5, 3};
+    int ok = plan[0] == 4 && memcmp(rows, want_rows, sizeof(want_rows)) == 0 &&
+             memcmp(start, want_start, sizeof(want_start)) == 0 && memcmp(pos, want_pos, sizeof(want_pos)) == 0;
+    expect_true("encoder_plan: rows ascending, positions ascending in a row, other slices left out", ok);
+    const int C = 70;
+    float* dout = rand_floats((size_t)N * C, 1.0f);
+    float* got = rand_floats((size_t)Vr * C, 1.0f);
+    float* want = falloc((size_t)Vr * C);
+    memcpy(want, got, (size_t)Vr * C * sizeof(float));
+    for (int n = 0; n < N; n++) {
+        const int r = tok[n] - v0;
+        if (r < 0 || r >= Vr) continue;
+        for (int c = 0; c < C; c++) want[(size_t)r * C + c] += dout[(size_t)n * C + c];
+    }
+    encoder_backward(got, dout, plan, N, C, Vr);
+    expect_true("encoder_backward by the plan == the loop over n, bit for bit",
+                memcmp(got, want, (size_t)Vr * C * sizeof(float)) == 0);
+    free(dout);
+    free(got);
+    free(want);
+}
+
 static void test_encoder(void) {
     printf("encoder (vocab-parallel) and position\n");
     const int N = 12, C = 10, Vp = 40;
@@ -103,7 +144,7 @@ static void test_encoder(void) {
             float* buf = ffill((size_t)Vr * C + 2 * G, 7.0f);
             float* dwte = buf + G;
             memset(dwte, 0, (size_t)Vr * C * sizeof(float));
-            encoder_backward(dwte, dout, tok, N, C, v0, Vr);
+            enc_bwd(dwte, dout, tok, N, C, v0, Vr);
             for (size_t i = 0; i < G; i++) untouched &= buf[i] == 7.0f && buf[G + (size_t)Vr * C + i] == 7.0f;
             for (size_t i = 0; i < (size_t)Vr * C; i++) got_dwte[(size_t)v0 * C + i] = dwte[i];
             free(buf);
@@ -124,8 +165,8 @@ static void test_encoder(void) {
     }
     /* accumulate: a second call doubles dwte */
     float* dwte = falloc((size_t)Vp * C);
-    encoder_backward(dwte, dout, tok, N, C, 0, Vp);
-    encoder_backward(dwte, dout, tok, N, C, 0, Vp);
+    enc_bwd(dwte, dout, tok, N, C, 0, Vp);
+    enc_bwd(dwte, dout, tok, N, C, 0, Vp);
     double* want2 = dalloc((size_t)Vp * C);
     for (size_t i = 0; i < (size_t)Vp * C; i++) want2[i] = 2.0 * want_dwte[i];
     expect("encoder bwd accumulates (called twice == 2x)", rel_err(dwte, want2, (size_t)Vp * C), TOL_FWD);
@@ -258,9 +299,12 @@ static void test_adamw(void) {
     double* wm = dalloc(n);
     double* wv = dalloc(n);
     double* ww = dcopy(master, n);
+    StepScalars st = {.lr = lr, .scale = gs};
     for (int t = 1; t <= 2; t++) {
         const float* g = t == 1 ? g1 : g2;
-        adamw_update(master, param, g, m, v, n, lr, b1, b2, eps, wd, gs, t);
+        st.bc1 = 1.0f - powf(b1, (float)t);
+        st.bc2 = 1.0f - powf(b2, (float)t);
+        adamw_update(master, param, g, m, v, n, &st, b1, b2, eps, wd);
         /* hand-written reference: Loshchilov & Hutter's AdamW */
         for (size_t i = 0; i < n; i++) {
             double gi = (double)g[i] * gs;
@@ -286,8 +330,18 @@ static void test_adamw(void) {
     float* v0 = falloc(n);
     double* want = dalloc(n);
     for (size_t i = 0; i < n; i++) want[i] = w[i] * (1.0 - (double)lr * wd);
-    adamw_update(w, w, zero, m0, v0, n, lr, b1, b2, eps, wd, 1.0f, 1);
+    StepScalars st1 = {.lr = lr, .bc1 = 1.0f - b1, .bc2 = 1.0f - b2, .scale = 1.0f};
+    adamw_update(w, w, zero, m0, v0, n, &st1, b1, b2, eps, wd);
     expect("adamw zero grad: w *= 1 - lr*wd (decoupled), param aliases master", rel_err(w, want, n), TOL_FWD);
+    /* skip (a non-finite loss or norm): nothing moves, the moments neither */
+    float* before = falloc(n);
+    memcpy(before, master, n * sizeof(float));
+    float m_before = m[0];
+    st.skip = 1;
+    adamw_update(master, param, g1, m, v, n, &st, b1, b2, eps, wd);
+    expect_true("adamw with skip leaves weights and moments", memcmp(before, master, n * sizeof(float)) == 0 &&
+                m[0] == m_before);
+    free(before);
 
     free(master); free(param); free(m); free(v); free(g1); free(g2); free(wm); free(wv); free(ww);
     free(w); free(zero); free(m0); free(v0); free(want);
@@ -312,7 +366,30 @@ static void test_norms(void) {
     x[n - 1] = 0.0f;
     x[70000] = -INFINITY;
     expect_true("ops_all_finite sees -inf", ops_all_finite(x, n) == 0);
+    x[70000] = 0.5f;
+    /* the queued forms: the same sums into backend memory */
+    double acc = 1.5;
+    ops_sumsq_acc(&acc, x, n);
+    expect_true("ops_sumsq_acc adds ops_sumsq to what is there", acc == 1.5 + ops_sumsq(x, n));
+    float mean = 0.0f;
+    ops_mean(&mean, x, n);
+    expect_true("ops_mean == (float)(ops_sum / n)", mean == (float)(ops_sum(x, n) / (double)n));
     free(x);
+    /* the step's norm, clip scale and skip (train/main.c's arithmetic) */
+    StepScalars st = {.loss = 2.0f, .sumsq = 16.0};
+    ops_grad_clip(&st, 1.0f);
+    expect_true("ops_grad_clip: norm 4 clipped to 1: scale 0.25", st.norm == 4.0f && st.scale == 0.25f && !st.skip);
+    ops_grad_clip(&st, 8.0f);
+    expect_true("ops_grad_clip: norm 4 under 8: scale 1", st.scale == 1.0f && !st.skip);
+    ops_grad_clip(&st, 0.0f);
+    expect_true("ops_grad_clip: grad_clip 0 is off", st.scale == 1.0f && !st.skip);
+    st.loss = NAN;
+    ops_grad_clip(&st, 1.0f);
+    expect_true("ops_grad_clip: a NaN loss sets skip", st.skip == 1);
+    st.loss = 2.0f;
+    st.sumsq = INFINITY;
+    ops_grad_clip(&st, 1.0f);
+    expect_true("ops_grad_clip: an infinite norm sets skip", st.skip == 1 && isinf(st.norm));
 }
 
 /* ======================================================================== */
@@ -359,7 +436,7 @@ static void test_determinism(void) {
         layernorm_forward(lnout, mean, rstd, x, lnw, lnw, N, IC);
         layernorm_backward(ln_dinp[k], ln_dw[k], lndb, x, x, lnw, mean, rstd, N, IC);
         enc_dw[k] = falloc((size_t)5 * IC);
-        encoder_backward(enc_dw[k], x, tok, N, IC, 0, 5);
+        enc_bwd(enc_dw[k], x, tok, N, IC, 0, 5);
         sumsq[k] = ops_sumsq(x, (size_t)N * IC);
         free(lnout); free(mean); free(rstd); free(lndb);
     }
@@ -435,6 +512,7 @@ int main(void) {
     printf("test_ops: CPU backend vs double references (%d OpenMP threads)\n", omp_get_max_threads());
     test_memory();
     test_encoder();
+    test_encoder_plan();
     test_crossentropy();
     test_adamw();
     test_norms();

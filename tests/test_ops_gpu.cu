@@ -2,7 +2,8 @@
  * tests/test_ops_gpu.cu - every op of the CUDA backend against the fp32 CPU
  * reference (ops/ops_cpu.c and ops/ops_cpu_qwen2.c linked in as cpu_F, see
  * tests/ops_ref.h), on the same random inputs. The ops Qwen2 adds are in
- * tests/test_ops_gpu_qwen2.cu (same binary), the helpers in
+ * tests/test_ops_gpu_qwen2.cu, AdamW, the step's scalars and the CUDA graph
+ * calls in tests/test_ops_gpu_step.cu (same binary), the helpers in
  * tests/ops_gpu_testing.h.
  *
  * Method (the library's device/METHOD.md):
@@ -29,7 +30,7 @@
  *   test_ops_gpu [group]    only the groups whose name contains `group`
  *                           (memory encoder position layernorm matmul
  *                           elementwise fused attention crossentropy adamw
- *                           norms rmsnorm rope swiglu)
+ *                           norms step graph rmsnorm rope swiglu)
  * The same source also runs on the CPU against the emulated backend
  * (tests/emu/emu.mk), which is how it was checked before any GPU run.
  */
@@ -38,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops/encoder_plan.h"
 #include "tests/ops_gpu_testing.h"
 
 /* ======================================================================================= */
@@ -116,26 +118,31 @@ static void test_encoder(int N, int C, int Vr, int v0, int idrange) {
     check("encoder_forward", what, get_bf(dout, (size_t)N * C), cout, TOL_EXACT);
 
     /* backward: accumulate twice; the GPU adds in the reference's order, so
-     * even the fp32 sums are exact */
+     * even the fp32 sums are exact. Both walk the host's plan of the ids
+     * (ops/encoder_plan.h), as the model stages it with the batch. */
+    std::vector<int> plan(ENCODER_PLAN_INTS(N, Vr));
+    encoder_plan(plan.data(), tok.data(), N, v0, Vr);
+    int* dplan = dev_int(plan);
     vecf g = randn_bf((size_t)N * C);
     floatX* dg = dev_bf(g);
     vecf init = randn_f32((size_t)Vr * C);
     vecf cdw = init;
-    cpu_encoder_backward(cdw.data(), g.data(), tok.data(), N, C, v0, Vr);
-    cpu_encoder_backward(cdw.data(), g.data(), tok.data(), N, C, v0, Vr);
+    cpu_encoder_backward(cdw.data(), g.data(), plan.data(), N, C, Vr);
+    cpu_encoder_backward(cdw.data(), g.data(), plan.data(), N, C, Vr);
     float* ddw = dev_f32(init);
-    encoder_backward(ddw, dg, dtok, N, C, v0, Vr);
-    encoder_backward(ddw, dg, dtok, N, C, v0, Vr);
+    encoder_backward(ddw, dg, dplan, N, C, Vr);
+    encoder_backward(ddw, dg, dplan, N, C, Vr);
     check_inc("encoder_backward", what, get_f32(ddw, (size_t)Vr * C), cdw, init, TOL_EXACT);
     /* determinism from the same state */
     float* ddw2 = dev_f32(init);
-    encoder_backward(ddw2, dg, dtok, N, C, v0, Vr);
-    encoder_backward(ddw2, dg, dtok, N, C, v0, Vr);
+    encoder_backward(ddw2, dg, dplan, N, C, Vr);
+    encoder_backward(ddw2, dg, dplan, N, C, Vr);
     check_bits("encoder_backward", "determinism: two runs", get_bytes(ddw, (size_t)Vr * C * 4),
                get_bytes(ddw2, (size_t)Vr * C * 4));
     ops_free(ddw2);
     ops_free(ddw);
     ops_free(dg);
+    ops_free(dplan);
     ops_free(dout);
     ops_free(dwte);
     ops_free(dtok);
@@ -589,38 +596,6 @@ static void test_crossentropy(int N, int V, int Vp, int P) {
     ops_free(dtgt);
 }
 
-static void test_adamw(size_t n) {
-    char what[96];
-    snprintf(what, sizeof what, "n=%zu, 3 steps", n);
-    vecf master = randn_f32(n, 0.05f), grad = randn_f32(n, 0.01f);
-    vecf m(n, 0.0f), v(n, 0.0f);
-    vecf cmaster = master, cparam(n), cm = m, cv = v;
-    float* dmaster = dev_f32(master);
-    floatX* dparam = (floatX*)ops_malloc(n * 2);
-    float *dgrad = dev_f32(grad), *dm = dev_f32(m), *dv = dev_f32(v);
-    for (int t = 1; t <= 3; t++) {
-        cpu_adamw_update(cmaster.data(), cparam.data(), grad.data(), cm.data(), cv.data(), n, 6e-4f, 0.9f, 0.95f,
-                         1e-8f, 0.1f, 0.5f, t);
-        poison_bf(dparam, n);
-        adamw_update(dmaster, dparam, dgrad, dm, dv, n, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, t);
-    }
-    vecf gmaster = get_f32(dmaster, n);
-    /* compare the parameter change, which is what the update computed */
-    check_inc("adamw_update", what, gmaster, cmaster, master, TOL_F32);
-    check("adamw_update", "  m", get_f32(dm, n), cm, TOL_F32);
-    check("adamw_update", "  v", get_f32(dv, n), cv, TOL_F32);
-    /* param = bf16(master), round to nearest even, bit-exact */
-    vecf gp = get_bf(dparam, n);
-    size_t bad = count_nan(gp);
-    for (size_t i = 0; i < n; i++) bad += gp[i] == gp[i] && gp[i] != round_bf(gmaster[i]);
-    report("adamw_update", "  param == RNE(master), all written", (double)bad, TOL_EXACT, nullptr);
-    ops_free(dmaster);
-    ops_free(dparam);
-    ops_free(dgrad);
-    ops_free(dm);
-    ops_free(dv);
-}
-
 static void test_norms(size_t n) {
     vecf x = randn_f32(n);
     float* dx = dev_f32(x);
@@ -766,16 +741,16 @@ int main(int argc, char** argv) {
         test_crossentropy(37, 1000, 1024, 2); /* two slices, padding in the second */
         test_crossentropy(19, 997, 1002, 2);  /* Vr = 501: scalar path */
     }
-    GROUP("adamw") test_adamw(10001);
     GROUP("norms") test_norms((1u << 20) + 7);
 #undef GROUP
+    test_ops_gpu_step(only);
     test_ops_gpu_qwen2(only);
     test_memop_variants(only);
 
     printf("\n%d checks, %d failed\n", g_checks, g_fail);
     if (g_checks == 0) {
         printf("no test group matches '%s' (groups: memory encoder position layernorm matmul elementwise "
-               "fused attention crossentropy adamw norms rmsnorm rope swiglu)\n", only ? only : "");
+               "fused attention crossentropy adamw norms step graph rmsnorm rope swiglu)\n", only ? only : "");
         return 1;
     }
     return g_fail ? 1 : 0;

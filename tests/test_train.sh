@@ -33,28 +33,30 @@ t_one_shot() {
     local base=(configs/default.json "${SMALL[@]}" --set train.steps=20)
     for tp in 2 4; do
         $TRAIN -np $tp build/train "${base[@]}" --set parallel.tp=$tp --set compress.method=none \
-            --set log.dir=$T/two_$tp || return 1
+            --set comm.allreduce=two_shot --set log.dir=$T/two_$tp || return 1
         $TRAIN -np $tp build/train "${base[@]}" --set parallel.tp=$tp --set compress.method=none \
             --set comm.allreduce=one_shot --set log.dir=$T/one_$tp || return 1
         python3 tests/compare_logs.py $T/one_$tp/log.jsonl $T/two_$tp/log.jsonl --exact || return 1
     done
     # and it is the one-shot that ran: at TP=4 it sends 3 tensors per rank, not 1.5
     python3 tests/compare_logs.py $T/one_4/log.jsonl $T/two_4/log.jsonl --ratio comm_bytes 1.9 2.1 || return 1
-    $TRAIN -np 2 build/train "${base[@]}" --set parallel.tp=2 --set compress.method=taco --set log.dir=$T/taco_two || return 1
+    $TRAIN -np 2 build/train "${base[@]}" --set parallel.tp=2 --set compress.method=taco --set comm.allreduce=two_shot \
+        --set log.dir=$T/taco_two || return 1
     $TRAIN -np 2 build/train "${base[@]}" --set parallel.tp=2 --set compress.method=taco --set comm.allreduce=one_shot \
         --set log.dir=$T/taco_one || return 1
     python3 tests/compare_logs.py $T/taco_one/log.jsonl $T/two_2/log.jsonl --key loss --rtol 0.02 || return 1
     python3 tests/compare_logs.py $T/taco_two/log.jsonl $T/taco_one/log.jsonl --ratio comm_bytes 0.97 1.03
 }
 
-# comm.allreduce=auto picks a shape per exchange by the bytes one-shot adds
-# (comm/policy.h): none at TP=2, so there it is one-shot; at TP=4 a switch
-# point of 0 KB keeps two-shot and a large one takes one-shot, bit for bit
+# comm.allreduce=auto (the default) picks a shape per exchange by the bytes
+# one-shot adds (comm/policy.h): none at TP=2, so there it is one-shot; at
+# TP=4 a switch point of 0 KB keeps two-shot and a large one takes one-shot,
+# bit for bit
 t_allreduce_auto() {
     local base=(configs/default.json "${SMALL[@]}" --set train.steps=20 --set compress.method=taco)
-    $TRAIN -np 2 build/train "${base[@]}" --set parallel.tp=2 --set comm.allreduce=auto --set log.dir=$T/auto_ar2 || return 1
+    $TRAIN -np 2 build/train "${base[@]}" --set parallel.tp=2 --set log.dir=$T/auto_ar2 || return 1
     python3 tests/compare_logs.py $T/auto_ar2/log.jsonl $T/taco_one/log.jsonl --exact || return 1
-    $TRAIN -np 4 build/train "${base[@]}" --set parallel.tp=4 --set log.dir=$T/ar4_two || return 1
+    $TRAIN -np 4 build/train "${base[@]}" --set parallel.tp=4 --set comm.allreduce=two_shot --set log.dir=$T/ar4_two || return 1
     $TRAIN -np 4 build/train "${base[@]}" --set parallel.tp=4 --set comm.allreduce=one_shot --set log.dir=$T/ar4_one || return 1
     $TRAIN -np 4 build/train "${base[@]}" --set parallel.tp=4 --set comm.allreduce=auto --set comm.one_shot_extra_kb=0 \
         --set log.dir=$T/ar4_auto0 || return 1
@@ -189,6 +191,77 @@ t_taco_vs_none() {
     python3 tests/compare_logs.py $T/none/log.jsonl $T/taco/log.jsonl --ratio comm_bytes 3.7 4.0
 }
 
+# train.cuda_graph where the build has no graphs: one note when it was asked for, none by default
+t_cuda_graph_cpu_note() {
+    local out
+    out=$(timeout 60 $MPIRUN -np 1 build/train configs/default.json "${SMALL[@]}" --set parallel.tp=1 --set train.steps=1 \
+          --set train.cuda_graph=true --set log.dir=$T/graph_cpu 2>&1) || { echo "$out"; return 1; }
+    echo "$out" | grep "cuda_graph"
+    echo "$out" | grep -q "^note: train.cuda_graph: the CPU build has no CUDA graphs; the steps run as usual" || return 1
+    out=$(timeout 60 $MPIRUN -np 1 build/train configs/default.json "${SMALL[@]}" --set parallel.tp=1 --set train.steps=1 \
+          --set log.dir=$T/graph_cpu 2>&1) || { echo "$out"; return 1; }
+    ! echo "$out" | grep -q "cuda_graph"
+}
+
+# The GPU trainer under the CPU emulator (build/emu/train_gpu_emu, tests/emu/emu.mk), whose
+# streams capture into graphs for real (tests/emu/emu_runtime.cpp): one rank captures its step
+# as one CUDA graph after a warm-up step and replays it (train.cuda_graph, on by default there),
+# and that gives the eager step's losses, gradient norms and validation losses bit for bit, with
+# evaluation, sampling and checkpoints between the replays; a checkpoint resumes with the graph
+# on, bit for bit (the step after the resume is the warm-up); a diverging run stops at a replayed
+# step with the message of the eager one and no checkpoint of that step; with two ranks a graph
+# that was asked for is refused with a note.
+EMU_TRAIN=build/emu/train_gpu_emu
+EMU_CFG=(configs/default.json --set parallel.tp=1 --set model.n_layer=2 --set model.d_model=64 --set model.n_head=2
+         --set model.max_seq_len=32 --set train.batch_size=2 --set train.seq_len=32 --set train.eval_every=3
+         --set train.eval_batches=1 --set train.sample_len=4 --set train.steps=6)
+t_emu_cuda_graph() {
+    local d=$T/emu_graph
+    $TRAIN -np 1 $EMU_TRAIN "${EMU_CFG[@]}" --set train.cuda_graph=false --set log.dir=${d}_off > ${d}_off.out || return 1
+    $TRAIN -np 1 $EMU_TRAIN "${EMU_CFG[@]}" --set checkpoint.every=3 --set log.dir=${d}_on > ${d}_on.out || return 1
+    grep "cuda_graph" ${d}_on.out
+    grep -q "^note: train.cuda_graph: on" ${d}_on.out || { echo "no note that the graph is on"; return 1; }
+    grep -q "^train.cuda_graph: step 2 captured as one CUDA graph of [0-9]* nodes" ${d}_on.out || return 1
+    grep -q "cuda_graph" ${d}_off.out && { echo "the run with train.cuda_graph=false used it"; return 1; }
+    local k
+    for k in loss grad_norm val_loss; do
+        python3 tests/compare_logs.py ${d}_on/log.jsonl ${d}_off/log.jsonl --key $k --exact || return 1
+    done
+    [ "$(grep -c '"loss"' ${d}_on/log.jsonl)" -eq 6 ] || { echo "not 6 steps logged"; return 1; }
+    # resume at step 3 with the graph on: step 4 eager, 5 captured, 6 replayed
+    rm -f ${d}_on/ckpt/*00000006*
+    $TRAIN -np 1 $EMU_TRAIN "${EMU_CFG[@]}" --set checkpoint.every=3 --set checkpoint.resume=true \
+        --set log.dir=${d}_on > ${d}_resume.out || return 1
+    grep -q "resumed from .* at step 3" ${d}_resume.out || return 1
+    grep -q "^train.cuda_graph: step 5 captured" ${d}_resume.out || return 1
+    for k in loss grad_norm; do
+        python3 tests/compare_logs.py ${d}_on/log.jsonl ${d}_off/log.jsonl --key $k --exact --from-step 4 || return 1
+    done
+}
+
+t_emu_cuda_graph_nonfinite() {
+    local out rc step
+    out=$(timeout 300 $MPIRUN -np 1 $EMU_TRAIN "${EMU_CFG[@]}" --set train.eval_every=0 --set train.sample_every=0 \
+          --set train.lr=1e30 --set train.warmup_steps=0 --set checkpoint.every=1 --set log.dir=$T/emu_nan 2>&1); rc=$?
+    echo "$out" | grep -v "^step"
+    [ $rc -ne 0 ] && [ $rc -ne 124 ] || { echo "expected a non-zero exit, got $rc"; return 1; }
+    step=$(echo "$out" | sed -n 's/^error: non-finite [a-z ]* at step \([0-9]*\) .*Stopping before the update.*/\1/p' | head -1)
+    [ -n "$step" ] || { echo "no 'non-finite ... at step N' message"; return 1; }
+    [ "$step" -ge 2 ] || { echo "stopped at step $step, before the graph was captured"; return 1; }
+    [ ! -e "$T/emu_nan/ckpt/done_$(printf %08d "$step")" ] || { echo "a checkpoint of the failed step $step exists"; return 1; }
+    [ -e "$T/emu_nan/ckpt/done_$(printf %08d $((step - 1)))" ] || { echo "no checkpoint of step $((step - 1))"; return 1; }
+    echo "stopped at step $step, the captured step; no checkpoint for it"
+}
+
+t_emu_cuda_graph_two_ranks() {
+    local out
+    out=$(timeout 300 $MPIRUN -np 2 $EMU_TRAIN "${EMU_CFG[@]}" --set parallel.tp=2 --set train.steps=0 \
+          --set train.eval_every=0 --set train.cuda_graph=true --set log.dir=$T/emu_graph_tp2 2>&1) || { echo "$out"; return 1; }
+    echo "$out" | grep "cuda_graph"
+    echo "$out" | grep -q "^note: train.cuda_graph: a CUDA graph needs one rank (tp = dp = 1) and this run has 2" || return 1
+    [ "$(echo "$out" | grep -c cuda_graph)" -eq 1 ] || { echo "not one note"; return 1; }
+}
+
 run tp_equivalence t_tp_equivalence
 run one_shot_allreduce t_one_shot
 run allreduce_auto t_allreduce_auto
@@ -196,5 +269,11 @@ run auto_compression t_auto
 run checkpoint_resume t_checkpoint_resume
 run config_errors t_config_errors
 run nonfinite_stops t_nonfinite
+run cuda_graph_cpu_build_note t_cuda_graph_cpu_note
+if [ -d "${CUDA_HOME:-/usr/local/cuda}/include" ]; then  # the emulated GPU trainer is built with the emulated tests
+    run emu_cuda_graph_eq_eager t_emu_cuda_graph
+    run emu_cuda_graph_nonfinite_stops t_emu_cuda_graph_nonfinite
+    run emu_cuda_graph_two_ranks_note t_emu_cuda_graph_two_ranks
+fi
 run learns_default_data t_learns
 run taco_vs_none_300_steps t_taco_vs_none

@@ -2,7 +2,8 @@
 # tools/bench_gpu.sh - GPU benchmark tables (make bench-gpu). Prints markdown.
 #
 #   1. GPT-2 124M (V=50257 padded to 50304, B=16, T=1024, bf16) at TP=1: our
-#      build/train_gpu next to the PyTorch reference measured in the same run
+#      build/train_gpu (its step as one CUDA graph, the default, and eager)
+#      next to the PyTorch reference measured in the same run
 #      (tools/bench_pytorch.py, eager and torch.compile).
 #   2. TP=1, 2, 4 on one GPU (ranks share the card, TP traffic by the default
 #      comm.transport: CUDA IPC on one node) with the exact path and with taco: step time and the time
@@ -42,7 +43,9 @@ echo
 echo "| implementation | ms/step | tokens/s | MFU |"
 echo "|---|---|---|---|"
 r=$(ours tp1_none 1 --set parallel.tp=1)
-echo "| ours (build/train_gpu) | $(field "$r" ms) | $(field "$r" tok_per_s) | $(field "$r" mfu) |"
+echo "| ours (build/train_gpu, the step as one CUDA graph) | $(field "$r" ms) | $(field "$r" tok_per_s) | $(field "$r" mfu) |"
+re=$(ours tp1_eager 1 --set parallel.tp=1 --set train.cuda_graph=false)
+echo "| ours, eager (train.cuda_graph=false) | $(field "$re" ms) | $(field "$re" tok_per_s) | $(field "$re" mfu) |"
 echo
 echo "PyTorch reference of the same model and step, same run (tools/bench_pytorch.py):"
 echo '```'

@@ -43,6 +43,7 @@
 
 #include "common/check.h"
 #include "common/cuda_check.h"
+#include "ops/encoder_plan.h"
 #include "ops/ops.h"
 #include "ops/ops_cuda.h"
 
@@ -133,7 +134,8 @@ struct Model {
     size_t off[NT], size[NT], total;
     floatX* params;
     float *master, *grads, *m, *v;
-    int *tok, *tgt;
+    int *tok, *tgt, *plan;
+    StepScalars* step;
     floatX *x0, *lnf, *logits, *dres, *dln, *dfch, *dfch_gelu, *datty, *dqkv;
     float *lnf_mean, *lnf_rstd, *ce_mx, *ce_stats, *losses;
     struct Layer {
@@ -198,6 +200,17 @@ static void model_init(Model& M, int B, int T) {
     }
     ops_from_host(M.tok, h.data(), N * 4);
     ops_from_host(M.tgt, h.data(), N * 4);
+    /* encoder_backward's plan, made on the host as the trainer makes it when it stages a batch */
+    std::vector<int> plan(ENCODER_PLAN_INTS(M.N, M.Vp));
+    encoder_plan(plan.data(), h.data(), M.N, 0, M.Vp);
+    M.plan = (int*)ops_malloc(plan.size() * 4);
+    ops_from_host(M.plan, plan.data(), plan.size() * 4);
+    StepScalars st = {};
+    st.lr = 6e-4f;
+    st.bc1 = 1.0f - 0.9f;
+    st.bc2 = 1.0f - 0.95f;
+    M.step = (StepScalars*)ops_malloc(sizeof(StepScalars));
+    ops_from_host(M.step, &st, sizeof(st));
     auto X = [&](size_t n) { return (floatX*)ops_malloc(n * 2); };
     auto F = [&](size_t n) { return (float*)ops_malloc(n * 4); };
     M.x0 = X(N * C);
@@ -269,8 +282,7 @@ static double train_step(Model& M) {
     TIMED("crossentropy (3 kernels)", 0, 2.0 * nv, crossentropy_max(M.ce_mx, M.logits, N, Vp, 0, V));
     TIMED("crossentropy (3 kernels)", 0, 2.0 * nv, crossentropy_stats(M.ce_stats, M.logits, M.ce_mx, M.tgt, N, Vp, 0, V));
     TIMED("crossentropy (3 kernels)", 0, 4.0 * nv, crossentropy_backward(M.logits, M.losses, M.ce_mx, M.ce_stats, M.tgt, N, Vp, 0, V, 1.0f / N));
-    double loss = 0;
-    TIMED("ops_sum (loss, syncs)", 0, 4.0 * N, loss = ops_sum(M.losses, N) / N);
+    TIMED("ops_mean (loss)", 0, 4.0 * N, ops_mean(&M.step->loss, M.losses, N));
 
     TIMED("ops_zero", 0, 4.0 * M.total, ops_zero(M.grads, M.total * 4));
     TIMED("matmul_backward (lm head)", 2 * mm_f(N, C, Vp), 0, matmul_backward(M.dln, G(M, WTE), nullptr, M.logits, M.lnf, W(M, WTE), N, C, Vp));
@@ -295,17 +307,20 @@ static double train_step(Model& M) {
         TIMED("layernorm_backward", 0, ln_bwd_b, layernorm_backward(M.dres, G(M, LN1W, l), G(M, LN1B, l), M.dln, x, W(M, LN1W, l), a.ln1_mean, a.ln1_rstd, N, C));
     }
     TIMED("position_backward", 0, 2.0 * nc, position_backward(G(M, WPE), M.dres, B, T, C));
-    TIMED("encoder_backward (host sort)", 0, 6.0 * nc, encoder_backward(G(M, WTE), M.dres, M.tok, N, C, 0, Vp));
-    double ss = 0;
-    TIMED("ops_sumsq (grad norm, syncs)", 0, 4.0 * M.total, ss = ops_sumsq(M.grads, M.total));
-    const float scale = ss > 1.0 ? (float)(1.0 / sqrt(ss)) : 1.0f;
+    TIMED("encoder_backward", 0, 6.0 * nc, encoder_backward(G(M, WTE), M.dres, M.plan, N, C, Vp));
+    TIMED("ops_zero", 0, 8.0, ops_zero(&M.step->sumsq, sizeof(double)));
+    for (int t = 0; t < NT; t++)
+        TIMED("ops_sumsq_acc (grad norm)", 0, 4.0 * M.size[t], ops_sumsq_acc(&M.step->sumsq, M.grads + M.off[t], M.size[t]));
+    TIMED("ops_grad_clip", 0, 0, ops_grad_clip(M.step, 1.0f));
     for (int t = 0; t < NT; t++) {
         const bool decay = t == WTE || t == WPE || t == QKVW || t == APW || t == FCW || t == FPW;
         TIMED("adamw_update", 0, 26.0 * M.size[t],
               adamw_update(M.master + M.off[t], M.params + M.off[t], M.grads + M.off[t], M.m + M.off[t], M.v + M.off[t],
-                           M.size[t], 6e-4f, 0.9f, 0.95f, 1e-8f, decay ? 0.1f : 0.0f, scale, 1));
+                           M.size[t], M.step, 0.9f, 0.95f, 1e-8f, decay ? 0.1f : 0.0f));
     }
-    return loss;
+    StepScalars st;
+    ops_to_host(&st, M.step, sizeof(st));   /* the step's one read, as the trainer's after its sync */
+    return st.loss;
 }
 
 /* g_stats := the mean per step of OP_STEPS steps timed op by op */

@@ -40,9 +40,9 @@ VARIANTS = {
     "taco_no_adaptive_scale": ({"compress.method": "taco", **_TACO_ON, "compress.adaptive_scale": "false"},
                                "tab:brown"),
     "taco_no_dual_scale": ({"compress.method": "taco", **_TACO_ON, "compress.dual_scale": "false"}, "tab:pink"),
-    # the same compressor through the one-shot all-reduce: each partial sum quantised once, where the
-    # two-shot path quantises the partials, then the reduced chunk again (comm.allreduce in the README)
-    "taco_one_shot": ({"compress.method": "taco", **_TACO_ON, "comm.allreduce": "one_shot"}, "tab:olive"),
+    # the same compressor through the two-shot all-reduce: the partials quantised, then the reduced
+    # chunk again, where the default at TP = 2 (comm.allreduce "auto": one-shot) quantises each once
+    "taco_two_shot": ({"compress.method": "taco", **_TACO_ON, "comm.allreduce": "two_shot"}, "tab:olive"),
 }
 # colours for directories that are not in the table (e.g. a hand-made variant)
 _EXTRA_COLOURS = ["tab:cyan", "tab:gray", "gold", "navy", "lime"]

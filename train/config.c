@@ -102,6 +102,7 @@ static const CfgKey cfg_keys[] = {
     K_INT(train.eval_batches, 8, 1, NOMAX),
     K_INT(train.sample_every, 50, 0, NOMAX), /* follows eval_every unless set */
     K_INT(train.sample_len, 64, 1, NOMAX),
+    K_BOOL(train.cuda_graph, -1), /* -1: not set (config_cuda_graph) */
     K_INT(parallel.tp, 1, 1, NOMAX),
     K_INT(parallel.dp, 1, 1, NOMAX),
     K_BOOL(parallel.sp, 0),
@@ -132,7 +133,7 @@ static const CfgKey cfg_keys[] = {
     { CFG_AT(comm.backend), .type = CFG_ENUM, .sdef = "mpi", .choices = "mpi|nccl", .gpu_only = "nccl" },
     K_INT(comm.pipeline_depth, 4, 1, 64),
     K_BOOL(comm.fuse, 1),
-    K_ENUM(comm.allreduce, "two_shot", "two_shot|one_shot|auto"),
+    K_ENUM(comm.allreduce, "auto", "two_shot|one_shot|auto"),
     K_INT(comm.one_shot_extra_kb, COMM_ONE_SHOT_EXTRA_KB_DEFAULT, 0, NOMAX),
     { CFG_AT(comm.transport), .type = CFG_ENUM, .sdef = "auto", .choices = "auto|staged|ipc|nccl", .gpu_only = "ipc|nccl" },
     K_INT(comm.sp_chunks, 0, 0, 64), /* 0: 4 with comm.overlap, else 1 (config_sp_chunks) */

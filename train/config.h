@@ -56,6 +56,7 @@ typedef struct {
         int warmup_steps;
         float lr_min_frac, weight_decay, beta1, beta2, eps, grad_clip; /* grad_clip 0 = off */
         int seed, eval_every, eval_batches, sample_every, sample_len;  /* *_every 0 = never */
+        int cuda_graph; /* boolean, -1 = not set: the step as one CUDA graph where it can be (config_cuda_graph) */
     } train;
     struct {
         int tp, dp;
@@ -129,6 +130,12 @@ int config_check_arch(const Config* c, char* err, size_t errlen);
 int config_check_sp(const Config* c, char* err, size_t errlen);
 /* comm.sp_chunks with 0 resolved (4 with comm.overlap, else 1). */
 int config_sp_chunks(const Config* c);
+/* Whether the training step runs as one CUDA graph (train.cuda_graph): where
+ * the backend has graphs (graphs = ops_graph_supported()) and the world is
+ * one rank, unless the key is false. note gets the line rank 0 prints at the
+ * start ("" for none): that it is on, or, when the key was set true, why it
+ * cannot be. */
+int config_cuda_graph(const Config* c, int world_size, int graphs, char* note, size_t len);
 /* The model's shape at TP degree tp, derived defaults resolved (n_kv_head
  * 0 = n_head, d_ff 0 = 4 d_model). */
 GPTShape config_model_shape(const Config* c, int tp);

@@ -1,9 +1,11 @@
 /*
  * train/config_model.c - what the trainer derives from a loaded config
- * (config.h): the model's shape, the checks of model.arch and its keys, and
- * comm's CommPolicy. The key table and the loader are in config.c.
+ * (config.h): the model's shape, the checks of model.arch and its keys,
+ * comm's CommPolicy, and whether the step runs as a CUDA graph. The key
+ * table and the loader are in config.c.
  */
 #include <limits.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "common/check.h"
@@ -131,3 +133,20 @@ void config_comm_policy(const Config* c, CommPolicy* p) {
     p->overlap = c->comm.overlap;
 }
 
+
+int config_cuda_graph(const Config* c, int world_size, int graphs, char* note, size_t len) {
+    const int asked = c->train.cuda_graph;   /* -1 = not set, which means on where it can be */
+    note[0] = '\0';
+    if (asked == 0) return 0;
+    if (!graphs || world_size > 1) {
+        if (asked == 1 && !graphs)
+            snprintf(note, len, "note: train.cuda_graph: the CPU build has no CUDA graphs; the steps run as usual");
+        else if (asked == 1)
+            snprintf(note, len, "note: train.cuda_graph: a CUDA graph needs one rank (tp = dp = 1) and this run has "
+                     "%d; the steps run without one", world_size);
+        return 0;
+    }
+    snprintf(note, len, "note: train.cuda_graph: on: the first step runs eagerly, then the whole step is captured as "
+             "one CUDA graph and replayed (train.cuda_graph=false turns it off)");
+    return 1;
+}

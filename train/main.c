@@ -7,6 +7,14 @@
  * enabled) -> DP gradient averaging -> global grad-norm clip -> AdamW -> log.
  * Validation loss and a generated sample every eval_every steps; atomic
  * checkpoints every checkpoint.every steps.
+ *
+ * The host stages the batch and the step's scalars first (gpt_stage,
+ * gpt_stage_step); the device part (train_step) then takes everything it
+ * needs from backend memory and leaves the loss, the norm and the skip flag
+ * there, so on one rank it queues without a single wait for the device,
+ * and with train.cuda_graph it is captured once, after a warm-up step, and
+ * replayed as one CUDA graph. The host reads the step's scalars once, after
+ * the step.
  */
 #include <limits.h>
 #include <math.h>
@@ -104,6 +112,21 @@ static void generate(GPT* m, Comm* c, const Config* cfg, const Tokenizer* tok, c
     }
     free(ctx);
     free(logits);
+}
+
+/* The device part of one training step on the staged batch and scalars.
+ * At world size 1 nothing in it waits for the device (the TP and DP
+ * exchanges are no-ops there), which is what lets ops_graph_* capture it;
+ * with more ranks gpt_grad_clip waits once, for the cross-rank sums. */
+static void train_step(GPT* m, Comm* c, const Config* cfg) {
+    ops_from_host_async(m->step, m->step_host, sizeof(StepScalars));   /* lr and the bias corrections */
+    gpt_forward_staged(m, c);
+    gpt_zero_grad(m);
+    gpt_backward(m, c);
+    dp_allreduce_mean(c, m->grads, m->pl.total);
+    gpt_grad_clip(m, c, cfg->train.grad_clip);
+    gpt_update(m, cfg->train.beta1, cfg->train.beta2, cfg->train.eps, cfg->train.weight_decay);
+    ops_to_host_async(m->step_host, m->step, sizeof(StepScalars));     /* loss, norm, skip, for after the sync */
 }
 
 int main(int argc, char** argv) {
@@ -259,6 +282,14 @@ int main(int argc, char** argv) {
         fflush(stdout);
     }
 
+    char note[256];
+    const int graph = config_cuda_graph(&cfg, world_size, ops_graph_supported(), note, sizeof(note));
+    if (world_rank == 0 && note[0]) {
+        printf("%s\n", note);
+        fflush(stdout);
+    }
+    int graph_ready = 0;
+
     size_t N = (size_t)B * T;
     int* inputs = mallocCheck(N * sizeof(int));
     int* targets = mallocCheck(N * sizeof(int));
@@ -278,16 +309,30 @@ int main(int argc, char** argv) {
         double t0 = MPI_Wtime();
 
         dataloader_next(&train_dl, inputs, targets);
-        float loss = gpt_forward(&model, &comm, inputs, targets);
-        gpt_zero_grad(&model);
-        gpt_backward(&model, &comm);
-        dp_allreduce_mean(&comm, model.grads, model.pl.total);
-
-        /* global grad norm: shards summed over TP, replicated tensors counted once */
-        double ss = comm_sum_double(comm.tp_comm, gpt_grad_sumsq(&model, comm.tp_rank == 0));
-        float norm = (float)sqrt(ss);
-        float mean_loss = (float)(comm_sum_double(comm.dp_comm, loss) / comm.dp_size);
-        if (!isfinite(mean_loss) || !isfinite(norm)) {
+        float lr = schedule_lr(step, cfg.train.steps, cfg.train.lr, cfg.train.warmup_steps, cfg.train.lr_min_frac);
+        gpt_stage(&model, inputs, targets);
+        gpt_stage_step(&model, lr, cfg.train.beta1, cfg.train.beta2, done);
+        if (graph_ready) {
+            ops_graph_launch();
+        } else if (graph && step > start) {   /* the step before was the warm-up: every buffer is sized */
+            ops_graph_begin();
+            train_step(&model, &comm, &cfg);
+            int nodes = ops_graph_end();
+            if (world_rank == 0) {
+                printf("train.cuda_graph: step %d captured as one CUDA graph of %d nodes, replayed from now on\n", done,
+                       nodes);
+                fflush(stdout);
+            }
+            ops_graph_launch();
+            graph_ready = 1;
+        } else {
+            train_step(&model, &comm, &cfg);
+        }
+        ops_sync();
+        double ms = (MPI_Wtime() - t0) * 1e3;
+        const StepScalars res = *model.step_host;
+        float mean_loss = res.loss, norm = res.norm;
+        if (res.skip) {   /* the device left the weights as they were */
             if (world_rank == 0) {
                 fprintf(stderr, "error: non-finite %s at step %d (loss %g, grad norm %g). Stopping before the update; "
                         "no checkpoint was written for this step. Try a lower train.lr or a larger warmup.\n",
@@ -305,11 +350,6 @@ int main(int argc, char** argv) {
             MPI_Finalize();
             return 1;
         }
-        float scale = (cfg.train.grad_clip > 0 && norm > cfg.train.grad_clip) ? cfg.train.grad_clip / norm : 1.0f;
-        float lr = schedule_lr(step, cfg.train.steps, cfg.train.lr, cfg.train.warmup_steps, cfg.train.lr_min_frac);
-        gpt_update(&model, lr, cfg.train.beta1, cfg.train.beta2, cfg.train.eps, cfg.train.weight_decay, scale, done);
-        ops_sync();
-        double ms = (MPI_Wtime() - t0) * 1e3;
         comm_step_end(&comm);
         memcheck_sample(&dev_peak);
 
@@ -362,6 +402,7 @@ int main(int argc, char** argv) {
         }
     }
 
+    ops_graph_free();
     if (!stopped) log_print_curve(&lg);
     memcheck_report(shape, &comm, B, T, dev_peak);
     bad = log_close(&lg, err, sizeof(err)) != 0;   /* rank 0 only: the others have no log */

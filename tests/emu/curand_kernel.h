@@ -27,4 +27,19 @@ static inline void curand_init(unsigned long long seed, unsigned long long subse
     st->offset = offset;
 }
 static inline unsigned curand(curandStatePhilox4_32_10_t* st) { return rng_u32(st->seed, st->subsequence, st->offset++); }
+static inline uint4 curand4(curandStatePhilox4_32_10_t* st) {
+    const unsigned a = curand(st), b = curand(st), c = curand(st), d = curand(st);
+    return make_uint4(a, b, c, d);
+}
+/* curand_normal.h's _curand_box_muller, its host branch */
+static inline float2 emu_box_muller(unsigned x, unsigned y) {
+    const float inv = 2.3283064e-10f, inv_2pi = 2.3283064e-10f * 6.2831855f;
+    const float u = x * inv + inv / 2, v = y * inv_2pi + inv_2pi / 2, s = sqrtf(-2.0f * logf(u));
+    return make_float2(sinf(v) * s, cosf(v) * s);
+}
+static inline float4 curand_normal4(curandStatePhilox4_32_10_t* st) {
+    const uint4 x = curand4(st);
+    const float2 a = emu_box_muller(x.x, x.y), b = emu_box_muller(x.z, x.w);
+    return make_float4(a.x, a.y, b.x, b.y);
+}
 #endif

@@ -1,13 +1,17 @@
 # tests/emu/emu.mk - builds the project's CUDA code for the CPU emulator
-# (tests/emu/emu_cuda.h says what it is) and links the three emulated tests,
-# all under build/emu/:
+# (tests/emu/emu_cuda.h says what it is) and links the three emulated tests
+# and the emulated GPU trainer, all under build/emu/:
 #   test_ops_gpu_emu       the op backend (every ops/*.cu)
-#                          vs the fp32 CPU ops: tests/test_ops_gpu.cu (+ test_ops_gpu_qwen2.cu)
+#                          vs the fp32 CPU ops: tests/test_ops_gpu.cu (+ test_ops_gpu_qwen2.cu, test_ops_gpu_step.cu)
 #   test_compress_gpu_emu  the compression kernels (every compress/*.cu) vs the CPU
 #                          reference, bit for bit: tests/test_compress_gpu.cu (--quick in CI)
 #   test_coll_gpu_emu      the device collectives (comm/collectives_cuda.c, comm/sp_cuda.c, the IPC
 #                          transport of comm/ipc_cuda.c) vs the host ones: tests/test_coll_gpu.c under
 #                          mpirun (--quick; --nccl: NCCL = nccl_emu.c; --ipc: the IPC transport only)
+#   train_gpu_emu          build/train_gpu from the same sources (every .c of train/, model/, comm/,
+#                          common/, compress/ and data/'s library, every .cu of ops/, compress/, comm/,
+#                          model/), linked against the emulator and nccl_emu.c: tests/test_train.sh runs
+#                          small models through it (the CUDA graph of a step against the eager step)
 # Standalone (not included by the top Makefile; tests/run_tests.sh calls it for `make test`):
 #   make -f tests/emu/emu.mk [-j2]        build the three
 #   make -f tests/emu/emu.mk run          build, then run them as `make test` does
@@ -30,7 +34,7 @@ EMU_INC := -Itests/emu -I. -I$(CUDA_HOME)/include
 # IEEE arithmetic without contraction, as the CPU reference (compress/README.md)
 EMU_CXXFLAGS := -std=c++17 -O2 -Wall -Wextra -Wno-unknown-pragmas -Wno-unused-parameter -ffp-contract=off \
                 -DOPS_BF16 $(EMU_INC) $(MPI_CFLAGS) -include tests/emu/emu_cuda.h $(EMU_FLAGS)
-EMU_CFLAGS := -std=c11 -O2 -Wall -Wextra -ffp-contract=off -D_GNU_SOURCE -DOPS_BF16 -I. -I$(CUDA_HOME)/include $(EMU_FLAGS)
+EMU_CFLAGS := -std=c11 -O2 -fopenmp -Wall -Wextra -ffp-contract=off -D_GNU_SOURCE -DOPS_BF16 -I. -I$(CUDA_HOME)/include $(EMU_FLAGS)
 DEPFLAGS = -MMD -MP -MF $(@:.o=.dep)
 SED_LAUNCH := s/([A-Za-z_][A-Za-z0-9_]*(<[^<>;]*>)?)<<<(.*)>>>\(/emu_launch(\1, \3)(/
 
@@ -39,12 +43,15 @@ EMU_REF  := $(patsubst %.c,$(E)/%.o,$(wildcard compress/*.c) comm/collectives.c 
 OPS_OBJS := $(patsubst %.cu,$(E)/%.o,$(wildcard ops/*.cu))
 CMP_OBJ  := $(patsubst %.cu,$(E)/%.o,$(wildcard compress/*.cu))
 TESTS    := $(E)/test_ops_gpu_emu $(E)/test_compress_gpu_emu $(E)/test_coll_gpu_emu
+TRAIN_OBJ := $(patsubst %.c,$(E)/%.o,$(wildcard train/*.c model/*.c comm/*.c common/*.c compress/*.c) data/shard.c \
+                                     data/tokenizer.c) \
+             $(patsubst %.cu,$(E)/%.o,$(wildcard ops/*.cu compress/*.cu comm/*.cu model/*.cu))
 LINK     := mpicc -fopenmp $(EMU_FLAGS)
 LIBS     := -lstdc++ -lm
 
 .PHONY: all run
 .SECONDARY:
-all: $(TESTS)
+all: $(TESTS) $(E)/train_gpu_emu
 
 # the rewrite of a CUDA source (the tests' .cu have no launches: it leaves them as they are)
 $(E)/%.cpp: %.cu tests/emu/emu.mk
@@ -70,7 +77,7 @@ $(E)/ops_cpu_ref.o: ops/ops_cpu.c ops/ops_cpu_qwen2.c ops/ops.h tests/ops_ref.sy
 	@left=$$(nm -g --defined-only $@ | awk '{print $$3}' | grep -v "^cpu_" || true); \
 	  [ -z "$$left" ] || { echo "not renamed (update tests/ops_ref.syms): $$left"; exit 1; }
 
-$(E)/test_ops_gpu_emu: $(E)/tests/test_ops_gpu.o $(E)/tests/test_ops_gpu_qwen2.o $(OPS_OBJS) $(EMU_RT) $(E)/ops_cpu_ref.o $(E)/common/check.o
+$(E)/test_ops_gpu_emu: $(E)/tests/test_ops_gpu.o $(E)/tests/test_ops_gpu_qwen2.o $(E)/tests/test_ops_gpu_step.o $(OPS_OBJS) $(EMU_RT) $(E)/ops_cpu_ref.o $(E)/common/check.o
 	$(LINK) -o $@ $^ $(LIBS)
 $(E)/test_compress_gpu_emu: $(E)/tests/test_compress_gpu.o $(CMP_OBJ) $(EMU_RT) $(EMU_REF)
 	$(LINK) -o $@ $^ $(LIBS)
@@ -80,7 +87,10 @@ $(E)/test_coll_gpu_emu: $(E)/tests/test_coll_gpu.o $(E)/comm/collectives_cuda.o 
                         $(E)/tests/emu/nccl_emu.o $(EMU_REF)
 	$(LINK) -o $@ $^ $(LIBS)
 
-# what `make test` runs (tests/run_tests.sh)
+$(E)/train_gpu_emu: $(TRAIN_OBJ) $(EMU_RT) $(E)/tests/emu/nccl_emu.o
+	$(LINK) -o $@ $^ -lcjson $(LIBS)
+
+# what `make test` runs (tests/run_tests.sh; the trainer's tests are tests/test_train.sh's)
 run: $(TESTS)
 	OMP_NUM_THREADS=2 $(E)/test_ops_gpu_emu
 	$(E)/test_compress_gpu_emu --quick

@@ -15,6 +15,11 @@
  * must be divisible by 8 and >= m (the documented precondition: a call that
  * breaks it fails here, as the library would refuse it); the aux pointer
  * must be set and, as we ask of our own code, 16-byte aligned.
+ *
+ * A matmul is queued like a kernel (emu_enqueue): run at once, or recorded
+ * on a stream being captured, with its descriptor, layouts and the alpha /
+ * beta values copied when it is queued (the library bakes them into the
+ * kernels it records), its matrices read when the node runs.
  */
 #include "tests/emu/emu_cuda.h" /* first: it defines the CUDA keywords before the CUDA headers do */
 
@@ -166,44 +171,47 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
                               cublasLtMatrixLayout_t Ddesc, const cublasLtMatmulAlgo_t*, void*, size_t,
                               cudaStream_t stream) {
     check_stream(stream, "cublasLtMatmul");
-    const EmuDesc* e = (const EmuDesc*)desc;
-    const EmuLayout *la = (const EmuLayout*)Adesc, *lb = (const EmuLayout*)Bdesc, *lc = (const EmuLayout*)Cdesc,
-                    *ld = (const EmuLayout*)Ddesc;
-    check_shapes(e, la, lb, lc, ld);
+    const EmuDesc e = *(const EmuDesc*)desc;
+    const EmuLayout la = *(const EmuLayout*)Adesc, lb = *(const EmuLayout*)Bdesc, lc = *(const EmuLayout*)Cdesc,
+                    ld = *(const EmuLayout*)Ddesc;
+    check_shapes(&e, &la, &lb, &lc, &ld);
     const float al = *(const float*)alpha, be = *(const float*)beta;
-    if (e->epi == CUBLASLT_EPILOGUE_DGELU && be != 0.0f) emu_fail("cuBLASLt: DGELU with beta != 0 is not emulated");
-    const uint64_t m = lc->rows, n = lc->cols, k = e->ta == CUBLAS_OP_N ? la->cols : la->rows;
-    std::vector<float> out(m * n);
-    for (uint64_t j = 0; j < n; j++)
-        for (uint64_t i = 0; i < m; i++) {
-            float s = 0.0f;
-            for (uint64_t p = 0; p < k; p++) {
-                /* column-major: element (r, c) of a layout at r + c * ld */
-                const size_t ai = e->ta == CUBLAS_OP_N ? i + p * la->ld : p + i * la->ld;
-                const size_t bi = e->tb == CUBLAS_OP_N ? p + j * lb->ld : j + p * lb->ld;
-                s += load_as_f32(A, la->type, ai) * load_as_f32(B, lb->type, bi);
+    if (e.epi == CUBLASLT_EPILOGUE_DGELU && be != 0.0f) emu_fail("cuBLASLt: DGELU with beta != 0 is not emulated");
+    auto run = [=]() {
+        const uint64_t m = lc.rows, n = lc.cols, k = e.ta == CUBLAS_OP_N ? la.cols : la.rows;
+        std::vector<float> out(m * n);
+        for (uint64_t j = 0; j < n; j++)
+            for (uint64_t i = 0; i < m; i++) {
+                float s = 0.0f;
+                for (uint64_t p = 0; p < k; p++) {
+                    /* column-major: element (r, c) of a layout at r + c * ld */
+                    const size_t ai = e.ta == CUBLAS_OP_N ? i + p * la.ld : p + i * la.ld;
+                    const size_t bi = e.tb == CUBLAS_OP_N ? p + j * lb.ld : j + p * lb.ld;
+                    s += load_as_f32(A, la.type, ai) * load_as_f32(B, lb.type, bi);
+                }
+                float v = al * s;
+                if (be != 0.0f) v += be * load_as_f32(C, lc.type, i + j * lc.ld);
+                if (has_bias(e.epi)) v += __bfloat162float(((const __nv_bfloat16*)e.bias)[i]);
+                __nv_bfloat16* aux = (__nv_bfloat16*)e.aux;   /* written (GELU_AUX) or read (DGELU) */
+                const size_t xi = i + j * (size_t)e.aux_ld;
+                if (e.epi == CUBLASLT_EPILOGUE_GELU_AUX || e.epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
+                    aux[xi] = __float2bfloat16_rn(v);
+                    v = gelu_f(v);
+                } else if (e.epi == CUBLASLT_EPILOGUE_DGELU) {
+                    v *= gelu_grad_f(__bfloat162float(aux[xi]));
+                }
+                out[i + j * m] = v;
             }
-            float v = al * s;
-            if (be != 0.0f) v += be * load_as_f32(C, lc->type, i + j * lc->ld);
-            if (has_bias(e->epi)) v += __bfloat162float(((const __nv_bfloat16*)e->bias)[i]);
-            __nv_bfloat16* aux = (__nv_bfloat16*)e->aux;   /* written (GELU_AUX) or read (DGELU) */
-            const size_t ai = i + j * (size_t)e->aux_ld;
-            if (e->epi == CUBLASLT_EPILOGUE_GELU_AUX || e->epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
-                aux[ai] = __float2bfloat16_rn(v);
-                v = gelu_f(v);
-            } else if (e->epi == CUBLASLT_EPILOGUE_DGELU) {
-                v *= gelu_grad_f(__bfloat162float(aux[ai]));
+        for (uint64_t j = 0; j < n; j++)
+            for (uint64_t i = 0; i < m; i++) {
+                const size_t di = i + j * ld.ld;
+                if (ld.type == CUDA_R_32F) ((float*)D)[di] = out[i + j * m];
+                else ((__nv_bfloat16*)D)[di] = __float2bfloat16_rn(out[i + j * m]);
             }
-            out[i + j * m] = v;
-        }
-    for (uint64_t j = 0; j < n; j++)
-        for (uint64_t i = 0; i < m; i++) {
-            const size_t di = i + j * ld->ld;
-            if (ld->type == CUDA_R_32F) ((float*)D)[di] = out[i + j * m];
-            else ((__nv_bfloat16*)D)[di] = __float2bfloat16_rn(out[i + j * m]);
-        }
-    check_all_guards("after cublasLtMatmul");
-    return CUBLAS_STATUS_SUCCESS;
+        check_all_guards("after cublasLtMatmul");
+    };
+    return emu_enqueue(stream, "cublasLtMatmul", run) == cudaSuccess ? CUBLAS_STATUS_SUCCESS
+                                                                      : CUBLAS_STATUS_EXECUTION_FAILED;
 }
 
 } /* extern "C" */

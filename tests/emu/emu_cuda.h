@@ -8,8 +8,10 @@
  *   - the compression kernels (the .cu files of compress/) under
  *     tests/test_compress_gpu.cu, bit for bit against the CPU reference,
  *   - the pipelined device collectives (comm/collectives_cuda.c, plain C)
- *     under tests/test_coll_gpu.c, over MPI or over the NCCL of nccl_emu.c.
- * tests/emu/emu.mk builds all three (build/emu/test_*_emu).
+ *     under tests/test_coll_gpu.c, over MPI or over the NCCL of nccl_emu.c,
+ *   - the GPU trainer itself (every source of build/train_gpu), its step
+ *     captured into a CUDA graph and replayed (train.cuda_graph).
+ * tests/emu/emu.mk builds them (build/emu/test_*_emu, build/emu/train_gpu_emu).
  *
  * The files: this header (force-included, g++ -include, into every C++
  * translation unit of an emulated build); emu_sched.cpp (the SIMT scheduler,
@@ -56,7 +58,10 @@
  * copies land at random either at issue or at the wait that retires them.
  * Launches fail as the runtime would (bad grid/block, more dynamic shared
  * memory than the kernel's attribute allows). Streams and events are
- * synchronous. The device: "sm_90", 4 multiprocessors, 2 resident blocks per
+ * synchronous: queued work runs when it is queued, except on a stream being
+ * captured, where it is recorded (kernels with copies of their arguments)
+ * and runs at each launch of the graph; the calls a capture forbids fail
+ * with the runtime's errors (emu_runtime.cpp). The device: "sm_90", 4 multiprocessors, 2 resident blocks per
  * SM (few, so that grid-stride loops take several turns in small tests).
  * Floating point: the host's IEEE arithmetic (build with -ffp-contract=off),
  * fmaf for __fmaf_rn, exp2f for ex2.approx. The scheduling is pseudo-random
@@ -89,6 +94,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
 #define CUDA_EMU 1
 #define CC_EMU 1      /* tests/test_compress_gpu.cu: skips the hardware fp8 conversion check */
@@ -238,10 +244,18 @@ static inline cudaError_t cudaFuncSetAttribute(T* entry, cudaFuncAttribute attr,
 
 /* ---- launches ------------------------------------------------------------------------------ */
 typedef void (*EmuBody)(void* ctx);
-/* runs body(ctx) as every thread of every block, the kernel fn launched at file:line;
- * records a launch error (as cudaGetLastError reports it) for a bad configuration */
-void emu_run_grid(const void* fn, const char* file, int line, dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                  EmuBody body, void* ctx);
+/* the runtime's checks of a launch of kernel fn: false, with the launch error recorded (as
+ * cudaGetLastError reports it), for a bad configuration */
+bool emu_launch_ok(const void* fn, dim3 grid, dim3 block, size_t smem, cudaStream_t stream);
+/* runs body(ctx) as every thread of every block, the kernel fn launched at file:line */
+void emu_run_grid(const void* fn, const char* file, int line, dim3 grid, dim3 block, size_t smem, EmuBody body,
+                  void* ctx);
+/* Work queued on a stream (emu_runtime.cpp): run now, or, while the stream is being captured
+ * into a graph (cudaStreamBeginCapture), recorded as the graph's next node and run by each
+ * cudaGraphLaunch; the runtime's error for a queue that a capture forbids, else cudaSuccess. */
+cudaError_t emu_enqueue(cudaStream_t stream, const char* what, std::function<void()> node);
+/* a kernel's emu_enqueue, its error recorded as the launch error */
+void emu_enqueue_kernel(cudaStream_t stream, std::function<void()> node);
 
 template <typename... P>
 struct EmuLauncher {
@@ -252,11 +266,18 @@ struct EmuLauncher {
     size_t smem;
     cudaStream_t stream;
     template <typename... A>
-    void operator()(A... args) {
+    void run(A... args) const {
         /* every thread calls fn with its own copy of the arguments, as on the GPU */
         auto call = [&]() { fn(args...); };
-        emu_run_grid((const void*)fn, file, line, grid, block, smem, stream,
+        emu_run_grid((const void*)fn, file, line, grid, block, smem,
                      [](void* c) { (*static_cast<decltype(call)*>(c))(); }, &call);
+    }
+    template <typename... A>
+    void operator()(A... args) {
+        if (!emu_launch_ok((const void*)fn, grid, block, smem, stream)) return;
+        /* the node holds copies of the arguments, as a captured kernel node holds its parameters */
+        const EmuLauncher self = *this;
+        emu_enqueue_kernel(stream, [self, args...]() { self.run(args...); });
     }
 };
 template <typename... P>

@@ -3,12 +3,28 @@
  * says what it is for): device memory, streams, events, errors, device queries.
  *
  * Calls act at once (the "device" is host memory, streams and events are
- * tokens, checked for validity). cudaMalloc'd blocks carry guard zones from
+ * tokens, checked for validity), except on a stream being captured into a
+ * graph (below). cudaMalloc'd blocks carry guard zones from
  * their exact end (checked after every launch, at cudaFree, and against
  * runtime copies); a build with -fsanitize=address allocates exact sizes
  * instead, for the sanitizer to see. The allocations also bound the kernels'
  * global loads (__ldg, cp.async: emu_check_global). The launches themselves
  * are emu_sched.cpp's; they record their errors here (last_error).
+ *
+ * Stream capture and graphs (cudaStreamBeginCapture .. cudaStreamEndCapture,
+ * cudaGraphInstantiate, cudaGraphLaunch), for real: what is queued on the
+ * capturing stream - kernel launches (their arguments copied when queued, as
+ * a kernel node's parameters are), cudaMemcpyAsync / cudaMemcpy2DAsync /
+ * cudaMemsetAsync, cublasLtMatmul (its descriptors and scalars copied) - is
+ * recorded instead of run, and every launch of the instantiated graph runs
+ * the nodes in order; a copy reads its source when the node runs, so a host
+ * buffer rewritten between launches is read anew, as on a GPU. What the
+ * runtime refuses during a capture is refused here too, with its error, and
+ * invalidates the capture (cudaStreamEndCapture then fails): allocating or
+ * freeing memory, synchronous copies and sets, waiting for a stream, an
+ * event or the device, queueing on the legacy stream, and a captured copy
+ * from or to pageable host memory (it would have to wait for the stream).
+ * One capture at a time; graphs inside graphs are not emulated.
  */
 #include "tests/emu/emu_cuda.h" /* first: it defines the CUDA keywords before the CUDA headers do */
 
@@ -22,6 +38,7 @@
 
 #include <map>
 #include <set>
+#include <vector>
 
 #include "tests/emu/emu_internal.h"
 
@@ -147,7 +164,56 @@ void check_event(cudaEvent_t e, const char* what) {
     if (!g_events.count(e)) emu_fail("%s of an event that cudaEventCreate did not return (or that was destroyed)", what);
 }
 
+/* ---- stream capture ---- */
+cudaStream_t g_capture = nullptr;   /* the stream being captured, or none */
+bool g_capture_bad = false;         /* a refused call invalidated the capture */
+cudaGraph_t g_recording = nullptr;  /* what the capture has recorded so far */
+
+bool is_legacy(cudaStream_t s) { return s == 0 || s == cudaStreamLegacy; }
+
+/* a call the runtime refuses while this thread captures (it could allocate or wait for the device) */
+cudaError_t refused_in_capture(const char* what) {
+    if (!g_capture) return cudaSuccess;
+    fprintf(stderr, "emu: %s during a stream capture: refused (cudaErrorStreamCaptureUnsupported), the capture is "
+            "invalidated\n", what);
+    g_capture_bad = true;
+    return cudaErrorStreamCaptureUnsupported;
+}
+
+/* host memory that is neither a device block nor pinned (cudaMallocHost) */
+bool pageable(const void* p) {
+    uintptr_t s;
+    return find_alloc(p, &s) == nullptr;
+}
+
 } /* namespace */
+
+/* the graph objects of the runtime's opaque handles: nodes in queue order */
+struct CUgraph_st {
+    std::vector<std::function<void()>> nodes;
+};
+struct CUgraphExec_st {
+    std::vector<std::function<void()>> nodes;
+};
+namespace {
+std::set<cudaGraph_t> g_graphs;
+std::set<cudaGraphExec_t> g_execs;
+} /* namespace */
+
+cudaError_t emu_enqueue(cudaStream_t stream, const char* what, std::function<void()> node) {
+    if (g_capture && stream == g_capture) {
+        g_recording->nodes.push_back(std::move(node));
+        return cudaSuccess;
+    }
+    if (g_capture && is_legacy(stream)) { /* the capturing stream is a blocking one: an implicit dependency */
+        fprintf(stderr, "emu: %s on the legacy stream during a stream capture: refused, the capture is invalidated\n",
+                what);
+        g_capture_bad = true;
+        return cudaErrorStreamCaptureImplicit;
+    }
+    node();
+    return cudaSuccess;
+}
 
 namespace emu {
 
@@ -267,33 +333,68 @@ const char* CUDARTAPI cudaGetErrorName(cudaError_t e) {
     }
 }
 
-cudaError_t CUDARTAPI cudaMalloc(void** p, size_t bytes) { return emu_alloc(p, bytes, false); }
-cudaError_t CUDARTAPI cudaFree(void* p) { return emu_free(p, false); }
-cudaError_t CUDARTAPI cudaMallocHost(void** p, size_t bytes) { return emu_alloc(p, bytes, true); }
-cudaError_t CUDARTAPI cudaFreeHost(void* p) { return emu_free(p, true); }
+cudaError_t CUDARTAPI cudaMalloc(void** p, size_t bytes) {
+    if (cudaError_t e = refused_in_capture("cudaMalloc")) return e;
+    return emu_alloc(p, bytes, false);
+}
+cudaError_t CUDARTAPI cudaFree(void* p) {
+    if (cudaError_t e = refused_in_capture("cudaFree")) return e;
+    return emu_free(p, false);
+}
+cudaError_t CUDARTAPI cudaMallocHost(void** p, size_t bytes) {
+    if (cudaError_t e = refused_in_capture("cudaMallocHost")) return e;
+    return emu_alloc(p, bytes, true);
+}
+cudaError_t CUDARTAPI cudaFreeHost(void* p) {
+    if (cudaError_t e = refused_in_capture("cudaFreeHost")) return e;
+    return emu_free(p, true);
+}
 cudaError_t CUDARTAPI cudaMemGetInfo(size_t* free_b, size_t* total_b) {
     *free_b = *total_b = (size_t)1 << 34;
     return cudaSuccess;
 }
 cudaError_t CUDARTAPI cudaMemset(void* p, int v, size_t n) {
+    if (cudaError_t e = refused_in_capture("cudaMemset")) return e;
     check_runtime_range(p, n, "cudaMemset");
     memset(p, v, n);
     return cudaSuccess;
 }
 cudaError_t CUDARTAPI cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t s) {
     check_stream(s, "cudaMemsetAsync");
-    return cudaMemset(p, v, n);
+    check_runtime_range(p, n, "cudaMemsetAsync");
+    return emu_enqueue(s, "cudaMemsetAsync", [p, v, n]() { memset(p, v, n); });
 }
 cudaError_t CUDARTAPI cudaMemcpy(void* d, const void* s, size_t n, enum cudaMemcpyKind k) {
     (void)k;
+    if (cudaError_t e = refused_in_capture("cudaMemcpy")) return e;
     check_runtime_range(d, n, "cudaMemcpy destination");
     check_runtime_range(s, n, "cudaMemcpy source");
     memmove(d, s, n);
     return cudaSuccess;
 }
 cudaError_t CUDARTAPI cudaMemcpyAsync(void* d, const void* s, size_t n, enum cudaMemcpyKind k, cudaStream_t st) {
+    (void)k;
     check_stream(st, "cudaMemcpyAsync");
-    return cudaMemcpy(d, s, n, k);
+    check_runtime_range(d, n, "cudaMemcpyAsync destination");
+    check_runtime_range(s, n, "cudaMemcpyAsync source");
+    if (g_capture && st == g_capture && n && (pageable(d) || pageable(s)))
+        return refused_in_capture("cudaMemcpyAsync from or to pageable host memory");
+    return emu_enqueue(st, "cudaMemcpyAsync", [d, s, n]() { memmove(d, s, n); });
+}
+cudaError_t CUDARTAPI cudaMemcpy2DAsync(void* d, size_t dpitch, const void* s, size_t spitch, size_t width,
+                                        size_t height, enum cudaMemcpyKind k, cudaStream_t st) {
+    (void)k;
+    check_stream(st, "cudaMemcpy2DAsync");
+    if (width > dpitch || width > spitch) return cudaErrorInvalidPitchValue;
+    if (height) {
+        check_runtime_range(d, dpitch * (height - 1) + width, "cudaMemcpy2DAsync destination");
+        check_runtime_range(s, spitch * (height - 1) + width, "cudaMemcpy2DAsync source");
+    }
+    if (g_capture && st == g_capture && height && (pageable(d) || pageable(s)))
+        return refused_in_capture("cudaMemcpy2DAsync from or to pageable host memory");
+    return emu_enqueue(st, "cudaMemcpy2DAsync", [=]() {
+        for (size_t r = 0; r < height; r++) memmove((char*)d + r * dpitch, (const char*)s + r * spitch, width);
+    });
 }
 
 cudaError_t CUDARTAPI cudaStreamCreateWithFlags(cudaStream_t* s, unsigned int flags) {
@@ -308,7 +409,7 @@ cudaError_t CUDARTAPI cudaStreamDestroy(cudaStream_t s) {
 }
 cudaError_t CUDARTAPI cudaStreamSynchronize(cudaStream_t s) {
     check_stream(s, "cudaStreamSynchronize");
-    return cudaSuccess;
+    return refused_in_capture("cudaStreamSynchronize");
 }
 cudaError_t CUDARTAPI cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flags) {
     (void)flags;
@@ -316,7 +417,7 @@ cudaError_t CUDARTAPI cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigne
     check_event(e, "cudaStreamWaitEvent");
     return cudaSuccess;
 }
-cudaError_t CUDARTAPI cudaDeviceSynchronize(void) { return cudaSuccess; }
+cudaError_t CUDARTAPI cudaDeviceSynchronize(void) { return refused_in_capture("cudaDeviceSynchronize"); }
 
 cudaError_t CUDARTAPI cudaEventCreateWithFlags(cudaEvent_t* e, unsigned int flags) {
     (void)flags;
@@ -335,10 +436,76 @@ cudaError_t CUDARTAPI cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
 }
 cudaError_t CUDARTAPI cudaEventQuery(cudaEvent_t e) {
     check_event(e, "cudaEventQuery");
-    return cudaSuccess;
+    return refused_in_capture("cudaEventQuery");
 }
 cudaError_t CUDARTAPI cudaEventSynchronize(cudaEvent_t e) {
     check_event(e, "cudaEventSynchronize");
+    return refused_in_capture("cudaEventSynchronize");
+}
+
+/* ---- stream capture and graphs (the header comment says what is emulated) ---- */
+cudaError_t CUDARTAPI cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCaptureMode mode) {
+    (void)mode; /* one thread: every mode refuses the same calls of it */
+    check_stream(s, "cudaStreamBeginCapture");
+    if (is_legacy(s)) return cudaErrorStreamCaptureUnsupported;
+    if (g_capture) emu_fail("cudaStreamBeginCapture while another capture is active: not emulated");
+    g_capture = s;
+    g_capture_bad = false;
+    g_recording = new CUgraph_st();
+    return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* graph) {
+    check_stream(s, "cudaStreamEndCapture");
+    if (!g_capture || s != g_capture) return cudaErrorIllegalState;
+    g_capture = nullptr;
+    if (g_capture_bad) {
+        delete g_recording;
+        g_recording = nullptr;
+        *graph = nullptr;
+        return cudaErrorStreamCaptureInvalidated;
+    }
+    *graph = g_recording;
+    g_graphs.insert(g_recording);
+    g_recording = nullptr;
+    return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaStreamIsCapturing(cudaStream_t s, enum cudaStreamCaptureStatus* status) {
+    check_stream(s, "cudaStreamIsCapturing");
+    *status = !g_capture || s != g_capture ? cudaStreamCaptureStatusNone
+              : g_capture_bad              ? cudaStreamCaptureStatusInvalidated
+                                           : cudaStreamCaptureStatusActive;
+    return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t* nodes, size_t* numNodes) {
+    if (!g_graphs.count(graph)) emu_fail("cudaGraphGetNodes of a graph that cudaStreamEndCapture did not return");
+    if (nodes) emu_fail("cudaGraphGetNodes: only the count (nodes = NULL) is emulated");
+    *numNodes = graph->nodes.size();
+    return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long flags) {
+    (void)flags;
+    if (!g_graphs.count(graph)) emu_fail("cudaGraphInstantiate of a graph that cudaStreamEndCapture did not return");
+    if (cudaError_t e = refused_in_capture("cudaGraphInstantiate")) return e;
+    *exec = new CUgraphExec_st{graph->nodes};
+    g_execs.insert(*exec);
+    return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
+    if (!g_execs.count(exec)) emu_fail("cudaGraphLaunch of a graph that cudaGraphInstantiate did not return");
+    check_stream(s, "cudaGraphLaunch");
+    if (g_capture && s == g_capture) emu_fail("cudaGraphLaunch into a stream being captured (a child graph) is not emulated");
+    return emu_enqueue(s, "cudaGraphLaunch", [exec]() {
+        for (auto& node : exec->nodes) node();
+    });
+}
+cudaError_t CUDARTAPI cudaGraphExecDestroy(cudaGraphExec_t exec) {
+    if (!g_execs.erase(exec)) emu_fail("cudaGraphExecDestroy of a graph that cudaGraphInstantiate did not return");
+    delete exec;
+    return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaGraphDestroy(cudaGraph_t graph) {
+    if (!g_graphs.erase(graph)) emu_fail("cudaGraphDestroy of a graph that cudaStreamEndCapture did not return");
+    delete graph;
     return cudaSuccess;
 }
 /* ---- CUDA IPC between the MPI ranks of one machine --------------------------------------

@@ -14,7 +14,9 @@
  * at it is released, and anything else is a deadlock, reported as such.
  * A launch is checked as the runtime would (emu_runtime.cpp keeps the
  * streams, the kernels' shared memory limits and the launch error), and the
- * guard zones of every device block after it.
+ * guard zones of every device block after it. It runs when it is queued, or,
+ * on a stream being captured, when a launch of the graph runs its node
+ * (emu_enqueue, emu_runtime.cpp).
  */
 #include "tests/emu/emu_cuda.h" /* first: it defines the CUDA keywords before the CUDA headers do */
 
@@ -462,26 +464,35 @@ void run_block() {
 } /* namespace */
 
 /* ---- launches ----------------------------------------------------------------------------- */
-void emu_run_grid(const void* fn, const char* file, int line, dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                  EmuBody body, void* ctx) {
+bool emu_launch_ok(const void* fn, dim3 grid, dim3 block, size_t smem, cudaStream_t stream) {
     if (cur >= 0) emu_fail("a kernel launch from inside a kernel (dynamic parallelism) is not emulated");
     check_stream(stream, "kernel launch");
     const size_t nt = (size_t)block.x * block.y * block.z;
-    const int limit = kernel_smem_limit(fn);
     if (nt == 0 || nt > MAX_THREADS || block.z > 64 || grid.x == 0 || grid.y == 0 || grid.z == 0 ||
         grid.x > 2147483647u || grid.y > 65535 || grid.z > 65535) {
         last_error = cudaErrorInvalidConfiguration;
-        return;
+        return false;
     }
-    if (smem > (size_t)limit || smem > SMEM_BYTES) {
+    if (smem > (size_t)kernel_smem_limit(fn) || smem > SMEM_BYTES) {
         last_error = cudaErrorInvalidValue; /* what the runtime says for too much dynamic shared memory */
-        return;
+        return false;
     }
+    return true;
+}
+
+void emu_enqueue_kernel(cudaStream_t stream, std::function<void()> node) {
+    const cudaError_t e = emu_enqueue(stream, "kernel launch", std::move(node));
+    if (e != cudaSuccess) last_error = e;
+}
+
+void emu_run_grid(const void* fn, const char* file, int line, dim3 grid, dim3 block, size_t smem, EmuBody body,
+                  void* ctx) {
+    (void)fn;
     launch_file = file;
     launch_line = line;
     body_fn = body;
     body_ctx = ctx;
-    nthreads = (int)nt;
+    nthreads = (int)((size_t)block.x * block.y * block.z);
     gridDim = grid;
     blockDim = block;
     for (unsigned z = 0; z < grid.z; z++)
