@@ -111,8 +111,8 @@ void colsum_finish(float* dst, const float* partial, int nparts, int C, size_t p
     CUDA_CHECK_LAUNCH("colsum_finish_kernel");
 }
 
-/* n zeroed counters for colsum_tail (ops/memops.cuh), shared by its users:
- * they run in stream order and each leaves them zero */
+/* n zeroed counters for colsum_tail (ops/memops.cuh), for layernorm_backward's
+ * variants: they run in stream order and each leaves them zero */
 unsigned* colsum_tail_counters(size_t n) {
     static unsigned* buf = nullptr;
     static size_t cap = 0;
@@ -124,98 +124,8 @@ unsigned* colsum_tail_counters(size_t n) {
     return buf;
 }
 
-/* ---- variant 1 of bias_backward (TPFP8_BIAS_BWD_VARIANT=1) ---------------
- * The two-stage sum above measured 9 us + 4 us for a 25 MB dout (GPT-2 124M,
- * C = 768, on the H200): each thread kept one 16-byte load in flight, and the
- * finish was a launch of its own. Here a thread (tx, ty) owns 8 columns and
- * loads rows ty, ty + 8, ... of its chunk CS_UNROLL at a time, all issued
- * before the first add (added in row order, so the order is still fixed), a
- * chunk is CS_UNROLL * 8 rows or a multiple of it, and the chunks' partial
- * rows are added by colsum_tail inside the same kernel, per 256-column group.
- * The grid is at most CS_BLOCKS blocks, one wave on an H200 at 3 blocks per
- * SM (a first try with chunks of 64 rows, 768 blocks in two waves, took 16 us
- * where the old kernels took 14). Plain loads: the gradient just written by
- * the norm backward is still in L2 and the GEMM after this op reads it
- * again. */
-#define CS_UNROLL 8
-#define CS_BLOCKS 384
-
-template <bool VEC>
-__global__ void __launch_bounds__(256, VEC ? 3 : 1)
-colsum_unrolled_kernel(float* dst, float* partial, float* gpart, unsigned* counters, const bf16* x, int N, int C,
-                       int rows_per_chunk) {
-    __shared__ float sm[8][CS_COLS];
-    const int tx = threadIdx.x, ty = threadIdx.y;
-    const int c = (blockIdx.x * 32 + tx) * 8;
-    const int r0 = blockIdx.y * rows_per_chunk;
-    const int r1 = min(N, r0 + rows_per_chunk);
-    float acc[8];
-#pragma unroll
-    for (int k = 0; k < 8; k++) acc[k] = 0.0f;
-    if (c < C) {
-        for (int n0 = r0 + ty; n0 < r1; n0 += 8 * CS_UNROLL) {
-            bf16x8 v[CS_UNROLL];
-#pragma unroll
-            for (int u = 0; u < CS_UNROLL; u++) {
-                const int n = n0 + 8 * u;
-                if (n < r1) v[u] = ldpack8<VEC>(x + (size_t)n * C, c, C);
-            }
-#pragma unroll
-            for (int u = 0; u < CS_UNROLL; u++) {
-                if (n0 + 8 * u < r1) {
-                    float d[8];
-                    unpack8(v[u], d);
-#pragma unroll
-                    for (int k = 0; k < 8; k++) acc[k] += d[k];
-                }
-            }
-        }
-    }
-#pragma unroll
-    for (int k = 0; k < 8; k++) sm[ty][tx * 8 + k] = acc[k];
-    __syncthreads();
-    const int j = ty * 32 + tx;
-    const int c0 = blockIdx.x * CS_COLS, cj = c0 + j;
-    if (cj < C) {
-        float s = 0.0f;
-#pragma unroll
-        for (int k = 0; k < 8; k++) s += sm[k][j];
-        partial[(size_t)blockIdx.y * C + cj] = s;
-    }
-    /* this column group's chunks, in chunk order */
-    const int ngroups = colsum_tail_groups(gridDim.y);
-    colsum_tail<4>(partial + c0, gpart + c0, counters + (size_t)blockIdx.x * (ngroups + 1), blockIdx.y, gridDim.y,
-                min(CS_COLS, C - c0), (size_t)C, [&](int cc) { return dst + c0 + cc; });
-}
-
-static void bias_backward_unrolled(float* dbias, const floatX* dout, int N, int C) {
-    const int gx = (int)ceil_div_u(C, CS_COLS);
-    /* at most CS_BLOCKS blocks in all, chunks of whole unrolled steps (a function of N and C only) */
-    const int step = 8 * CS_UNROLL;
-    int cap = CS_BLOCKS / gx > 1 ? CS_BLOCKS / gx : 1;
-    int rpc = (int)ceil_div_u(N, cap);
-    rpc = (rpc + step - 1) / step * step;
-    const int nchunks = (int)ceil_div_u(N, rpc), ngroups = colsum_tail_groups(nchunks);
-    float* partial = (float*)cuda_scratch(SCRATCH_COLSUM, (size_t)(nchunks + ngroups) * C * sizeof(float));
-    unsigned* counters = colsum_tail_counters((size_t)gx * (ngroups + 1));
-    const bf16* d = (const bf16*)dout;
-    dim3 grid(gx, nchunks), block(32, 8);
-    float* gpart = partial + (size_t)nchunks * C;
-    if (rows_vec_ok(C) && is_aligned16(d))
-        colsum_unrolled_kernel<true><<<grid, block, 0, cuda_stream()>>>(dbias, partial, gpart, counters, d, N, C, rpc);
-    else
-        colsum_unrolled_kernel<false><<<grid, block, 0, cuda_stream()>>>(dbias, partial, gpart, counters, d, N, C, rpc);
-    CUDA_CHECK_LAUNCH("colsum_unrolled_kernel");
-}
-
-#define BIAS_BWD_VARIANTS 2
-
 void bias_backward(float* dbias, const floatX* dout, int N, int C) {
     if (N <= 0 || C <= 0) return;
-    if (memops_variant("TPFP8_BIAS_BWD_VARIANT", BIAS_BWD_VARIANTS) == 1) {
-        bias_backward_unrolled(dbias, dout, N, C);
-        return;
-    }
     const int gx = (int)ceil_div_u(C, CS_COLS);
     /* about 1024 blocks in all, at least 32 rows per chunk */
     int nchunks = (int)ceil_div_u(N, 32);

@@ -10,10 +10,9 @@
  * being measured on the H200):
  *   TPFP8_LN_FWD_VARIANT    (0..2) layernorm_forward, residual_layernorm_forward, rmsnorm_forward
  *   TPFP8_LN_BWD_VARIANT    (0..3) layernorm_backward, rmsnorm_backward
- *   TPFP8_BIAS_BWD_VARIANT  (0..1) bias_backward (and so matmul_backward's dbias)
  * Every variant is deterministic (its reduction order depends on shapes
  * only); two variants agree within rounding, not bit for bit.
- * tests/test_ops_gpu.cu runs its norm and bias checks under every variant;
+ * tests/test_ops_gpu.cu runs its norm checks under every variant;
  * tools/bench_ops_gpu.cu times them side by side.
  *
  * colsum_tail: the second stage of a deterministic column sum inside the
