@@ -2,14 +2,15 @@
  * ops/bias_cuda.cu - bias_forward (x[n,:] += bias) and bias_backward (dbias
  * += column sums of dout, also matmul_backward's dbias), and the two-stage
  * deterministic column sum behind it, whose second stage (colsum_finish,
- * declared in cuda_common.cuh) layernorm_backward also uses for dw / db.
+ * declared in cuda_common.cuh) layernorm_backward also uses for the dw / db
+ * of rows wider than 1024 (narrower rows finish theirs in the kernel:
+ * ops/colsum_tail.cuh).
  *
  * Determinism: no float atomics; the row chunking depends only on (N, C), so
  * the partial sums and the order they are added in are the same on every run
  * and every device.
  */
 #include "ops/cuda_common.cuh"
-#include "ops/memops.cuh"
 
 /* x[n,:] += bias */
 template <bool VEC>
@@ -109,19 +110,6 @@ colsum_finish_kernel(float* dst, const float* partial, int nparts, int C, size_t
 void colsum_finish(float* dst, const float* partial, int nparts, int C, size_t pstride) {
     colsum_finish_kernel<<<ceil_div_u(C, 32), dim3(32, CF_LANES), 0, cuda_stream()>>>(dst, partial, nparts, C, pstride);
     CUDA_CHECK_LAUNCH("colsum_finish_kernel");
-}
-
-/* n zeroed counters for colsum_tail (ops/memops.cuh), for layernorm_backward's
- * variants: they run in stream order and each leaves them zero */
-unsigned* colsum_tail_counters(size_t n) {
-    static unsigned* buf = nullptr;
-    static size_t cap = 0;
-    if (n > cap) {
-        if (buf) ops_free(buf); /* ops_free waits for the device: no kernel still counts in it */
-        cap = n < 4096 ? 4096 : n;
-        buf = (unsigned*)ops_malloc(cap * sizeof(unsigned)); /* zero-filled */
-    }
-    return buf;
 }
 
 void bias_backward(float* dbias, const floatX* dout, int N, int C) {

@@ -1,7 +1,7 @@
 /*
  * ops/colsum_tail.cuh - the second stage of a deterministic column sum run
  * inside the kernel that made the partial rows, so it costs no launch of its
- * own: layernorm_backward's dw / db (ops/layernorm_variants.cuh). Device code.
+ * own: layernorm_backward's dw / db (ops/layernorm_kernels.cuh). Device code.
  *
  * Each block of a grid has written its partial row (part p of nparts); the
  * parts are cut into groups of COLSUM_TAIL_GROUP. The last block of a group
@@ -12,9 +12,9 @@
  * is sum_g (sum_{p in g} part p), both sums ascending: an order fixed by
  * nparts. Two levels keep each finishing block's reads small (16 rows, then
  * nparts/16 rows) where one block reading every part would crawl at one SM's
- * bandwidth. The counters start at zero (colsum_tail_counters allocates them
- * zeroed) and each finisher puts its counter back to zero, so the next launch
- * on the stream finds them so.
+ * bandwidth. The counters start at zero (the caller allocates them zeroed)
+ * and each finisher puts its counter back to zero, so the next launch on the
+ * stream finds them so.
  *
  * It replaced two colsum_finish launches of 4-5 us each in a ~58 us
  * layernorm_backward (H200, GPT-2 124M shapes); the finishing blocks wait on
@@ -31,10 +31,6 @@
 #define COLSUM_TAIL_GROUP 16
 
 __host__ __device__ static inline int colsum_tail_groups(int nparts) { return (nparts + COLSUM_TAIL_GROUP - 1) / COLSUM_TAIL_GROUP; }
-
-/* bias_cuda.cu: n zeroed counters (grown on demand, never shrunk); every
- * kernel that uses them leaves them zero */
-unsigned* colsum_tail_counters(size_t n);
 
 /* Columns ca and cb (cb < 0: none) of rows 0..n-1 summed in row order, UNR
  * rows at a time with both columns' loads in flight (L2 loads: other blocks

@@ -8,7 +8,8 @@
  *   elementwise_cuda.cu   residual, GELU
  *   encoder_cuda.cu       token and position embeddings
  *   bias_cuda.cu          bias, and the deterministic column sums
- *   layernorm_cuda.cu     layernorm and RMSNorm
+ *   layernorm_cuda.cu     layernorm and RMSNorm (kernels in layernorm_kernels.cuh,
+ *                         the in-kernel finish of their dw / db in colsum_tail.cuh)
  *   rope_cuda.cu          rotate-half RoPE
  *   swiglu_cuda.cu        SwiGLU
  *   crossentropy_cuda.cu  vocab-parallel cross-entropy
@@ -79,8 +80,8 @@ void* cuda_pinned(int slot, size_t bytes);
 void matmul_cuda_init(void);   /* matmul_cuda.cu: cuBLASLt handle + workspace */
 
 /* bias_cuda.cu: dst[c] += sum_{p < nparts} partial[p*pstride + c], p ascending,
- * for c < C (one thread per column): the second stage of the deterministic
- * column sums of bias_backward and layernorm_backward. */
+ * for c < C: the second stage of the deterministic column sums of
+ * bias_backward and of layernorm_backward's rows wider than 1024. */
 void colsum_finish(float* dst, const float* partial, int nparts, int C, size_t pstride);
 
 /* ---- launch helpers ------------------------------------------------------------ */

@@ -211,8 +211,7 @@ static inline T __ldg(const T* p) {
     return *p;
 }
 
-/* the cache-hinted loads and stores (ld.global.cs / .cg, st.global.cs): plain accesses here,
- * loads checked as __ldg's are */
+/* the cache-hinted loads (ld.global.cs / .cg): plain loads here, checked as __ldg's are */
 template <typename T>
 static inline T __ldcs(const T* p) {
     emu_check_global(p, sizeof(T), alignof(T), "__ldcs");
@@ -222,10 +221,6 @@ template <typename T>
 static inline T __ldcg(const T* p) {
     emu_check_global(p, sizeof(T), alignof(T), "__ldcg");
     return *p;
-}
-template <typename T>
-static inline void __stcs(T* p, T v) {
-    *p = v;
 }
 /* one thread runs at a time and memory is the host's: every store is already visible */
 static inline void __threadfence(void) {}
