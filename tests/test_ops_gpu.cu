@@ -20,9 +20,9 @@
  *   - determinism: ops with cross-row reductions run twice from identical
  *     state and must give bit-identical results;
  *   - shapes: GPT-2-like (C = 768) and awkward ones (N not a multiple of any
- *     tile, C not a multiple of 8 -> scalar paths, vocab slices with padding);
- *   - the norm and bias ops run again under each kernel variant that
- *     ops/memops.cuh's environment variables select (test_memop_variants).
+ *     tile, C not a multiple of 8 -> scalar paths, vocab slices with padding;
+ *     for the norms, every kind of kernel of ops/layernorm_kernels.cuh and
+ *     grids that cut colsum_tail's groups unevenly).
  *
  * Tolerances: tests/ops_gpu_testing.h (TOL_*), with their reasons.
  *
@@ -36,7 +36,6 @@
  */
 #include <math.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "ops/encoder_plan.h"
@@ -619,55 +618,6 @@ static void test_norms(size_t n) {
     ops_free(dx);
 }
 
-/* The memory-bound ops' kernel variants (ops/memops.cuh): the groups that
- * run them again under each variant the environment can select (variant 0,
- * the default, ran above). bias_backward has one variant besides 0. */
-static void test_memop_variants(const char* only) {
-    static const struct {
-        const char *ln_fwd, *ln_bwd, *bias_bwd;
-    } passes[] = {{"1", "1", "1"}, {"2", "2", "1"}, {"2", "3", "1"}};
-    for (const auto& p : passes) {
-#define GROUP(name) if (!only || strstr(name, only))
-        bool any = false;
-        GROUP("layernorm") any = true;
-        GROUP("elementwise") any = true;
-        GROUP("fused") any = true;
-        GROUP("rmsnorm") any = true;
-        if (!any) return;
-        setenv("TPFP8_LN_FWD_VARIANT", p.ln_fwd, 1);
-        setenv("TPFP8_LN_BWD_VARIANT", p.ln_bwd, 1);
-        setenv("TPFP8_BIAS_BWD_VARIANT", p.bias_bwd, 1);
-        printf("-- variants: TPFP8_LN_FWD_VARIANT=%s TPFP8_LN_BWD_VARIANT=%s TPFP8_BIAS_BWD_VARIANT=%s\n", p.ln_fwd,
-               p.ln_bwd, p.bias_bwd);
-        GROUP("layernorm") {
-            test_layernorm(37, 768);
-            test_layernorm(19, 36);
-            test_layernorm(4100, 200);
-            test_layernorm(3000, 768);
-            test_layernorm(70, 1024);
-            test_layernorm(64, 1600); /* past the variants' width: the default kernels */
-        }
-        GROUP("elementwise") {
-            test_bias_residual_gelu(37, 2304, 37 * 768 + 5);
-            test_bias_residual_gelu(5, 36, 101);
-            test_bias_residual_gelu(3000, 40, 101);
-            test_bias_residual_gelu(5000, 520, 101);
-            test_bias_residual_gelu(300, 3072, 101);
-        }
-        GROUP("fused") {
-            test_residual_layernorm(37, 768);
-            test_residual_layernorm(3000, 768);
-            test_residual_layernorm(19, 36);
-            test_residual_layernorm(70, 1024);
-        }
-        GROUP("rmsnorm") test_ops_gpu_qwen2("rmsnorm");
-#undef GROUP
-    }
-    unsetenv("TPFP8_LN_FWD_VARIANT");
-    unsetenv("TPFP8_LN_BWD_VARIANT");
-    unsetenv("TPFP8_BIAS_BWD_VARIANT");
-}
-
 int main(int argc, char** argv) {
     /* optional argument: run only the groups whose name contains it (e.g. "attention") */
     const char* only = argc > 1 ? argv[1] : nullptr;
@@ -689,12 +639,12 @@ int main(int argc, char** argv) {
         test_position(2, 5, 36);
     }
     GROUP("layernorm") {
-        test_layernorm(37, 768);
-        test_layernorm(64, 1600); /* GPT-2 XL width, 7 chunks per lane */
-        test_layernorm(19, 36);   /* scalar path */
-        test_layernorm(4100, 200); /* 242 blocks of partial sums: colsum_finish's lanes, uneven */
-        test_layernorm(3000, 768); /* variant 1: 375 blocks, 24 groups of colsum_tail, the last uneven */
-        test_layernorm(70, 1024);  /* the widest row of the variant kernels (4 chunks per lane) */
+        test_layernorm(37, 768);   /* whole 256-column chunks: the unguarded backward */
+        test_layernorm(64, 1600);  /* GPT-2 XL width, 7 chunks per lane: the wide kernels */
+        test_layernorm(19, 36);    /* scalar path */
+        test_layernorm(4100, 200); /* the guarded backward: 171 blocks, 11 groups of colsum_tail, the last of 11 */
+        test_layernorm(3000, 768); /* 188 blocks, 12 groups of colsum_tail, the last of 12 */
+        test_layernorm(70, 1024);  /* the widest row of the register-resident kernels (4 chunks per lane) */
     }
     GROUP("matmul") {
         test_matmul(37, 768, 2304, true); /* qkv-like, N not a multiple of any tile */
@@ -706,8 +656,8 @@ int main(int argc, char** argv) {
         test_bias_residual_gelu(37, 2304, 37 * 768 + 5);
         test_bias_residual_gelu(5, 36, 101);
         test_bias_residual_gelu(3000, 40, 101); /* bias_backward over 94 row chunks */
-        test_bias_residual_gelu(5000, 520, 101); /* 3 column groups (the last partial), 79 chunks in variant 1 */
-        test_bias_residual_gelu(300, 3072, 101); /* the fc bias width: 12 column groups */
+        test_bias_residual_gelu(5000, 520, 101); /* 3 column blocks of bias_backward, the last 8 columns wide */
+        test_bias_residual_gelu(300, 3072, 101); /* the fc bias width: 12 column blocks */
     }
     GROUP("fused") {
         test_matmul_gelu(37, 768, 3072, true); /* fc-like */
@@ -717,7 +667,9 @@ int main(int argc, char** argv) {
         test_gelu_matmul_backward(40, 72, 200);
         test_gelu_matmul_backward(33, 36, 200);   /* IC % 8 != 0: the fallback */
         test_residual_layernorm(37, 768);
-        test_residual_layernorm(64, 1600);
+        test_residual_layernorm(3000, 768);       /* many rows per persistent warp */
+        test_residual_layernorm(70, 1024);        /* the widest row of the register-resident forward */
+        test_residual_layernorm(64, 1600);        /* the wide forward */
         test_residual_layernorm(19, 36);          /* scalar path */
     }
     GROUP("attention") {
@@ -745,7 +697,6 @@ int main(int argc, char** argv) {
 #undef GROUP
     test_ops_gpu_step(only);
     test_ops_gpu_qwen2(only);
-    test_memop_variants(only);
 
     printf("\n%d checks, %d failed\n", g_checks, g_fail);
     if (g_checks == 0) {
