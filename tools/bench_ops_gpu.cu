@@ -7,18 +7,13 @@
  * bf16 GEMM rate). The PyTorch reference of the same step is
  * tools/bench_pytorch.py (anchors on the H200: eager 46.2 ms, compiled 32.4 ms).
  *
- *   build/gpu/bench_ops_gpu [B] [T] [steps] [unfused | variants]   (defaults 16 1024 10)
+ *   build/gpu/bench_ops_gpu [B] [T] [steps] [unfused]   (defaults 16 1024 10)
  *
  * The step calls the fused ops as gpt.c does (residual_layernorm_forward
  * after each row-parallel GEMM, matmul_gelu_forward, gelu_matmul_backward);
  * "unfused" runs the separate ops they replace (bias_forward,
  * residual_forward, layernorm_forward, gelu_forward, gelu_backward), gpt.c's
  * order before the fusion, for the before/after comparison in one session.
- * "variants" adds a table of the memory-bound ops' kernel variants
- * (ops/memops.cuh: TPFP8_LN_FWD_VARIANT, TPFP8_LN_BWD_VARIANT,
- * TPFP8_BIAS_BWD_VARIANT), each setting timed in the same session: the step's
- * median and the ops it changes (bias_backward also runs inside
- * matmul_backward, whose dbias it is).
  *
  * Weights are random (GPT-2 init scale), tokens random; no communication
  * (the TP exchanges of gpt.c are no-ops at TP = 1). Each op's time is the
@@ -338,61 +333,13 @@ static void time_ops(Model& M) {
     }
 }
 
-/* the kernel variants of ops/memops.cuh, one setting at a time (the other
- * variables as the caller's environment has them), each after two untimed
- * steps: the step's median over `steps` and the ops the variable changes */
-template <typename StepMedian>
-static void variant_table(Model& M, double copy_gbs, StepMedian step_median) {
-    static const struct {
-        const char* env;
-        int n;
-        const char* ops[3];
-    } sets[] = {
-        {"TPFP8_LN_FWD_VARIANT", 3, {"layernorm_forward", "residual_layernorm_forward", nullptr}},
-        {"TPFP8_LN_BWD_VARIANT", 4, {"layernorm_backward", nullptr, nullptr}},
-        {"TPFP8_BIAS_BWD_VARIANT", 2, {"bias_backward", "matmul_backward", nullptr}},
-    };
-    printf("\nvariants (ops/memops.cuh): one variable at a time, per-op times the mean of %d steps\n", OP_STEPS);
-    printf("%-26s %8s  %-28s %9s %12s %8s\n", "setting", "step ms", "op", "ms/step", "rate", "of ceil");
-    for (const auto& set : sets) {
-        const char* saved = getenv(set.env);
-        std::string keep = saved ? saved : "";
-        for (int v = 0; v < set.n; v++) {
-            char val[16], name[64];
-            snprintf(val, sizeof val, "%d", v);
-            setenv(set.env, val, 1);
-            snprintf(name, sizeof name, "%s=%d", set.env + 6, v); /* without "TPFP8_" */
-            train_step(M);
-            train_step(M);
-            ops_sync();
-            const double step = step_median();
-            time_ops(M);
-            for (int o = 0; o < 3 && set.ops[o]; o++) {
-                const OpStat& s = g_stats[set.ops[o]];
-                char rate[32] = "-", frac[16] = "-";
-                if (s.ms > 0 && s.bytes > 0) {
-                    const double gb = s.bytes / (s.ms / 1e3) / 1e9;
-                    snprintf(rate, sizeof rate, "%.0f GB/s", gb);
-                    snprintf(frac, sizeof frac, "%.0f%%", 100.0 * gb / copy_gbs);
-                }
-                printf("%-26s %8s  %-28s %9.3f %12s %8s\n", o == 0 ? name : "", o == 0 ? std::to_string(step).substr(0, 6).c_str() : "",
-                       set.ops[o], s.ms, rate, frac);
-            }
-        }
-        if (saved) setenv(set.env, keep.c_str(), 1);
-        else unsetenv(set.env);
-    }
-}
-
 int main(int argc, char** argv) {
     const int B = argc > 1 ? atoi(argv[1]) : 16;
     const int T = argc > 2 ? atoi(argv[2]) : 1024;
     const int steps = argc > 3 ? atoi(argv[3]) : 10;
-    const char* usage = "usage: bench_ops_gpu [B] [T <= 1024] [steps] [unfused | variants]";
-    if (argc > 4 && strcmp(argv[4], "unfused") != 0 && strcmp(argv[4], "variants") != 0) FATAL("%s", usage);
-    g_fused = argc <= 4 || strcmp(argv[4], "unfused") != 0;
-    const bool variants = argc > 4 && strcmp(argv[4], "variants") == 0;
-    if (B <= 0 || T <= 0 || T > 1024 || steps <= 0) FATAL("%s", usage);
+    if (argc > 4 && strcmp(argv[4], "unfused") != 0) FATAL("usage: bench_ops_gpu [B] [T <= 1024] [steps] [unfused]");
+    g_fused = argc <= 4;
+    if (B <= 0 || T <= 0 || T > 1024 || steps <= 0) FATAL("usage: bench_ops_gpu [B] [T <= 1024] [steps] [unfused]");
     ops_init(0);
     cudaDeviceProp prop;
     int dev = 0;
@@ -489,19 +436,5 @@ int main(int argc, char** argv) {
         printf("%-30s %6d %9.3f %5.1f%% %12s %9s\n", r.first.c_str(), s.calls, s.ms, 100.0 * s.ms / total, rate, frac);
     }
     printf("%-30s %6s %9.3f\n", "sum of op times", "", total);
-    if (variants) variant_table(M, copy_gbs, [&] {
-        std::vector<double> t;
-        for (int i = 0; i < steps; i++) {
-            CUDA_CHECK(cudaEventRecord(e0, stream()));
-            train_step(M);
-            CUDA_CHECK(cudaEventRecord(e1, stream()));
-            CUDA_CHECK(cudaEventSynchronize(e1));
-            float ms;
-            CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-            t.push_back(ms);
-        }
-        std::sort(t.begin(), t.end());
-        return t[t.size() / 2];
-    });
     return 0;
 }
