@@ -2,7 +2,9 @@
  * ops/bias_cuda.cu - bias_forward (x[n,:] += bias) and bias_backward (dbias
  * += column sums of dout, also matmul_backward's dbias), and the two-stage
  * deterministic column sum behind it, whose second stage (colsum_finish,
- * declared in cuda_common.cuh) layernorm_backward also uses for dw / db.
+ * declared in cuda_common.cuh) layernorm_backward also uses for the dw / db
+ * of rows wider than 1024 (narrower rows finish theirs in the kernel:
+ * ops/colsum_tail.cuh).
  *
  * Determinism: no float atomics; the row chunking depends only on (N, C), so
  * the partial sums and the order they are added in are the same on every run

@@ -8,7 +8,8 @@
  *   elementwise_cuda.cu   residual, GELU
  *   encoder_cuda.cu       token and position embeddings
  *   bias_cuda.cu          bias, and the deterministic column sums
- *   layernorm_cuda.cu     layernorm and RMSNorm
+ *   layernorm_cuda.cu     layernorm and RMSNorm (kernels in layernorm_kernels.cuh,
+ *                         the in-kernel finish of their dw / db in colsum_tail.cuh)
  *   rope_cuda.cu          rotate-half RoPE
  *   swiglu_cuda.cu        SwiGLU
  *   crossentropy_cuda.cu  vocab-parallel cross-entropy
@@ -20,12 +21,13 @@
  *
  * What lives here: the checked-call macros for CUDA (every runtime call and
  * every kernel launch goes through them and ends in check_fatal with what
- * failed and where), bf16 helpers (16-byte vector loads/stores of 8 bf16,
- * round-to-nearest conversion), block/warp reductions with a FIXED order (so
- * every reduction in the backend is bit-reproducible run to run), the launch
- * helpers of the element-wise and row-chunk kernels, and the backend-internal
- * API the .cu files share: the one stream, scratch buffers, the matmul init
- * hook and the second stage of the column sums.
+ * failed and where), bf16 helpers (16-byte vector loads/stores of 8 bf16, as
+ * floats or packed in 4 words; round-to-nearest conversion), block/warp
+ * reductions with a FIXED order (so every reduction in the backend is
+ * bit-reproducible run to run), the launch helpers of the element-wise and
+ * row-chunk kernels, and the backend-internal API the .cu files share: the
+ * one stream, scratch buffers, the matmul init hook and the second stage of
+ * the column sums.
  *
  * Numerics: activations and working weights are bf16; all arithmetic is
  * fp32; parameter gradients, master weights and optimizer moments are fp32.
@@ -45,6 +47,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "common/check.h"
 #include "common/cuda_check.h"
@@ -77,8 +80,8 @@ void* cuda_pinned(int slot, size_t bytes);
 void matmul_cuda_init(void);   /* matmul_cuda.cu: cuBLASLt handle + workspace */
 
 /* bias_cuda.cu: dst[c] += sum_{p < nparts} partial[p*pstride + c], p ascending,
- * for c < C (one thread per column): the second stage of the deterministic
- * column sums of bias_backward and layernorm_backward. */
+ * for c < C: the second stage of the deterministic column sums of
+ * bias_backward and of layernorm_backward's rows wider than 1024. */
 void colsum_finish(float* dst, const float* partial, int nparts, int C, size_t pstride);
 
 /* ---- launch helpers ------------------------------------------------------------ */
@@ -212,6 +215,70 @@ __device__ __forceinline__ void st8(bf16* row, int c, int C, const float (&f)[8]
 #pragma unroll
         for (int i = 0; i < 8; i++)
             if (c + i < C) row[c + i] = __float2bfloat16_rn(f[i]);
+    }
+}
+
+/* The same 8 bf16 as 4 raw 32-bit words (element 2i is the low half of word
+ * i), for the norm kernels that keep rows, w and b packed in registers across
+ * a loop over rows and unpack them only where they are used. */
+__device__ __forceinline__ void unpack_u4(const uint4& u, float (&f)[8]) {
+    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) { /* a bf16 is the top half of its fp32 */
+        f[2 * i] = __uint_as_float(w[i] << 16);
+        f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+}
+/* fp32 -> 8 bf16 in 4 words, round to nearest even */
+__device__ __forceinline__ uint4 pack_u4(const float (&f)[8]) {
+    const bf16x8 v = pack8(f);
+    uint4 u;
+    memcpy(&u, &v, sizeof u);
+    return u;
+}
+/* Left to itself the compiler hoists the loop-invariant unpacking of w and b
+ * out of a row loop (8 floats per 4 registers) and keeps a row's unpacked
+ * floats live between two passes: it took a norm kernel from the 80
+ * registers planned to 147. opaque_u4 tells it the words may have changed (an
+ * empty asm, no instruction), so the unpacking stays at the use. */
+__device__ __forceinline__ void opaque_u4(uint4& u) {
+#ifndef CUDA_EMU
+    asm volatile("" : "+r"(u.x), "+r"(u.y), "+r"(u.z), "+r"(u.w));
+#else
+    (void)u;
+#endif
+}
+/* 8 bf16 of a row from column c as 4 words; columns past C read 0 */
+template <bool VEC>
+__device__ __forceinline__ uint4 ldu4(const bf16* row, int c, int C) {
+    if constexpr (VEC) {
+        return *reinterpret_cast<const uint4*>(row + c);
+    } else {
+        const bf16x8 v = ldpack8<false>(row, c, C);
+        uint4 u;
+        memcpy(&u, &v, sizeof u);
+        return u;
+    }
+}
+/* the same through the streaming cache hint (ld.global.cs: evict first), for
+ * rows that no later kernel reads soon */
+template <bool VEC>
+__device__ __forceinline__ uint4 ldu4_cs(const bf16* row, int c, int C) {
+    if constexpr (VEC) {
+        return __ldcs(reinterpret_cast<const uint4*>(row + c));
+    } else {
+        return ldu4<false>(row, c, C);
+    }
+}
+/* 4 words of 8 bf16 stored at column c of a row; columns past C not written */
+template <bool VEC>
+__device__ __forceinline__ void stu4(bf16* row, int c, int C, const uint4& u) {
+    if constexpr (VEC) {
+        *reinterpret_cast<uint4*>(row + c) = u;
+    } else {
+        float f[8];
+        unpack_u4(u, f);
+        st8<false>(row, c, C, f);
     }
 }
 

@@ -1,222 +1,43 @@
 /*
  * ops/layernorm_cuda.cu - the row norms of ops/ops.h: layernorm_forward /
- * layernorm_backward (GPT-2, eps 1e-5) and rmsnorm_forward /
- * rmsnorm_backward (Qwen2), one warp per row with the row held in registers.
+ * layernorm_backward (GPT-2, eps 1e-5), rmsnorm_forward / rmsnorm_backward
+ * (Qwen2) and the fused residual_layernorm_forward: which kernel runs for
+ * which shape, and their launches. The kernels are in
+ * ops/layernorm_kernels.cuh, whose header says how they work.
  *
  * RMSNorm is layernorm without the mean and the bias: xhat = x * rstd with
  * rstd = 1 / sqrt(mean(x^2) + eps), out = xhat * w, and in the backward
  * dx += (w dy - xhat mean(w dy xhat)) rstd (layernorm's formula with the
  * mean(w dy) term gone). So both run the same kernels, with a template flag
- * RMS that removes the mean, the bias and db at compile time: layernorm's
- * code and bits are what they were without it.
+ * RMS that removes the mean, the bias and db at compile time.
  *
  * Forward: two-pass mean and variance (as the CPU reference: no
  * cancellation), writes out (bf16) and the fp32 mean / rstd the backward
  * reuses. Backward: dinp ACCUMULATES (the two activation gradients of ops.h
  * that do: a norm's input is the residual stream); dw / db accumulate in
- * fp32 through a fixed-order reduction:
- * registers over a warp's rows, warps in warp order in shared memory, block
- * partials to scratch, then colsum_finish (bias_cuda.cu) adds the blocks in a
- * fixed order. The number of blocks is a function of N only, so the result is
- * bit-reproducible.
+ * fp32 through a fixed-order reduction (warp rows in order, warps in order,
+ * blocks in a fixed order over a grid that depends on N only), so the result
+ * is bit-reproducible.
  *
- * residual_layernorm_forward (the fused op of ops.h) is the forward kernel
- * with RES = true: it first forms the row as x + (y + bias), rounds it to
- * bf16 and stores it (the residual stream), then normalises those stored
- * values, exactly what layernorm_forward would read back. One pass reads x
- * and y and writes res and out: 4 row transfers instead of the 7 of
- * bias_forward + residual_forward + layernorm_forward.
+ * residual_layernorm_forward (the fused op of ops.h) is the forward with
+ * RES = true: it first forms the row as x + (y + bias), rounds it to bf16
+ * and stores it (the residual stream), then normalises those stored values,
+ * exactly what layernorm_forward would read back. One pass reads x and y and
+ * writes res and out: 4 row transfers instead of the 7 of bias_forward +
+ * residual_forward + layernorm_forward.
  *
- * C is a template parameter in chunks of 256 columns (NCH = 1..LN_MAX_NCH),
- * so the row lives in registers; a larger C is a clear fatal error.
+ * Which kernel: C <= 1024 runs the register-resident kernels (the backward's
+ * unguarded one when C is whole 256-column chunks with 16-byte accesses,
+ * GPT-2's 768; the guarded one otherwise, e.g. Qwen2-0.5B's 896), wider rows
+ * up to 32 * 8 * LN_MAX_NCH = 2048 the one-row-per-warp kernels, and a larger
+ * C is a clear fatal error.
  */
 #include <math.h>
 
 #include <type_traits>
 
 #include "ops/cuda_common.cuh"
-
-/* ------------------------------------------------------------------------ */
-/* One warp per row. Lane l owns chunks l, l+32, ... of 8 columns; NCH =
- * chunks per lane is a template parameter so the row lives in registers
- * (arrays indexed by unrolled constants only). C <= 32*8*LN_MAX_NCH. RMS:
- * mean and b are unused (may be NULL), the "variance" is mean(x^2). */
-#define LN_MAX_NCH 8   /* C up to 2048 (GPT-2 XL has 1600) */
-#define LN_WARPS 8     /* rows in flight per block */
-
-template <int NCH, bool VEC, bool RMS, bool RES>
-__global__ void __launch_bounds__(LN_WARPS * 32)
-layernorm_forward_kernel(bf16* out, float* mean, float* rstd, const bf16* inp, const bf16* w, const bf16* b, int N, int C,
-                         float eps, bf16* res, const bf16* y, const bf16* ybias) {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int row = blockIdx.x * LN_WARPS + warp;
-    if (row >= N) return;
-    const int nch8 = (C + 7) / 8;
-    const bf16* x_row = inp + (size_t)row * C;
-    float x[NCH][8];
-    float sum = 0.0f;
-#pragma unroll
-    for (int i = 0; i < NCH; i++) {
-        const int ch = lane + 32 * i;
-        if (ch < nch8) {
-            ld8<VEC>(x[i], x_row, ch * 8, C);
-            if constexpr (RES) {
-                /* res = x + (y + bias), the CPU's order; what is normalised is
-                 * the bf16 value stored, which the backward reads back. Each
-                 * lane reads its chunk before writing it: res may alias x or y. */
-                float yv[8], bv[8];
-                ld8<VEC>(yv, y + (size_t)row * C, ch * 8, C);
-                ld8<VEC>(bv, ybias, ch * 8, C);
-#pragma unroll
-                for (int k = 0; k < 8; k++) x[i][k] = __bfloat162float(__float2bfloat16_rn(x[i][k] + (yv[k] + bv[k])));
-                st8<VEC>(res + (size_t)row * C, ch * 8, C, x[i]);
-            }
-        } else {
-#pragma unroll
-            for (int k = 0; k < 8; k++) x[i][k] = 0.0f;
-        }
-#pragma unroll
-        for (int k = 0; k < 8; k++) sum += x[i][k];
-    }
-    const float m = RMS ? 0.0f : warp_sum(sum) / C;
-    /* two-pass variance (as the CPU reference): no cancellation */
-    float var = 0.0f;
-#pragma unroll
-    for (int i = 0; i < NCH; i++) {
-        const int ch = lane + 32 * i;
-#pragma unroll
-        for (int k = 0; k < 8; k++) {
-            float d = x[i][k] - m;
-            if (ch < nch8 && ch * 8 + k < C) var += d * d;
-        }
-    }
-    const float s = 1.0f / sqrtf(warp_sum(var) / C + eps);
-    bf16* o_row = out + (size_t)row * C;
-#pragma unroll
-    for (int i = 0; i < NCH; i++) {
-        const int ch = lane + 32 * i;
-        if (ch >= nch8) continue;
-        float wv[8], bv[8], o[8];
-        ld8<VEC>(wv, w, ch * 8, C);
-        if (RMS) {
-#pragma unroll
-            for (int k = 0; k < 8; k++) o[k] = x[i][k] * s * wv[k];   /* the CPU's order */
-        } else {
-            ld8<VEC>(bv, b, ch * 8, C);
-#pragma unroll
-            for (int k = 0; k < 8; k++) o[k] = (x[i][k] - m) * s * wv[k] + bv[k];
-        }
-        st8<VEC>(o_row, ch * 8, C, o);
-    }
-    if (lane == 0) {
-        if (!RMS) mean[row] = m;
-        rstd[row] = s;
-    }
-}
-
-/* Backward. Block = LN_WARPS warps over a contiguous chunk of rows; each warp
- * takes rows warp, warp+8, ... of the chunk. dinp is row-local and
- * ACCUMULATES: dx += rstd * (g - mean(g) - xhat * mean(g*xhat)), g = w*dout
- * (RMS: mean 0 and no mean(g) term).
- * A row's x, dout and dinp are loaded once, all at the row's start (one
- * memory latency per row, not one per pass), and held packed as bf16 (4
- * registers per 8 columns) between the two passes.
- * dw, db: each lane accumulates its columns over the warp's rows in
- * registers; the warps of the block are then added in warp order in shared
- * memory, and the block's sums go to partial[block][0..C) (dw) and
- * [C..2C) (db; not for RMS, whose partials are C wide).
- * colsum_finish adds the blocks in a fixed order. */
-template <int NCH, bool VEC, bool RMS>
-__global__ void __launch_bounds__(LN_WARPS * 32)
-layernorm_backward_kernel(bf16* dinp, float* partial, const bf16* dout, const bf16* inp, const bf16* w,
-                          const float* mean, const float* rstd, int N, int C, int rows_per_block) {
-    __shared__ float sred[(RMS ? 1 : 2) * NCH * 256];   /* dw (and db) of the block's columns */
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int nch8 = (C + 7) / 8;
-    const int r0 = blockIdx.x * rows_per_block;
-    const int r1 = min(N, r0 + rows_per_block);
-    float dwacc[NCH][8], dbacc[NCH][8];
-#pragma unroll
-    for (int i = 0; i < NCH; i++)
-#pragma unroll
-        for (int k = 0; k < 8; k++) dwacc[i][k] = dbacc[i][k] = 0.0f;
-
-    for (int row = r0 + warp; row < r1; row += LN_WARPS) {
-        const bf16* x_row = inp + (size_t)row * C;
-        const bf16* d_row = dout + (size_t)row * C;
-        bf16* di_row = dinp + (size_t)row * C;
-        /* the row's x, dout and dinp, all loads issued before any is used */
-        bf16x8 xp[NCH], dp[NCH], ip[NCH];
-#pragma unroll
-        for (int i = 0; i < NCH; i++) {
-            const int ch = lane + 32 * i;
-            if (ch < nch8) {
-                xp[i] = ldpack8<VEC>(x_row, ch * 8, C);
-                dp[i] = ldpack8<VEC>(d_row, ch * 8, C);
-                ip[i] = ldpack8<VEC>(di_row, ch * 8, C);
-            }
-        }
-        const float m = RMS ? 0.0f : mean[row], s = rstd[row];
-        /* pass 1: the two row means */
-        float gsum = 0.0f, gxsum = 0.0f;
-#pragma unroll
-        for (int i = 0; i < NCH; i++) {
-            const int ch = lane + 32 * i;
-            if (ch >= nch8) continue;
-            float xv[8], dv[8], wv[8];
-            unpack8(xp[i], xv);
-            unpack8(dp[i], dv);
-            ld8<VEC>(wv, w, ch * 8, C);
-#pragma unroll
-            for (int k = 0; k < 8; k++) {
-                float g = wv[k] * dv[k];
-                gsum += g;
-                gxsum += g * (xv[k] - m) * s; /* padded lanes: g = 0 */
-            }
-        }
-        const float gmean = RMS ? 0.0f : warp_sum(gsum) / C;
-        const float gxmean = warp_sum(gxsum) / C;
-        /* pass 2, from the registers: dinp and the parameter partials */
-#pragma unroll
-        for (int i = 0; i < NCH; i++) {
-            const int ch = lane + 32 * i;
-            if (ch >= nch8) continue;
-            float xv[8], dv[8], wv[8], di[8];
-            unpack8(xp[i], xv);
-            unpack8(dp[i], dv);
-            unpack8(ip[i], di);
-            ld8<VEC>(wv, w, ch * 8, C);
-#pragma unroll
-            for (int k = 0; k < 8; k++) {
-                float xhat = (xv[k] - m) * s;
-                di[k] += (wv[k] * dv[k] - gmean - xhat * gxmean) * s;
-                dwacc[i][k] += xhat * dv[k];
-                dbacc[i][k] += dv[k];
-            }
-            st8<VEC>(di_row, ch * 8, C, di);
-        }
-    }
-    /* warps -> block, in warp order (each lane touches only its own columns) */
-    for (int wi = 0; wi < LN_WARPS; wi++) {
-        if (warp == wi) {
-#pragma unroll
-            for (int i = 0; i < NCH; i++) {
-#pragma unroll
-                for (int k = 0; k < 8; k++) {
-                    const int c = (lane + 32 * i) * 8 + k;
-                    if (c < C) {
-                        sred[c] = (wi == 0 ? 0.0f : sred[c]) + dwacc[i][k];
-                        if (!RMS) sred[C + c] = (wi == 0 ? 0.0f : sred[C + c]) + dbacc[i][k];
-                    }
-                }
-            }
-        }
-        __syncthreads();
-    }
-    constexpr int NPART = RMS ? 1 : 2;
-    float* pb = partial + (size_t)blockIdx.x * NPART * C;
-    for (int c = threadIdx.x; c < NPART * C; c += blockDim.x) pb[c] = sred[c];
-}
+#include "ops/layernorm_kernels.cuh"
 
 /* The residual inputs of RES (res, y, ybias; NULL otherwise). */
 struct LnRes {
@@ -224,40 +45,154 @@ struct LnRes {
     const floatX *y, *ybias;
 };
 
-template <int NCH, bool RMS, bool RES>
-static void layernorm_launch(bool vec, floatX* out, float* mean, float* rstd, const floatX* inp,
-                             const floatX* w, const floatX* b, int N, int C, float eps, LnRes r) {
-    const unsigned grid = ceil_div_u(N, LN_WARPS);
-    if (vec)
-        layernorm_forward_kernel<NCH, true, RMS, RES><<<grid, LN_WARPS * 32, 0, cuda_stream()>>>(
-            (bf16*)out, mean, rstd, (const bf16*)inp, (const bf16*)w, (const bf16*)b, N, C, eps, (bf16*)r.res,
-            (const bf16*)r.y, (const bf16*)r.ybias);
-    else
-        layernorm_forward_kernel<NCH, false, RMS, RES><<<grid, LN_WARPS * 32, 0, cuda_stream()>>>(
-            (bf16*)out, mean, rstd, (const bf16*)inp, (const bf16*)w, (const bf16*)b, N, C, eps, (bf16*)r.res,
-            (const bf16*)r.y, (const bf16*)r.ybias);
+/* C <= 1024: one wave of persistent warps with the rows spread evenly (each
+ * warp takes rows gw, gw + W, ...; W = warps launched, so no warp has more
+ * than one row over another). Rows are independent in the forward, so the
+ * grid may follow the device. */
+template <int NCH, bool VEC, bool RMS, bool RES>
+static void layernorm_forward_launch(floatX* out, float* mean, float* rstd, const floatX* inp, const floatX* w,
+                                     const floatX* b, int N, int C, float eps, LnRes r) {
+    auto kernel = layernorm_forward_kernel<NCH, VEC, RMS, RES>;
+    static int per_sm = 0;
+    if (per_sm == 0) {
+        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, LN_WARPS * 32, 0));
+        if (per_sm < 1) per_sm = 1;
+    }
+    const size_t slots = (size_t)per_sm * cuda_num_sms() * LN_WARPS; /* warps of one wave */
+    const size_t rows_per_warp = (N + slots - 1) / slots;
+    const unsigned grid = ceil_div_u(ceil_div_u(N, rows_per_warp), LN_WARPS);
+    kernel<<<grid, LN_WARPS * 32, 0, cuda_stream()>>>((bf16*)out, mean, rstd, (const bf16*)inp, (const bf16*)w,
+                                                      (const bf16*)b, N, C, eps, (bf16*)r.res, (const bf16*)r.y,
+                                                      (const bf16*)r.ybias);
     CUDA_CHECK_LAUNCH(RES ? "layernorm_forward_kernel<RES>"
                           : RMS ? "layernorm_forward_kernel<RMS>" : "layernorm_forward_kernel");
 }
 
-template <int NCH, bool RMS>
-static void layernorm_bwd_launch(bool vec, unsigned grid, int rpb, floatX* dinp, float* partial,
-                                 const floatX* dout, const floatX* inp, const floatX* w,
-                                 const float* mean, const float* rstd, int N, int C) {
+/* C > 1024: one row per warp */
+template <int NCH, bool RMS, bool RES>
+static void layernorm_forward_wide_launch(bool vec, floatX* out, float* mean, float* rstd, const floatX* inp,
+                                          const floatX* w, const floatX* b, int N, int C, float eps, LnRes r) {
+    const unsigned grid = ceil_div_u(N, LN_WARPS);
     if (vec)
-        layernorm_backward_kernel<NCH, true, RMS><<<grid, LN_WARPS * 32, 0, cuda_stream()>>>(
+        layernorm_forward_wide_kernel<NCH, true, RMS, RES><<<grid, LN_WARPS * 32, 0, cuda_stream()>>>(
+            (bf16*)out, mean, rstd, (const bf16*)inp, (const bf16*)w, (const bf16*)b, N, C, eps, (bf16*)r.res,
+            (const bf16*)r.y, (const bf16*)r.ybias);
+    else
+        layernorm_forward_wide_kernel<NCH, false, RMS, RES><<<grid, LN_WARPS * 32, 0, cuda_stream()>>>(
+            (bf16*)out, mean, rstd, (const bf16*)inp, (const bf16*)w, (const bf16*)b, N, C, eps, (bf16*)r.res,
+            (const bf16*)r.y, (const bf16*)r.ybias);
+    CUDA_CHECK_LAUNCH(RES ? "layernorm_forward_wide_kernel<RES>"
+                          : RMS ? "layernorm_forward_wide_kernel<RMS>" : "layernorm_forward_wide_kernel");
+}
+
+/* Fixed, not per-device: the reduction order depends on shapes only. 256
+ * blocks of 8 warps are one wave on an H200 at C <= 768 (2 blocks per SM of
+ * its 132), and fewer blocks mean fewer partial rows to add. */
+#define LN_BWD_MAX_BLOCKS 256
+
+/* n zeroed counters for colsum_tail (grown on demand, never shrunk): the
+ * backward's launches run in stream order and each leaves them zero */
+static unsigned* colsum_tail_counters(size_t n) {
+    static unsigned* buf = nullptr;
+    static size_t cap = 0;
+    if (n > cap) {
+        if (buf) ops_free(buf); /* ops_free waits for the device: no kernel still counts in it */
+        cap = n < 4096 ? 4096 : n;
+        buf = (unsigned*)ops_malloc(cap * sizeof(unsigned)); /* zero-filled */
+    }
+    return buf;
+}
+
+/* The grid of the C <= 1024 backward kernels, a function of N only: blocks
+ * of whole warps' worth of rows, at most LN_BWD_MAX_BLOCKS; the scratch of
+ * their partial rows and colsum_tail's group rows, and its counters. */
+struct LnBwdGrid {
+    int rpb, grid;
+    float *partial, *gpart;
+    unsigned* counters;
+};
+static LnBwdGrid ln_bwd_grid(int N, int C, int npart) {
+    LnBwdGrid g;
+    g.rpb = (int)ceil_div_u(N, LN_BWD_MAX_BLOCKS);
+    g.rpb = (g.rpb + LN_WARPS - 1) / LN_WARPS * LN_WARPS;
+    g.grid = (int)ceil_div_u(N, g.rpb);
+    const int ngroups = colsum_tail_groups(g.grid);
+    const size_t pstride = (size_t)npart * C;
+    g.partial = (float*)cuda_scratch(SCRATCH_LN_PARTIAL, (size_t)(g.grid + ngroups) * pstride * sizeof(float));
+    g.gpart = g.partial + (size_t)g.grid * pstride;
+    g.counters = colsum_tail_counters((size_t)ngroups + 1);
+    return g;
+}
+
+/* raise kernel's dynamic shared memory limit to smem if `raised` (the
+ * launcher's record of it) is below */
+template <typename Kernel>
+static void ln_smem_limit(Kernel kernel, size_t smem, size_t& raised) {
+    if (smem > raised) {
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        raised = smem;
+    }
+}
+
+/* C = 256 NCH with 16-byte accesses */
+template <int NCH, bool RMS>
+static void layernorm_backward_launch(floatX* dinp, float* dw, float* db, const floatX* dout, const floatX* inp,
+                                      const floatX* w, const float* mean, const float* rstd, int N, int C) {
+    constexpr int NPART = RMS ? 1 : 2;
+    const LnBwdGrid g = ln_bwd_grid(N, C, NPART);
+    auto kernel = layernorm_backward_kernel<NCH, RMS>;
+    const size_t smem = ((size_t)LN_WARPS * NPART * NCH * 256 + 2 * (size_t)g.rpb) * sizeof(float);
+    static size_t raised = 0; /* rpb, and so smem, grows with N */
+    ln_smem_limit(kernel, smem, raised);
+    kernel<<<g.grid, LN_WARPS * 32, smem, cuda_stream()>>>((bf16*)dinp, g.partial, g.gpart, g.counters, dw, db,
+                                                           (const bf16*)dout, (const bf16*)inp, (const bf16*)w, mean,
+                                                           rstd, N, C, g.rpb);
+    CUDA_CHECK_LAUNCH(RMS ? "layernorm_backward_kernel<RMS>" : "layernorm_backward_kernel");
+}
+
+/* any other C <= 1024 */
+template <int NCH, bool VEC, bool RMS>
+static void layernorm_backward_guarded_launch(floatX* dinp, float* dw, float* db, const floatX* dout,
+                                              const floatX* inp, const floatX* w, const float* mean,
+                                              const float* rstd, int N, int C) {
+    constexpr int NPART = RMS ? 1 : 2;
+    const LnBwdGrid g = ln_bwd_grid(N, C, NPART);
+    auto kernel = layernorm_backward_guarded_kernel<NCH, VEC, RMS>;
+    const size_t smem = (size_t)LN_WARPS * NPART * NCH * 256 * sizeof(float);
+    static size_t raised = 0;
+    ln_smem_limit(kernel, smem, raised);
+    kernel<<<g.grid, LN_WARPS * 32, smem, cuda_stream()>>>((bf16*)dinp, g.partial, g.gpart, g.counters, dw, db,
+                                                           (const bf16*)dout, (const bf16*)inp, (const bf16*)w, mean,
+                                                           rstd, N, C, g.rpb);
+    CUDA_CHECK_LAUNCH(RMS ? "layernorm_backward_guarded_kernel<RMS>" : "layernorm_backward_guarded_kernel");
+}
+
+/* C > 1024: the block partials to scratch, then colsum_finish adds them */
+template <int NCH, bool RMS>
+static void layernorm_backward_wide_launch(bool vec, floatX* dinp, float* dw, float* db, const floatX* dout,
+                                           const floatX* inp, const floatX* w, const float* mean, const float* rstd,
+                                           int N, int C) {
+    int rpb = (int)ceil_div_u(N, LN_BWD_MAX_BLOCKS);
+    if (rpb < LN_WARPS) rpb = LN_WARPS;
+    const unsigned grid = ceil_div_u(N, rpb);
+    const int npart = RMS ? 1 : 2; /* dw (and db) per block */
+    float* partial = (float*)cuda_scratch(SCRATCH_LN_PARTIAL, (size_t)grid * npart * C * sizeof(float));
+    if (vec)
+        layernorm_backward_wide_kernel<NCH, true, RMS><<<grid, LN_WARPS * 32, 0, cuda_stream()>>>(
             (bf16*)dinp, partial, (const bf16*)dout, (const bf16*)inp, (const bf16*)w, mean, rstd, N, C, rpb);
     else
-        layernorm_backward_kernel<NCH, false, RMS><<<grid, LN_WARPS * 32, 0, cuda_stream()>>>(
+        layernorm_backward_wide_kernel<NCH, false, RMS><<<grid, LN_WARPS * 32, 0, cuda_stream()>>>(
             (bf16*)dinp, partial, (const bf16*)dout, (const bf16*)inp, (const bf16*)w, mean, rstd, N, C, rpb);
-    CUDA_CHECK_LAUNCH(RMS ? "layernorm_backward_kernel<RMS>" : "layernorm_backward_kernel");
+    CUDA_CHECK_LAUNCH(RMS ? "layernorm_backward_wide_kernel<RMS>" : "layernorm_backward_wide_kernel");
+    colsum_finish(dw, partial, (int)grid, C, (size_t)npart * C);
+    if (!RMS) colsum_finish(db, partial + C, (int)grid, C, (size_t)npart * C);
 }
 
 static int ln_nch(const char* who, int C) {
     int nch = (int)ceil_div_u(ceil_div_u(C, 8), 32);
     if (nch < 1 || nch > LN_MAX_NCH)
-        FATAL("%s: C = %d is outside the supported 1..%d (raise LN_MAX_NCH in %s)", who, C,
-              32 * 8 * LN_MAX_NCH, __FILE__);
+        FATAL("%s: C = %d is outside the supported 1..%d (raise LN_MAX_NCH in ops/layernorm_kernels.cuh)", who, C,
+              32 * 8 * LN_MAX_NCH);
     return nch;
 }
 
@@ -284,15 +219,15 @@ static void norm_forward(const char* who, floatX* out, float* mean, float* rstd,
                      (RMS || is_aligned16(b)) &&
                      (!RES || (is_aligned16(r.res) && is_aligned16(r.y) && is_aligned16(r.ybias)));
     ln_with_nch<1>(nch, [&](auto k) {
-        layernorm_launch<decltype(k)::value, RMS, RES>(vec, out, mean, rstd, inp, w, b, N, C, eps, r);
+        constexpr int K = decltype(k)::value;
+        if constexpr (K <= LN_NARROW_NCH) {
+            if (vec) layernorm_forward_launch<K, true, RMS, RES>(out, mean, rstd, inp, w, b, N, C, eps, r);
+            else layernorm_forward_launch<K, false, RMS, RES>(out, mean, rstd, inp, w, b, N, C, eps, r);
+        } else {
+            layernorm_forward_wide_launch<K, RMS, RES>(vec, out, mean, rstd, inp, w, b, N, C, eps, r);
+        }
     });
 }
-
-/* Fixed, not per-device: the reduction order depends on shapes only. 256
- * blocks of 8 warps are one wave on an H200 for C <= 768 (128 registers a
- * thread, 2 blocks per SM; C = 1024 takes 162 and fits 1),
- * and fewer blocks mean fewer partial sums for colsum_finish. */
-#define LN_BWD_MAX_BLOCKS 256
 
 /* db and mean are NULL for RMS */
 template <bool RMS>
@@ -301,16 +236,19 @@ static void norm_backward(const char* who, floatX* dinp, float* dw, float* db, c
     if (N <= 0) return;
     const int nch = ln_nch(who, C);
     const bool vec = rows_vec_ok(C) && is_aligned16(dinp) && is_aligned16(dout) && is_aligned16(inp) && is_aligned16(w);
-    int rpb = (int)ceil_div_u(N, LN_BWD_MAX_BLOCKS);
-    if (rpb < LN_WARPS) rpb = LN_WARPS;
-    const unsigned grid = ceil_div_u(N, rpb);
-    const int npart = RMS ? 1 : 2;   /* dw (and db) per block */
-    float* partial = (float*)cuda_scratch(SCRATCH_LN_PARTIAL, (size_t)grid * npart * C * sizeof(float));
     ln_with_nch<1>(nch, [&](auto k) {
-        layernorm_bwd_launch<decltype(k)::value, RMS>(vec, grid, rpb, dinp, partial, dout, inp, w, mean, rstd, N, C);
+        constexpr int K = decltype(k)::value;
+        if constexpr (K <= LN_NARROW_NCH) {
+            if (vec && C == K * 256)
+                layernorm_backward_launch<K, RMS>(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+            else if (vec)
+                layernorm_backward_guarded_launch<K, true, RMS>(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+            else
+                layernorm_backward_guarded_launch<K, false, RMS>(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+        } else {
+            layernorm_backward_wide_launch<K, RMS>(vec, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+        }
     });
-    colsum_finish(dw, partial, (int)grid, C, (size_t)npart * C);
-    if (!RMS) colsum_finish(db, partial + C, (int)grid, C, (size_t)npart * C);
 }
 
 void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp,

@@ -20,7 +20,9 @@
  *   - determinism: ops with cross-row reductions run twice from identical
  *     state and must give bit-identical results;
  *   - shapes: GPT-2-like (C = 768) and awkward ones (N not a multiple of any
- *     tile, C not a multiple of 8 -> scalar paths, vocab slices with padding).
+ *     tile, C not a multiple of 8 -> scalar paths, vocab slices with padding;
+ *     for the norms, every kind of kernel of ops/layernorm_kernels.cuh and
+ *     grids that cut colsum_tail's groups unevenly).
  *
  * Tolerances: tests/ops_gpu_testing.h (TOL_*), with their reasons.
  *
@@ -637,10 +639,12 @@ int main(int argc, char** argv) {
         test_position(2, 5, 36);
     }
     GROUP("layernorm") {
-        test_layernorm(37, 768);
-        test_layernorm(64, 1600); /* GPT-2 XL width, 7 chunks per lane */
-        test_layernorm(19, 36);   /* scalar path */
-        test_layernorm(4100, 200); /* 242 blocks of partial sums: colsum_finish's lanes, uneven */
+        test_layernorm(37, 768);   /* whole 256-column chunks: the unguarded backward */
+        test_layernorm(64, 1600);  /* GPT-2 XL width, 7 chunks per lane: the wide kernels */
+        test_layernorm(19, 36);    /* scalar path */
+        test_layernorm(4100, 200); /* the guarded backward: 171 blocks, 11 groups of colsum_tail, the last of 11 */
+        test_layernorm(3000, 768); /* 188 blocks, 12 groups of colsum_tail, the last of 12 */
+        test_layernorm(70, 1024);  /* the widest row of the register-resident kernels (4 chunks per lane) */
     }
     GROUP("matmul") {
         test_matmul(37, 768, 2304, true); /* qkv-like, N not a multiple of any tile */
@@ -652,6 +656,8 @@ int main(int argc, char** argv) {
         test_bias_residual_gelu(37, 2304, 37 * 768 + 5);
         test_bias_residual_gelu(5, 36, 101);
         test_bias_residual_gelu(3000, 40, 101); /* bias_backward over 94 row chunks */
+        test_bias_residual_gelu(5000, 520, 101); /* 3 column blocks of bias_backward, the last 8 columns wide */
+        test_bias_residual_gelu(300, 3072, 101); /* the fc bias width: 12 column blocks */
     }
     GROUP("fused") {
         test_matmul_gelu(37, 768, 3072, true); /* fc-like */
@@ -661,7 +667,9 @@ int main(int argc, char** argv) {
         test_gelu_matmul_backward(40, 72, 200);
         test_gelu_matmul_backward(33, 36, 200);   /* IC % 8 != 0: the fallback */
         test_residual_layernorm(37, 768);
-        test_residual_layernorm(64, 1600);
+        test_residual_layernorm(3000, 768);       /* many rows per persistent warp */
+        test_residual_layernorm(70, 1024);        /* the widest row of the register-resident forward */
+        test_residual_layernorm(64, 1600);        /* the wide forward */
         test_residual_layernorm(19, 36);          /* scalar path */
     }
     GROUP("attention") {

@@ -18,8 +18,9 @@
  * Weights are random (GPT-2 init scale), tokens random; no communication
  * (the TP exchanges of gpt.c are no-ops at TP = 1). Each op's time is the
  * device time between events recorded around it, summed per op kind over a
- * step; "rate" is FLOP/s for matrix ops and bytes moved (each input read
- * once, each output written once) per second for the rest.
+ * step (the mean of OP_STEPS steps); "rate" is FLOP/s for matrix ops and
+ * bytes moved (each input read once, each output written once) per second
+ * for the rest.
  */
 #include <math.h>
 #include <stdint.h>
@@ -102,6 +103,8 @@ static cudaEvent_t next_event() {
             call;                                                           \
         }                                                                   \
     } while (0)
+
+#define OP_STEPS 5 /* steps timed op by op; the table shows their mean */
 
 static void collect() {
     CUDA_CHECK(cudaStreamSynchronize(stream()));
@@ -227,26 +230,29 @@ static bool g_fused = true; /* gpt.c's fused ops (false: the separate ops they r
 static double train_step(Model& M) {
     const int B = M.B, T = M.T, C = M.C, N = M.N, L = M.L, NH = M.NH, hs = M.hs, Vp = M.Vp, V = M.V;
     const double nc = (double)N * C, att_f = 2.0 * B * NH * (double)T * T * hs; /* causal: 2 matmuls x T^2/2 */
+    /* the norms' bytes: the bf16 rows each way plus the fp32 mean and rstd (w, b: C wide, negligible);
+     * the backward reads dout, x and dinp (it accumulates) and writes dinp: 4 row transfers */
+    const double ln_fwd_b = 4.0 * nc + 8.0 * N, res_ln_b = 8.0 * nc + 8.0 * N, ln_bwd_b = 8.0 * nc + 8.0 * N;
     TIMED("encoder_forward", 0, 4.0 * nc, encoder_forward(M.x0, M.tok, W(M, WTE), N, C, 0, Vp));
     TIMED("position_forward", 0, 6.0 * nc, position_forward(M.x0, W(M, WPE), B, T, C));
     /* fused: the first norm alone, every later one inside residual_layernorm_forward */
     if (g_fused)
-        TIMED("layernorm_forward", 0, 4.0 * nc, layernorm_forward(M.layer[0].ln1, M.layer[0].ln1_mean, M.layer[0].ln1_rstd, M.x0, W(M, LN1W, 0), W(M, LN1B, 0), N, C));
+        TIMED("layernorm_forward", 0, ln_fwd_b, layernorm_forward(M.layer[0].ln1, M.layer[0].ln1_mean, M.layer[0].ln1_rstd, M.x0, W(M, LN1W, 0), W(M, LN1B, 0), N, C));
     for (int l = 0; l < L; l++) {
         auto& a = M.layer[l];
         floatX* x = l == 0 ? M.x0 : M.layer[l - 1].res3;
         if (!g_fused)
-            TIMED("layernorm_forward", 0, 4.0 * nc, layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, W(M, LN1W, l), W(M, LN1B, l), N, C));
+            TIMED("layernorm_forward", 0, ln_fwd_b, layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, W(M, LN1W, l), W(M, LN1B, l), N, C));
         TIMED("matmul_forward", mm_f(N, C, 3 * C), 0, matmul_forward(a.qkv, a.ln1, W(M, QKVW, l), W(M, QKVB, l), N, C, 3 * C));
         TIMED("attention_forward", att_f, 0, attention_forward(a.atty, a.lse, a.qkv, B, T, NH, hs));
         TIMED("matmul_forward", mm_f(N, C, C), 0, matmul_forward(a.attproj, a.atty, W(M, APW, l), nullptr, N, C, C));
         if (g_fused) {
-            TIMED("residual_layernorm_forward", 0, 8.0 * nc, residual_layernorm_forward(a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, x, a.attproj, W(M, APB, l), W(M, LN2W, l), W(M, LN2B, l), N, C));
+            TIMED("residual_layernorm_forward", 0, res_ln_b, residual_layernorm_forward(a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, x, a.attproj, W(M, APB, l), W(M, LN2W, l), W(M, LN2B, l), N, C));
             TIMED("matmul_gelu_forward", mm_f(N, C, 4 * C), 0, matmul_gelu_forward(a.fch_gelu, a.fch, a.ln2, W(M, FCW, l), W(M, FCB, l), N, C, 4 * C));
         } else {
             TIMED("bias_forward", 0, 4.0 * nc, bias_forward(a.attproj, W(M, APB, l), N, C));
             TIMED("residual_forward", 0, 6.0 * nc, residual_forward(a.res2, x, a.attproj, (size_t)N * C));
-            TIMED("layernorm_forward", 0, 4.0 * nc, layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, W(M, LN2W, l), W(M, LN2B, l), N, C));
+            TIMED("layernorm_forward", 0, ln_fwd_b, layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, W(M, LN2W, l), W(M, LN2B, l), N, C));
             TIMED("matmul_forward", mm_f(N, C, 4 * C), 0, matmul_forward(a.fch, a.ln2, W(M, FCW, l), W(M, FCB, l), N, C, 4 * C));
             TIMED("gelu_forward", 0, 16.0 * nc, gelu_forward(a.fch_gelu, a.fch, (size_t)N * 4 * C));
         }
@@ -255,7 +261,7 @@ static double train_step(Model& M) {
             /* the next norm: layer l+1's ln1, or lnf after the last layer */
             const bool last = l == L - 1;
             Model::Layer* nx = last ? nullptr : &M.layer[l + 1];
-            TIMED("residual_layernorm_forward", 0, 8.0 * nc,
+            TIMED("residual_layernorm_forward", 0, res_ln_b,
                   residual_layernorm_forward(a.res3, last ? M.lnf : nx->ln1, last ? M.lnf_mean : nx->ln1_mean, last ? M.lnf_rstd : nx->ln1_rstd,
                                              a.res2, a.fcproj, W(M, FPB, l), last ? W(M, LNFW) : W(M, LN1W, l + 1), last ? W(M, LNFB) : W(M, LN1B, l + 1), N, C));
         } else {
@@ -266,7 +272,7 @@ static double train_step(Model& M) {
     floatX* last = M.layer[L - 1].res3;
     const double nv = (double)N * Vp;
     if (!g_fused)
-        TIMED("layernorm_forward", 0, 4.0 * nc, layernorm_forward(M.lnf, M.lnf_mean, M.lnf_rstd, last, W(M, LNFW), W(M, LNFB), N, C));
+        TIMED("layernorm_forward", 0, ln_fwd_b, layernorm_forward(M.lnf, M.lnf_mean, M.lnf_rstd, last, W(M, LNFW), W(M, LNFB), N, C));
     TIMED("matmul_forward (lm head)", mm_f(N, C, Vp), 0, matmul_forward(M.logits, M.lnf, W(M, WTE), nullptr, N, C, Vp));
     TIMED("crossentropy (3 kernels)", 0, 2.0 * nv, crossentropy_max(M.ce_mx, M.logits, N, Vp, 0, V));
     TIMED("crossentropy (3 kernels)", 0, 2.0 * nv, crossentropy_stats(M.ce_stats, M.logits, M.ce_mx, M.tgt, N, Vp, 0, V));
@@ -276,7 +282,7 @@ static double train_step(Model& M) {
     TIMED("ops_zero", 0, 4.0 * M.total, ops_zero(M.grads, M.total * 4));
     TIMED("matmul_backward (lm head)", 2 * mm_f(N, C, Vp), 0, matmul_backward(M.dln, G(M, WTE), nullptr, M.logits, M.lnf, W(M, WTE), N, C, Vp));
     TIMED("ops_zero", 0, 2.0 * nc, ops_zero(M.dres, (size_t)N * C * 2));
-    TIMED("layernorm_backward", 0, 10.0 * nc, layernorm_backward(M.dres, G(M, LNFW), G(M, LNFB), M.dln, last, W(M, LNFW), M.lnf_mean, M.lnf_rstd, N, C));
+    TIMED("layernorm_backward", 0, ln_bwd_b, layernorm_backward(M.dres, G(M, LNFW), G(M, LNFB), M.dln, last, W(M, LNFW), M.lnf_mean, M.lnf_rstd, N, C));
     for (int l = L - 1; l >= 0; l--) {
         auto& a = M.layer[l];
         floatX* x = l == 0 ? M.x0 : M.layer[l - 1].res3;
@@ -288,12 +294,12 @@ static double train_step(Model& M) {
             TIMED("gelu_backward", 0, 24.0 * nc, gelu_backward(M.dfch, a.fch, M.dfch_gelu, (size_t)N * 4 * C));
         }
         TIMED("matmul_backward", 2 * mm_f(N, C, 4 * C), 0, matmul_backward(M.dln, G(M, FCW, l), G(M, FCB, l), M.dfch, a.ln2, W(M, FCW, l), N, C, 4 * C));
-        TIMED("layernorm_backward", 0, 10.0 * nc, layernorm_backward(M.dres, G(M, LN2W, l), G(M, LN2B, l), M.dln, a.res2, W(M, LN2W, l), a.ln2_mean, a.ln2_rstd, N, C));
+        TIMED("layernorm_backward", 0, ln_bwd_b, layernorm_backward(M.dres, G(M, LN2W, l), G(M, LN2B, l), M.dln, a.res2, W(M, LN2W, l), a.ln2_mean, a.ln2_rstd, N, C));
         TIMED("bias_backward", 0, 2.0 * nc, bias_backward(G(M, APB, l), M.dres, N, C));
         TIMED("matmul_backward", 2 * mm_f(N, C, C), 0, matmul_backward(M.datty, G(M, APW, l), nullptr, M.dres, a.atty, W(M, APW, l), N, C, C));
         TIMED("attention_backward", 2.5 * att_f, 0, attention_backward(M.dqkv, M.datty, a.qkv, a.atty, a.lse, B, T, NH, hs));
         TIMED("matmul_backward", 2 * mm_f(N, C, 3 * C), 0, matmul_backward(M.dln, G(M, QKVW, l), G(M, QKVB, l), M.dqkv, a.ln1, W(M, QKVW, l), N, C, 3 * C));
-        TIMED("layernorm_backward", 0, 10.0 * nc, layernorm_backward(M.dres, G(M, LN1W, l), G(M, LN1B, l), M.dln, x, W(M, LN1W, l), a.ln1_mean, a.ln1_rstd, N, C));
+        TIMED("layernorm_backward", 0, ln_bwd_b, layernorm_backward(M.dres, G(M, LN1W, l), G(M, LN1B, l), M.dln, x, W(M, LN1W, l), a.ln1_mean, a.ln1_rstd, N, C));
     }
     TIMED("position_backward", 0, 2.0 * nc, position_backward(G(M, WPE), M.dres, B, T, C));
     TIMED("encoder_backward", 0, 6.0 * nc, encoder_backward(G(M, WTE), M.dres, M.plan, N, C, Vp));
@@ -310,6 +316,21 @@ static double train_step(Model& M) {
     StepScalars st;
     ops_to_host(&st, M.step, sizeof(st));   /* the step's one read, as the trainer's after its sync */
     return st.loss;
+}
+
+/* g_stats := the mean per step of OP_STEPS steps timed op by op */
+static void time_ops(Model& M) {
+    g_stats.clear();
+    g_timing = true;
+    for (int i = 0; i < OP_STEPS; i++) train_step(M);
+    collect();
+    g_timing = false;
+    for (auto& kv : g_stats) {
+        kv.second.calls /= OP_STEPS;
+        kv.second.ms /= OP_STEPS;
+        kv.second.flops /= OP_STEPS;
+        kv.second.bytes /= OP_STEPS;
+    }
 }
 
 int main(int argc, char** argv) {
@@ -384,11 +405,8 @@ int main(int argc, char** argv) {
         CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
         step_ms.push_back(ms);
     }
-    /* one more step with per-op events (they add a little overhead of their own) */
-    g_timing = true;
-    train_step(M);
-    collect();
-    g_timing = false;
+    /* OP_STEPS more steps with per-op events (they add a little overhead of their own) */
+    time_ops(M);
 
     std::sort(step_ms.begin(), step_ms.end());
     const double med = step_ms[step_ms.size() / 2];

@@ -211,6 +211,20 @@ static inline T __ldg(const T* p) {
     return *p;
 }
 
+/* the cache-hinted loads (ld.global.cs / .cg): plain loads here, checked as __ldg's are */
+template <typename T>
+static inline T __ldcs(const T* p) {
+    emu_check_global(p, sizeof(T), alignof(T), "__ldcs");
+    return *p;
+}
+template <typename T>
+static inline T __ldcg(const T* p) {
+    emu_check_global(p, sizeof(T), alignof(T), "__ldcg");
+    return *p;
+}
+/* one thread runs at a time and memory is the host's: every store is already visible */
+static inline void __threadfence(void) {}
+
 /* ---- atomics: one thread runs at a time, so plain read-modify-writes are atomic ---------- */
 static inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) { unsigned long long o = *p; *p += v; return o; }
 static inline unsigned atomicAdd(unsigned* p, unsigned v) { unsigned o = *p; *p += v; return o; }
