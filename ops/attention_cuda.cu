@@ -110,8 +110,10 @@ static void attn_backward_launch(bf16* dqkv, const bf16* dout, const bf16* qkv, 
         const size_t smem = DkvCfg<HS>::SMEM;
         attn_set_smem(attn_bwd_dkdv_kernel<HS>, smem, &smem_dkdv);
         dim3 grid(NKV, B, (T + DkvCfg<HS>::BN - 1) / DkvCfg<HS>::BN);   /* one block per kv head */
+        /* the per-step lse and D rows go by cp.async when they are 16-byte aligned */
+        const int rows16 = T % 4 == 0 && is_aligned16(lse) && is_aligned16(Dbuf);
         attn_bwd_dkdv_kernel<HS><<<grid, ATT_THREADS, smem, s>>>(dqkv, dout, qkv, lse, Dbuf, T, NH, NKV, scale_log2,
-                                                                 scale);
+                                                                 scale, rows16);
         CUDA_CHECK_LAUNCH("attn_bwd_dkdv_kernel");
     }
     {

@@ -344,7 +344,7 @@ struct DkvCfg {
 template <int HS>
 __global__ void __launch_bounds__(ATT_THREADS, DkvCfg<HS>::MINB)
 attn_bwd_dkdv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* Dbuf,
-                     int T, int NH, int NKV, float scale_log2, float scale) {
+                     int T, int NH, int NKV, float scale_log2, float scale, int rows16) {
     using Cfg = DkvCfg<HS>;
     constexpr int BN = Cfg::BN, BQ = Cfg::BQ, STR = Cfg::STR, NS = Cfg::NS;
     constexpr int KS = HS / 16;
@@ -382,7 +382,7 @@ attn_bwd_dkdv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float*
         load_tile<BQ, HS>(sO + stage * BQ * STR, ob + (size_t)h * HS, os, q0, T);
         const float* lg = lse + ((size_t)b * NH + h) * T;
         const float* dg = Dbuf + ((size_t)b * NH + h) * T;
-        if (T % 4 == 0) { /* rows 16-byte aligned: copied with the tiles, no wait for a load here */
+        if (rows16) { /* lse and D rows 16-byte aligned (T % 4 == 0): copied with the tiles, no wait here */
             for (int c = threadIdx.x; c < BQ / 4; c += ATT_THREADS) {
                 const int q = q0 + 4 * c;
                 const bool ok = q < T; /* the 4 rows of a chunk are all inside T or all past it */
