@@ -71,9 +71,13 @@ enum ScratchSlot {
     SCRATCH_ATTN_D,          /* attention_backward: D = rowsum(dout * out) */
     SCRATCH_REDUCE,          /* the reductions of reduce_cuda.cu */
     SCRATCH_ROPE,            /* rope_forward / rope_backward: the cos / sin table */
+    SCRATCH_LN_COUNTERS,     /* layernorm_backward: colsum_tail's tickets (zeroed) */
     SCRATCH_NSLOTS
 };
 void* cuda_scratch(int slot, size_t bytes);
+/* the same, zero-filled when (re)allocated: for counters that every kernel
+ * using them leaves at zero, so they are never cleared per call */
+void* cuda_scratch_zeroed(int slot, size_t bytes);
 /* host-pinned staging, also per slot (the reductions' results for the host) */
 void* cuda_pinned(int slot, size_t bytes);
 

@@ -90,17 +90,10 @@ static void layernorm_forward_wide_launch(bool vec, floatX* out, float* mean, fl
  * its 132), and fewer blocks mean fewer partial rows to add. */
 #define LN_BWD_MAX_BLOCKS 256
 
-/* n zeroed counters for colsum_tail (grown on demand, never shrunk): the
- * backward's launches run in stream order and each leaves them zero */
+/* n zeroed counters for colsum_tail: the backward's launches run in stream
+ * order and each leaves them zero */
 static unsigned* colsum_tail_counters(size_t n) {
-    static unsigned* buf = nullptr;
-    static size_t cap = 0;
-    if (n > cap) {
-        if (buf) ops_free(buf); /* ops_free waits for the device: no kernel still counts in it */
-        cap = n < 4096 ? 4096 : n;
-        buf = (unsigned*)ops_malloc(cap * sizeof(unsigned)); /* zero-filled */
-    }
-    return buf;
+    return (unsigned*)cuda_scratch_zeroed(SCRATCH_LN_COUNTERS, n * sizeof(unsigned));
 }
 
 /* The grid of the C <= 1024 backward kernels, a function of N only: blocks
