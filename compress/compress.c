@@ -104,7 +104,7 @@ static void cast_encode(const CompressParams* p, const float* x, size_t n, uint6
     rng_cursor_init(&rng, p->seed, stream);
     for (size_t i = 0; i < n; i++) {
         if (isfinite(x[i]) && fabsf(x[i]) > L) st->saturated++;
-        codes[i] = p->stochastic ? fp8_encode_sr(x[i], p->format, rng_cursor_u32(&rng, i)) : fp8_encode(x[i], p->format);
+        codes[i] = p->stochastic ? fp8_encode_sr(x[i], p->format, rng_sr_word(&rng, i)) : fp8_encode(x[i], p->format);
     }
 }
 
@@ -143,7 +143,7 @@ static void int8_encode(const CompressParams* p, const float* x, size_t n, uint6
                 if (p->stochastic) {
                     float fl = floorf(a);
                     uint32_t F = (uint32_t)((a - fl) * 4294967296.0f);
-                    r = fl + (((uint64_t)F + rng_cursor_u32(&rng, i) >= 0x100000000ull) ? 1.0f : 0.0f);
+                    r = fl + (((uint64_t)F + rng_sr_word(&rng, i) >= 0x100000000ull) ? 1.0f : 0.0f);
                 } else {
                     r = rintf(a);
                 }

@@ -191,6 +191,12 @@ void decompress_jobs_dev(const CompressParams* p_in, const CompressJobDev* jobs,
  * mismatches (0 expected), *first_bad the smallest mismatching pattern.
  * Synchronous; about a second. */
 unsigned long long compress_dev_selftest_fp8(Fp8Format f, uint32_t* first_bad);
+/* Stochastic rounding's arithmetic (cuda_device.cuh's sr_cut and the cast)
+ * against the integer encoder with rng_sr_word's words, for the float
+ * patterns 0, step, 2 step, ... (step 1: all of them) and 8 random bytes:
+ * returns the number of mismatches (0 expected), *first_bad the smallest
+ * mismatching pattern. Synchronous; a few seconds at step 1. */
+unsigned long long compress_dev_selftest_sr(Fp8Format f, uint64_t step, uint32_t* first_bad);
 /* The Philox words the kernels draw for elements 0..n-1 of (seed, stream)
  * into words_host (compare with rng_u32), and the number of elements where
  * curand_init(seed, stream, i) + curand() disagrees with them (0 expected). */

@@ -352,7 +352,30 @@ __device__ __forceinline__ float prep_amax_r(const Prep& p) {
     return m;
 }
 
-/* four codes of v[4i..4i+3], RNE (hardware, satfinite) or SR (integer encoder) */
+/* The unit's codes with stochastic rounding: sub-block sb takes Philox
+ * block SB u + sb, element 16 sb + 4 k + b byte b of its word k (rng.h's
+ * rng_sr_word: element i, byte i % 4 of word i / 4). */
+template <int FMT, bool TINY>
+__device__ __forceinline__ void quantize_sr(const Codec& c, const float (&v)[UNIT], unsigned u, u64 stream, Row<1>& out) {
+#pragma unroll
+    for (int sb = 0; sb < SB; sb++) {
+        const uint4 q = philox_block(c.seed, stream, (u64)SB * u + (u64)sb);
+        const unsigned w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const int j = 16 * sb + 4 * k;
+            float t[4];
+#pragma unroll
+            for (int b = 0; b < 4; b++) t[b] = sr_cut<FMT, TINY>(v[j + b], (w[k] >> (8 * b)) & 0xFFu);
+            row_set_word(out, 4 * sb + k, fp8x2_rne<FMT>(t[0], t[1]) | (fp8x2_rne<FMT>(t[2], t[3]) << 16));
+        }
+    }
+}
+
+/* four codes of v[4i..4i+3], RNE (hardware, satfinite) or SR. SR needs
+ * |v| <= 2^127 (sr_cut); a warp with a value below the fp8 normal range
+ * (TACO's groups rarely have one; a zero counts) takes sr_cut's longer form.
+ * Every lane of the warp calls. */
 template <int FMT, bool SR>
 __device__ __forceinline__ void quantize(const Codec& c, const float (&v)[UNIT], unsigned u, u64 stream, Row<1>& out) {
     if constexpr (!SR) {
@@ -360,20 +383,19 @@ __device__ __forceinline__ void quantize(const Codec& c, const float (&v)[UNIT],
         for (int i = 0; i < UNIT / 4; i++)
             row_set_word(out, i, fp8x2_rne<FMT>(v[4 * i], v[4 * i + 1]) | (fp8x2_rne<FMT>(v[4 * i + 2], v[4 * i + 3]) << 16));
     } else {
-        /* the integer encoder with Philox words: a loop over local copies
-         * (each step is dozens of instructions; unrolling 16 would bloat) */
-        float t[UNIT];
-        unsigned w[UNIT / 4];
-        to_local(v, t);
-#pragma unroll 1
-        for (int i = 0; i < UNIT / 4; i++) {
-            const uint4 r = philox_block(c.seed, stream, (u64)(UNIT / 4) * u + (u64)i);
-            w[i] = fp8_encode_sw<FMT>(t[4 * i], true, r.x) | (fp8_encode_sw<FMT>(t[4 * i + 1], true, r.y) << 8) |
-                   (fp8_encode_sw<FMT>(t[4 * i + 2], true, r.z) << 16) | (fp8_encode_sw<FMT>(t[4 * i + 3], true, r.w) << 24);
-        }
+        float m = fabsf(v[0]);
 #pragma unroll
-        for (int i = 0; i < UNIT / 4; i++) row_set_word(out, i, w[i]);
+        for (int j = 1; j < UNIT; j++) m = fminf(m, fabsf(v[j]));
+        if (__ballot_sync(0xFFFFFFFFu, !(m >= Fp8T<FMT>::MIN_NORMAL))) quantize_sr<FMT, true>(c, v, u, stream, out);
+        else quantize_sr<FMT, false>(c, v, u, stream, out);
     }
+}
+
+/* sr_cut's bound: |v| <= 2^127, NaN to +2^127 (a NaN from overflow, which the
+ * CPU encodes as +inf); every value beyond the fp8 range encodes to +-max */
+__device__ __forceinline__ void sr_clamp(float (&v)[UNIT]) {
+#pragma unroll
+    for (int j = 0; j < UNIT; j++) v[j] = isnan(v[j]) ? 0x1p127f : fminf(fmaxf(v[j], -0x1p127f), 0x1p127f);
 }
 
 /* taco.c step 5 for the group of sub-block sb: returns k_m, *b = the wire exponent */
@@ -430,6 +452,7 @@ __device__ __forceinline__ void fp8_encode_unit(const Codec& c, float (&v)[UNIT]
             for (int j = 0; j < UNIT; j++)
                 if (!((sc.nfmask >> j) & 1ull) && fabsf(v[j]) > c.L) ts.sat++;
         }
+        if (SR && (a > c.L || sc.nfmask)) sr_clamp(v); /* +-inf and huge values (NaN slots are overwritten) */
         quantize<FMT, SR>(c, v, u, stream, out);
         if (sc.nanmask) set_nan_codes(out, sc.nanmask);
         return;
@@ -502,6 +525,7 @@ __device__ __forceinline__ void fp8_finish_unit(const Codec& c, float (&v)[UNIT]
             }
         }
         ts.sat += s;
+        if (SR) sr_clamp(v);
     }
     quantize<FMT, SR>(c, v, u, stream, out);
     if (sc.nfmask) set_nan_codes(out, sc.nfmask);
@@ -509,7 +533,7 @@ __device__ __forceinline__ void fp8_finish_unit(const Codec& c, float (&v)[UNIT]
 
 /* int8_group (compress.c int8_encode): step d = amax / 127 per group, q =
  * round(x * (127 / amax)) (x / d where 127 / amax overflows), -128 for
- * NaN/inf; RNE, or SR with F = frac * 2^32. RNE rounds by the 1.5 * 2^23
+ * NaN/inf; RNE, or SR with F = frac * 2^32 and rng_sr_word's byte. RNE rounds by the 1.5 * 2^23
  * trick: adding it leaves round(t) in the low bits of the sum, the same
  * ties-to-even rounding as rintf. */
 __device__ __forceinline__ void int8_encode_unit(const Codec& c, const float (&v)[UNIT], const Scan& sc, unsigned u,
@@ -521,7 +545,7 @@ __device__ __forceinline__ void int8_encode_unit(const Codec& c, const float (&v
     for (int sb = 0; sb < SB; sb++) a[sb] = sc.amax[sb];
     group_max(a, c);
     float d[SB], inv[SB];
-    bool slow = sc.nfmask != 0ull || c.stochastic;
+    bool slow = sc.nfmask != 0ull;
 #pragma unroll
     for (int sb = 0; sb < SB; sb++) {
         const float am = __uint_as_float(a[sb]);
@@ -531,7 +555,7 @@ __device__ __forceinline__ void int8_encode_unit(const Codec& c, const float (&v
         if (go.exps && 16 * sb < nv && ((16 * sb) & (c.G - 1)) == 0 && (lane & (c.tpg - 1)) == 0)
             store_u32_any(go.exps + 4 * (size_t)((((u64)UNIT * u + 16u * (unsigned)sb) >> c.lg) - go.g0), __float_as_uint(d[sb]));
     }
-    if (!slow) {
+    if (!slow && !c.stochastic) {
 #pragma unroll
         for (int i = 0; i < UNIT / 4; i++) {
             unsigned w = 0u;
@@ -545,6 +569,35 @@ __device__ __forceinline__ void int8_encode_unit(const Codec& c, const float (&v
         }
         return;
     }
+    if (!slow) {
+        /* SR: with the random byte r, |q| = (floor(512 |t|) + 2r + 1) >> 9,
+         * the CPU's "up iff F + rnd >= 2^32" for rnd = rng_sr_word (only F's
+         * first 9 bits, floor(512 frac |t|), decide). 512 |t| is exact and
+         * below 2^24 (|t| is clamped to 256: anything above 128 saturates). */
+        unsigned sat = 0u;
+#pragma unroll
+        for (int sb = 0; sb < SB; sb++) {
+            const uint4 q4 = philox_block(c.seed, stream, (u64)SB * u + (u64)sb);
+            const unsigned rw[4] = {q4.x, q4.y, q4.z, q4.w};
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                unsigned w = 0u;
+#pragma unroll
+                for (int b = 0; b < 4; b++) {
+                    const int j = 16 * sb + 4 * k + b;
+                    const float t = __fmul_rn(v[j], inv[sb]);
+                    const unsigned t9 = __float2uint_rz(__fmul_rn(fminf(fabsf(t), 256.0f), 512.0f));
+                    unsigned q = (t9 + 2u * ((rw[k] >> (8 * b)) & 0xFFu) + 1u) >> 9;
+                    sat += q > 127u ? 1u : 0u;
+                    q = min(q, 127u);
+                    w |= ((t < 0.0f ? 0u - q : q) & 0xFFu) << (8 * b);
+                }
+                row_set_word(out, 4 * sb + k, w);
+            }
+        }
+        ts.sat += sat;
+        return;
+    }
     /* nonfinite, stochastic, or a step the reciprocal cannot take: element by
      * element over local copies (the rare path, and SR) */
     float t[UNIT];
@@ -552,9 +605,12 @@ __device__ __forceinline__ void int8_encode_unit(const Codec& c, const float (&v
     to_local(v, t);
 #pragma unroll 1
     for (int i = 0; i < UNIT / 4; i++) {
-        uint4 r = make_uint4(0u, 0u, 0u, 0u);
-        if (c.stochastic) r = philox_block(c.seed, stream, (u64)(UNIT / 4) * u + (u64)i);
-        const unsigned rw[4] = {r.x, r.y, r.z, r.w};
+        /* SR: word i % 4 of Philox block SB u + i / 4, byte b for element 4 i + b (rng_sr_word) */
+        unsigned wd4 = 0u;
+        if (c.stochastic) {
+            const uint4 r = philox_block(c.seed, stream, (u64)SB * u + (u64)(i >> 2));
+            wd4 = (i & 3) == 0 ? r.x : (i & 3) == 1 ? r.y : (i & 3) == 2 ? r.z : r.w;
+        }
         unsigned wd = 0u;
         for (int b = 0; b < 4; b++) {
             const int j = 4 * i + b, sb = j >> 4;
@@ -570,7 +626,8 @@ __device__ __forceinline__ void int8_encode_unit(const Codec& c, const float (&v
                 if (c.stochastic) {
                     const float fl = floorf(at);
                     const unsigned F = __float2uint_rz(__fmul_rn(__fsub_rn(at, fl), 4294967296.0f));
-                    rr = __fadd_rn(fl, ((u64)F + rw[b] >= 0x100000000ull) ? 1.0f : 0.0f);
+                    const unsigned rnd = (((wd4 >> (8 * b)) & 0xFFu) << 24) | 0x800000u;
+                    rr = __fadd_rn(fl, ((u64)F + rnd >= 0x100000000ull) ? 1.0f : 0.0f);
                 } else {
                     rr = rintf(at);
                 }

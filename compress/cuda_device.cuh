@@ -51,12 +51,14 @@ typedef unsigned long long u64;
 template <int FMT> struct Fp8T;
 template <> struct Fp8T<FP8_E4M3> {
     static constexpr int MB = 3, BIAS = 7;
+    static constexpr float MIN_NORMAL = 0x1p-6f;
     static constexpr int SHIFT = 20; /* (code & 0x7F) << SHIFT: the fp8 value times 2^-BA, as float bits */
     static constexpr int BA = 120;   /* 127 - BIAS */
     static constexpr unsigned MAXC = 0x7Eu;
 };
 template <> struct Fp8T<FP8_E5M2> {
     static constexpr int MB = 2, BIAS = 15, SHIFT = 21, BA = 112;
+    static constexpr float MIN_NORMAL = 0x1p-14f;
     static constexpr unsigned MAXC = 0x7Bu;
 };
 
@@ -114,7 +116,9 @@ __device__ __forceinline__ void store_u32_any(uint8_t* p, unsigned v) {
 /* FP8 codes                                                                   */
 
 /* fp8.c's fp8_encode_core, integer operation for integer operation: RNE or
- * stochastic rounding (up iff F + rnd >= 2^32), saturating, NaN -> 0x7F. */
+ * stochastic rounding (up iff F + rnd >= 2^32), saturating, NaN -> 0x7F.
+ * The kernels use it for RNE under -DCOMPRESS_CUDA_SOFT_FP8 only; its SR is
+ * the reference selftest_cuda.cu holds sr_cut to, over all floats. */
 template <int FMT>
 __device__ __forceinline__ unsigned fp8_encode_sw(float x, bool stochastic, unsigned rnd) {
     typedef Fp8T<FMT> T;
@@ -159,11 +163,45 @@ __device__ __forceinline__ unsigned fp8x2_rne(float lo, float hi) {
 #endif
 }
 
-/* The Philox4x32-10 words of elements 4 blk .. 4 blk + 3 of (seed, stream):
- * rng.h's mapping, which is curand_init(seed, stream, i) + curand(). */
+/* The Philox4x32-10 words 4 blk .. 4 blk + 3 of (seed, stream): rng.h's
+ * mapping, which is curand_init(seed, stream, 4 blk) + curand(). Stochastic
+ * rounding takes a byte of a word per element (rng_sr_word), so block blk
+ * serves elements 16 blk .. 16 blk + 15. */
 __device__ __forceinline__ uint4 philox_block(u64 seed, u64 stream, u64 blk) {
     return curand_Philox4x32_10(make_uint4((unsigned)blk, (unsigned)(blk >> 32), (unsigned)stream, (unsigned)(stream >> 32)),
                                 make_uint2((unsigned)seed, (unsigned)(seed >> 32)));
+}
+
+/* Stochastic rounding of v to the fp8 grid with the random byte r, as a
+ * float the cast then encodes exactly (rng.h's rng_sr_word and fp8.c's rule:
+ * up iff floor(R * 512) + 2r + 1 >= 512, R the dropped fraction of a unit).
+ * In the fp8 normal range a unit is bit D = 23 - MB of the float, so R's
+ * first 9 bits are the float's bits D-1 .. D-9: adding (2r + 1) << (D - 9)
+ * to the bits carries into bit D exactly when the value rounds up (into the
+ * exponent too, which is the next binade), and clearing bits 0 .. D-1 leaves
+ * the rounded value. The cast's satfinite then saturates what went past the
+ * largest code, as fp8.c clamps; the caller keeps |v| <= 2^127 so the add
+ * cannot reach the inf/NaN bits.
+ *
+ * TINY: some |v| may lie below the normal range (2^-6 for E4M3), where the
+ * unit is the fixed subnormal spacing. There a = |v| + 2^-6 rounded toward
+ * zero is a number of the smallest normal binade whose bits hold a's units
+ * and their first 23 - MB dropped bits (RZ truncates, so the first 9 are
+ * a's own), the same add rounds it, and subtracting 2^-6 again is exact
+ * (both are multiples of the subnormal spacing, Sterbenz). The sign is put
+ * back by its bit, so -tiny that rounds to zero stays -0, as fp8.c. */
+template <int FMT, bool TINY>
+__device__ __forceinline__ float sr_cut(float v, unsigned r) {
+    constexpr int D = 23 - Fp8T<FMT>::MB;
+    constexpr unsigned KEEP = ~((1u << D) - 1u);
+    const unsigned add = (2u * r + 1u) << (D - 9);
+    if constexpr (!TINY) {
+        return __uint_as_float((__float_as_uint(v) + add) & KEEP);
+    } else {
+        const float a = fabsf(v), off = a < Fp8T<FMT>::MIN_NORMAL ? Fp8T<FMT>::MIN_NORMAL : 0.0f;
+        const float y = __uint_as_float((__float_as_uint(__fadd_rz(a, off)) + add) & KEEP);
+        return __uint_as_float(__float_as_uint(__fsub_rn(y, off)) | (__float_as_uint(v) & 0x80000000u));
+    }
 }
 
 /* fp8_decode: exact; NaN codes -> NaN, E5M2 inf -> inf */

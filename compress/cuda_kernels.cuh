@@ -76,13 +76,19 @@ struct DLaunch {
 /* Minimum resident blocks per SM asked of the register allocator
  * (__launch_bounds__): 8 x 128 threads caps a kernel at 64 registers, 6 at
  * 80, 5 at 96, 4 at 128. A thread holds 64 values, so the kernels get 4 (the
- * stochastic-rounding ones, with Philox words, 3); the register report
+ * stochastic-rounding encode, with its Philox words, 3); the register report
  * (compress/CUDA.md) flags any spill. */
 #ifndef COMPRESS_MIN_BLOCKS
 #define COMPRESS_MIN_BLOCKS 4
 #endif
 #ifndef DECOMPRESS_MIN_BLOCKS
 #define DECOMPRESS_MIN_BLOCKS 3
+#endif
+#ifndef COMPRESS_SR_MIN_BLOCKS
+#define COMPRESS_SR_MIN_BLOCKS (COMPRESS_MIN_BLOCKS - 1)
+#endif
+#ifndef DECOMPRESS_SR_MIN_BLOCKS
+#define DECOMPRESS_SR_MIN_BLOCKS DECOMPRESS_MIN_BLOCKS
 #endif
 
 /* what k_decompress does with the sum */
@@ -616,7 +622,7 @@ __global__ void __launch_bounds__(THREADS, COMPRESS_MIN_BLOCKS) k_amax(const Cod
 }
 
 template <int FAM, int FMT, bool SR, bool BF16>
-__global__ void __launch_bounds__(THREADS, SR ? COMPRESS_MIN_BLOCKS - 1 : COMPRESS_MIN_BLOCKS)
+__global__ void __launch_bounds__(THREADS, SR ? COMPRESS_SR_MIN_BLOCKS : COMPRESS_MIN_BLOCKS)
     k_compress(const Codec c0, const __grid_constant__ CLaunch L) {
     DYNAMIC_SMEM(smem);
     constexpr int EBO = FAM == FAM_NONE ? 4 : 1;
@@ -645,7 +651,7 @@ __global__ void __launch_bounds__(THREADS, SR ? COMPRESS_MIN_BLOCKS - 1 : COMPRE
 
 /* Sum the job's inputs over its range, then OUT. */
 template <int IN, int OUT, int FMT_OUT, bool SR>
-__global__ void __launch_bounds__(THREADS, SR ? DECOMPRESS_MIN_BLOCKS - 1 : DECOMPRESS_MIN_BLOCKS)
+__global__ void __launch_bounds__(THREADS, SR ? DECOMPRESS_SR_MIN_BLOCKS : DECOMPRESS_MIN_BLOCKS)
     k_decompress(const Codec ci, const Codec co0, const __grid_constant__ DLaunch L) {
     DYNAMIC_SMEM(smem);
     constexpr int EBI = in_bytes(IN), EBO = decompress_out_bytes<IN, OUT>();

@@ -28,7 +28,9 @@
  *                    (E5M2); smaller values are below 2^-9 of the smallest
  *                    subnormal and F is R truncated to 32 bits. rnd = 0
  *                    always truncates toward zero, rnd = 0xFFFFFFFF rounds up
- *                    every value with F > 0; exact values never move.
+ *                    every value with F > 0; exact values never move. The
+ *                    methods pass rng.h's rng_sr_word, r * 2^24 + 2^23 for a
+ *                    random byte r: P(up) = R to the nearest 1/256.
  * A GPU kernel reproduces both bit for bit with the same integer operations.
  */
 #ifndef FP8_H

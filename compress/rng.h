@@ -20,6 +20,12 @@
  * One Philox call yields four words, so callers walking i in order should
  * use rng_philox_block once per four elements (see rng_u32 for the index).
  * Verified against Random123's known-answer vectors in tests/test_compress.c.
+ *
+ * Stochastic rounding draws 8 random bits per element, not a whole word:
+ * element i takes byte i % 4 of word i / 4 (rng_sr_word), so one Philox call
+ * serves 16 elements. 8 bits set P(round up) to the nearest 1/256, far
+ * finer than the rounding noise itself, and keep SR close to the cost of
+ * round-to-nearest on the GPU (compress/README.md, "SR").
  */
 #ifndef RNG_H
 #define RNG_H
@@ -91,6 +97,19 @@ static inline uint32_t rng_cursor_u32(RngCursor* c, uint64_t i) {
         c->valid = 1;
     }
     return c->w[i & 3];
+}
+
+/* The stochastic-rounding word of element i: r * 2^24 + 2^23, with r the
+ * random byte i % 4 of word i / 4. With fp8_encode_sr's rule (up iff
+ * F + rnd >= 2^32, F the first 32 dropped bits) it rounds up iff
+ * floor(R * 512) + 2r + 1 >= 512 for the dropped fraction R: P(up) is R
+ * rounded to the nearest multiple of 1/256 (a tie, R = (2j+1)/512, to the
+ * larger), so |P(up) - R| <= 1/512, and an exact value
+ * (F = 0) never moves, as rnd < 2^32 - 2^23. Only the first 9 dropped bits
+ * matter, which is what lets a GPU round with one integer add. */
+static inline uint32_t rng_sr_word(RngCursor* c, uint64_t i) {
+    const uint32_t w = rng_cursor_u32(c, i >> 2);
+    return (((w >> (8u * (unsigned)(i & 3u))) & 0xFFu) << 24) | 0x800000u;
 }
 
 #endif /* RNG_H */

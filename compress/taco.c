@@ -198,7 +198,7 @@ void taco_encode(const TacoCfg* c, const float* x, size_t n, uint64_t stream, ui
                     s.saturated++;
                     if (isnan(v)) v = INFINITY; /* never emit a NaN code for a finite input */
                 }
-                codes[i] = c->stochastic ? fp8_encode_sr(v, c->format, rng_cursor_u32(&rng, i)) : fp8_encode(v, c->format);
+                codes[i] = c->stochastic ? fp8_encode_sr(v, c->format, rng_sr_word(&rng, i)) : fp8_encode(v, c->format);
             }
         }
     }

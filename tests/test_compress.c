@@ -394,6 +394,34 @@ static void test_philox(void) {
     CHECK(same, "cursor and rng_u32 disagree");
 }
 
+/* Stochastic rounding's word (rng.h rng_sr_word): element i takes byte i % 4
+ * of word i / 4, placed as r * 2^24 + 2^23. Then, for a value whose dropped
+ * fraction is R = m / 512 + a hair, exactly the bytes r >= (511 - m) / 2
+ * round it up: over all 256 bytes the count is floor((m + 1) / 2), R to the
+ * nearest 1/256; an exact value never moves, and m = 511 moves for every
+ * byte. */
+static void test_sr_word(void) {
+    const uint64_t seed = 77, stream = 5;
+    RngCursor cur;
+    rng_cursor_init(&cur, seed, stream);
+    int same = 1;
+    for (uint64_t i = 0; i < 100; i++) {
+        const uint32_t r = (rng_u32(seed, stream, i / 4) >> (8 * (i % 4))) & 0xFFu;
+        same &= rng_sr_word(&cur, i) == ((r << 24) | 0x800000u);
+    }
+    CHECK(same, "rng_sr_word: not byte i%%4 of word i/4 as r*2^24 + 2^23");
+    /* E4M3 codes of 1 + (m + 0.25) / 512 units: 1.0 = code 0x38, one unit 2^-3 */
+    for (int m = 0; m < 512; m += 1) {
+        const float x = 1.0f + ((float)m + 0.25f) / 512.0f * 0x1p-3f;
+        int ups = 0;
+        for (uint32_t r = 0; r < 256; r++) ups += fp8_encode_sr(x, FP8_E4M3, (r << 24) | 0x800000u) == 0x39;
+        CHECK(ups == (m + 1) / 2, "SR up-count at fraction %d/512: %d of 256 bytes, want %d", m, ups, (m + 1) / 2);
+    }
+    int moved = 0;
+    for (uint32_t r = 0; r < 256; r++) moved += fp8_encode_sr(1.125f, FP8_E4M3, (r << 24) | 0x800000u) != 0x39;
+    CHECK(moved == 0, "SR moved an exact value for %d bytes", moved);
+}
+
 /* The point of the method. TP activation gradients are rows (tokens) whose
  * magnitudes differ by orders of magnitude, with a few huge outliers. One
  * tensor-wide scale spends the fp8 range on the outliers and flushes the
@@ -741,6 +769,7 @@ int main(void) {
     test_tiles();
     test_bf16_rounding();
     test_philox();
+    test_sr_word();
     test_sweep();
     test_nonfinite();
     test_stochastic();

@@ -88,6 +88,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -169,6 +170,15 @@ static inline float __fsub_rn(float a, float b) { return a - b; }
 static inline float __fmul_rn(float a, float b) { return a * b; }
 static inline float __fdiv_rn(float a, float b) { return a / b; }
 static inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
+/* a + b rounded toward zero: the nearest sum, stepped one ulp toward zero
+ * where it rounded away (TwoSum's error, exact in round-to-nearest, has the
+ * opposite sign then) */
+static inline float __fadd_rz(float a, float b) {
+    const float r = a + b;
+    if (!std::isfinite(r)) return std::isinf(r) && std::isfinite(a) && std::isfinite(b) ? std::copysign(FLT_MAX, r) : r;
+    const float bv = r - a, err = (a - (r - bv)) + (b - bv);
+    return (err != 0.0f && (err < 0.0f) != (r < 0.0f)) ? std::nextafter(r, 0.0f) : r;
+}
 static inline unsigned __float2uint_rz(float f) { return (unsigned)f; }
 static inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz((unsigned)x); }
 static inline int __popc(unsigned x) { return __builtin_popcount(x); }
