@@ -43,6 +43,7 @@
 #define OMPI_SKIP_MPICXX 1 /* MPI's C API only (its C++ bindings do not build warning-free) */
 #define MPICH_SKIP_MPICXX 1
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 #include <mpi.h>
 
@@ -164,6 +165,37 @@ static CompressParams mk(CompressMethod m, int G, int delayed, int sr) {
     return p;
 }
 
+/* The floor under every encode: bf16 -> e4m3 with one fixed scale and
+ * nothing else (no groups, no transform, no statistics), 16-byte loads, four
+ * in flight per thread. It reads and writes what an FP8 encode must, so its
+ * fraction of the copy is the most such a kernel can reach on this card
+ * with this read/write mix. Not bit-checked: a yardstick, not a method. */
+__global__ void k_ref_cast(const uint4* x, uint2* y, size_t n8, float scale) {
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i0 < n8; i0 += 4 * stride) {
+        uint4 v[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++) v[k] = i0 + k * stride < n8 ? __ldcs(x + i0 + k * stride) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const unsigned w[4] = {v[k].x, v[k].y, v[k].z, v[k].w};
+            unsigned o[2];
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                unsigned c = 0;
+#pragma unroll
+                for (int q = 0; q < 2; q++) {
+                    const unsigned b = w[2 * h + q];
+                    const float2 f = make_float2(__uint_as_float(b << 16) * scale, __uint_as_float(b & 0xFFFF0000u) * scale);
+                    c |= (unsigned)__nv_cvt_float2_to_fp8x2(f, __NV_SATFINITE, __NV_E4M3) << (16 * q);
+                }
+                o[h] = c;
+            }
+            if (i0 + k * stride < n8) __stcs(y + i0 + k * stride, make_uint2(o[0], o[1]));
+        }
+    }
+}
+
 /* ---- kernel mode ---------------------------------------------------------------------- */
 
 static int bench_kernels(std::vector<int> sizes, int reps, const char* csv, const char* only) {
@@ -184,8 +216,13 @@ static int bench_kernels(std::vector<int> sizes, int reps, const char* csv, cons
         {"taco G=128 current", mk(CM_TACO, 128, 0, 0)},
         {"taco G=128 delayed", mk(CM_TACO, 128, 1, 0)},
         {"taco G=256 delayed", mk(CM_TACO, 256, 1, 0)},
-        {"taco G=64 delayed SR", mk(CM_TACO, 64, 1, 1)},
         {"int8_group G=64", mk(CM_INT8_GROUP, 64, 0, 0)},
+        /* stochastic rounding, each beside its round-to-nearest row above */
+        {"fp8_tensor delayed SR", mk(CM_FP8_TENSOR, 64, 1, 1)},
+        {"fp8_group G=128 SR", mk(CM_FP8_GROUP, 128, 0, 1)},
+        {"taco G=64 current SR", mk(CM_TACO, 64, 0, 1)},
+        {"taco G=64 delayed SR", mk(CM_TACO, 64, 1, 1)},
+        {"int8_group G=64 SR", mk(CM_INT8_GROUP, 64, 0, 1)},
     };
     FILE* fc = csv ? fopen(csv, "w") : NULL;
     if (csv && !fc) FATAL("cannot write %s", csv);
@@ -209,6 +246,18 @@ static int bench_kernels(std::vector<int> sizes, int reps, const char* csv, cons
         const double copy_gbps = 2.0 * n * 2 / (copy_ms * 1e6);
         printf("%6d  %-22s %-13s %10.1f %9.1f %8s\n", mb, "cudaMemcpy D2D", "copy", copy_ms * 1e3, copy_gbps, "1.00");
         if (fc) fprintf(fc, "%d,copy,copy,%.2f,%.1f,1.0\n", mb, copy_ms * 1e3, copy_gbps);
+        {
+            int nsm = 0;
+            CUDA_CHECK(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, 0));
+            const double cast_ms = time_ms([&](int i) {
+                k_ref_cast<<<nsm * 8, 256, 0, s>>>((const uint4*)x[(i + 1) % R], (uint2*)y[i % R], n / 8, 0.5f);
+                CUDA_CHECK_LAUNCH("k_ref_cast");
+            }, reps, 3, s);
+            const double cast_gbps = 3.0 * n / (cast_ms * 1e6);
+            printf("%6d  %-22s %-13s %10.1f %9.1f %8.2f\n", mb, "plain cast (yardstick)", "compress", cast_ms * 1e3, cast_gbps,
+                   cast_gbps / copy_gbps);
+            if (fc) fprintf(fc, "%d,plain cast,compress,%.2f,%.1f,%.3f\n", mb, cast_ms * 1e3, cast_gbps, cast_gbps / copy_gbps);
+        }
         for (const Method& m : methods) {
             if (only && !strstr(m.name, only)) continue;
             const size_t wb = compress_bound(&m.p, n);
