@@ -28,13 +28,47 @@
 #define RED_THREADS 256
 
 template <int MODE> /* 0: sum, 1: sum of squares */
+__device__ __forceinline__ void reduce_add(double& acc, float f) {
+    const double v = (double)f;
+    acc += MODE ? v * v : v; /* a float's square is exact in double */
+}
+
+/* VEC: x is 16-byte aligned and read as float4s, thread g taking the float4s
+ * g, g + stride, ... (four loads in flight: a scalar load per thread leaves
+ * too few bytes in flight to keep HBM busy) and then tail element g; the
+ * scalar form takes elements g, g + stride, ... Each is a fixed order per
+ * (n, alignment), so the sum is reproducible either way. */
+template <int MODE, bool VEC>
 __global__ void __launch_bounds__(RED_THREADS) reduce_partial_kernel(double* partial, const float* x, size_t n) {
     __shared__ double buf[32];
     double acc = 0.0;
-    const size_t stride = (size_t)RED_BLOCKS * RED_THREADS;
-    for (size_t i = (size_t)blockIdx.x * RED_THREADS + threadIdx.x; i < n; i += stride) {
-        double v = (double)x[i];
-        acc += MODE ? v * v : v;
+    const size_t stride = (size_t)RED_BLOCKS * RED_THREADS, g = (size_t)blockIdx.x * RED_THREADS + threadIdx.x;
+    if (VEC) {
+        const float4* x4 = reinterpret_cast<const float4*>(x);
+        const size_t n4 = n / 4;
+        size_t i = g;
+        for (; i + 3 * stride < n4; i += 4 * stride) {
+            float4 v[4];
+#pragma unroll
+            for (int k = 0; k < 4; k++) v[k] = __ldcs(x4 + i + k * stride);
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                reduce_add<MODE>(acc, v[k].x);
+                reduce_add<MODE>(acc, v[k].y);
+                reduce_add<MODE>(acc, v[k].z);
+                reduce_add<MODE>(acc, v[k].w);
+            }
+        }
+        for (; i < n4; i += stride) {
+            const float4 v = __ldcs(x4 + i);
+            reduce_add<MODE>(acc, v.x);
+            reduce_add<MODE>(acc, v.y);
+            reduce_add<MODE>(acc, v.z);
+            reduce_add<MODE>(acc, v.w);
+        }
+        if (g < n - 4 * n4) reduce_add<MODE>(acc, x[4 * n4 + g]);
+    } else {
+        for (size_t i = g; i < n; i += stride) reduce_add<MODE>(acc, x[i]);
     }
     acc = block_sum_d(acc, buf);
     if (threadIdx.x == 0) partial[blockIdx.x] = acc;
@@ -61,12 +95,15 @@ template <int FINAL>
 static void reduce_queue(void* out, const float* x, size_t n, int square) {
     cudaStream_t s = cuda_stream();
     double* partial = (double*)cuda_scratch(SCRATCH_REDUCE, (RED_BLOCKS + 1) * sizeof(double));
-    const size_t need = (n + RED_THREADS - 1) / RED_THREADS;
+    const bool vec = is_aligned16(x);
+    /* the threads that find an element: float4s (and the < 4 tail elements) or elements */
+    const size_t items = vec ? (n / 4 > n % 4 ? n / 4 : n % 4) : n;
+    const size_t need = (items + RED_THREADS - 1) / RED_THREADS;
     const unsigned nb = need < RED_BLOCKS ? (unsigned)need : RED_BLOCKS;
-    if (square)
-        reduce_partial_kernel<1><<<nb, RED_THREADS, 0, s>>>(partial, x, n);
-    else
-        reduce_partial_kernel<0><<<nb, RED_THREADS, 0, s>>>(partial, x, n);
+    if (square && vec) reduce_partial_kernel<1, true><<<nb, RED_THREADS, 0, s>>>(partial, x, n);
+    else if (square) reduce_partial_kernel<1, false><<<nb, RED_THREADS, 0, s>>>(partial, x, n);
+    else if (vec) reduce_partial_kernel<0, true><<<nb, RED_THREADS, 0, s>>>(partial, x, n);
+    else reduce_partial_kernel<0, false><<<nb, RED_THREADS, 0, s>>>(partial, x, n);
     CUDA_CHECK_LAUNCH("reduce_partial_kernel");
     reduce_final_kernel<FINAL><<<1, RED_BLOCKS, 0, s>>>(out, partial, nb, n);
     CUDA_CHECK_LAUNCH("reduce_final_kernel");

@@ -618,6 +618,26 @@ static void test_norms(size_t n) {
     ops_free(dx);
 }
 
+/* The sums' two paths (float4 reads of an aligned tensor, with its < 4 tail
+ * elements; scalar reads of an unaligned one) and the four-deep loop of a
+ * large one, against the CPU's double sums. */
+static void test_norm_shapes(void) {
+    const size_t ns[] = {1, 3, 6, 1029, 5000003};
+    for (size_t n : ns) {
+        vecf x = randn_f32(n + 1);
+        float* dx = dev_f32(x);
+        for (int off = 0; off < 2; off++) {
+            const double g = ops_sumsq(dx + off, n), c = cpu_ops_sumsq(x.data() + off, n);
+            const double gs = ops_sum(dx + off, n), cs = cpu_ops_sum(x.data() + off, n);
+            char cs_name[64];
+            snprintf(cs_name, sizeof(cs_name), "n=%zu %s", n, off ? "unaligned" : "aligned");
+            report("ops_sumsq", cs_name, fabs(g - c) / c, 1e-9, nullptr);
+            report("ops_sum", cs_name, fabs(gs - cs) / sqrt(c), 1e-9, nullptr);
+        }
+        ops_free(dx);
+    }
+}
+
 int main(int argc, char** argv) {
     /* optional argument: run only the groups whose name contains it (e.g. "attention") */
     const char* only = argc > 1 ? argv[1] : nullptr;
@@ -696,7 +716,10 @@ int main(int argc, char** argv) {
         test_crossentropy(37, 1000, 1024, 2); /* two slices, padding in the second */
         test_crossentropy(19, 997, 1002, 2);  /* Vr = 501: scalar path */
     }
-    GROUP("norms") test_norms((1u << 20) + 7);
+    GROUP("norms") {
+        test_norms((1u << 20) + 7);
+        test_norm_shapes();
+    }
 #undef GROUP
     test_ops_gpu_step(only);
     test_ops_gpu_qwen2(only);
