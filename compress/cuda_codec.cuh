@@ -533,8 +533,8 @@ __device__ __forceinline__ void fp8_finish_unit(const Codec& c, float (&v)[UNIT]
 
 /* int8_group (compress.c int8_encode): step d = amax / 127 per group, q =
  * round(x * (127 / amax)) (x / d where 127 / amax overflows), -128 for
- * NaN/inf; RNE, or SR with F = frac * 2^32 and rng_sr_word's byte. RNE rounds by the 1.5 * 2^23
- * trick: adding it leaves round(t) in the low bits of the sum, the same
+ * NaN/inf; RNE, or SR with F = frac * 2^32 and rng_sr_word's byte. RNE
+ * rounds by the 1.5 * 2^23 trick: adding it leaves round(t) in the low bits of the sum, the same
  * ties-to-even rounding as rintf. */
 __device__ __forceinline__ void int8_encode_unit(const Codec& c, const float (&v)[UNIT], const Scan& sc, unsigned u,
                                                  int nv, int lane, const GOut& go, u64 stream, Row<1>& out, TStats& ts) {
@@ -598,8 +598,8 @@ __device__ __forceinline__ void int8_encode_unit(const Codec& c, const float (&v
         ts.sat += sat;
         return;
     }
-    /* nonfinite, stochastic, or a step the reciprocal cannot take: element by
-     * element over local copies (the rare path, and SR) */
+    /* nonfinite, or a step the reciprocal cannot take: element by element
+     * over local copies (the rare path) */
     float t[UNIT];
     unsigned w[UNIT / 4];
     to_local(v, t);
