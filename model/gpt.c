@@ -366,31 +366,31 @@ void gpt_backward(GPT* m, Comm* c) {
 
     const floatX* dl = gpt_head_backward(m, c, TENSOR(P, P_WTE), TENSOR(G, P_WTE)); /* tied to wte */
     floatX* last = m->acts[s->L - 1].res3;
-    layernorm_backward(m->dres, TENSOR(G, P_LNFW), TENSOR(G, P_LNFB), dl, last, TENSOR(P, P_LNFW),
-                       m->lnf_mean, m->lnf_rstd, R, C);
+    /* each norm's backward also sums the residual gradient it leaves in
+     * m->dres into the bias added just below it: the last layer's fcprojb */
+    layernorm_backward(m->dres, TENSOR(G, P_LNFW), TENSOR(G, P_LNFB), LAYER(G, P_FCPROJB, s->L - 1), dl, last,
+                       TENSOR(P, P_LNFW), m->lnf_mean, m->lnf_rstd, R, C);
 
     /* m->dres carries the residual stream's gradient (this rank's R rows) down through the layers */
     for (int l = s->L - 1; l >= 0; l--) {
         LayerActs* a = &m->acts[l];
         floatX* x = l == 0 ? m->x0 : m->acts[l - 1].res3;
-        /* MLP: res3 = res2 + fcproj + fcprojb */
-        bias_backward(LAYER(G, P_FCPROJB, l), m->dres, R, C);
+        /* MLP: res3 = res2 + fcproj + fcprojb (fcprojb's gradient: the norm above) */
         /* dfch = (dres @ fcprojw) * gelu'(fch): GELU's derivative in the GEMM */
         rowpar_backward_gelu(m, c, SITE_MLP_RS_BWD, l, m->dfch, LAYER(G, P_FCPROJW, l), a->fch_gelu, a->fch,
                              LAYER(P, P_FCPROJW, l), m->Fr);
         dl = gpt_colpar_backward(m, c, SITE_MLP_BWD, SITE_MLP_AG_BWD, l, LAYER(G, P_FCW, l), LAYER(G, P_FCB, l), m->dfch,
                                  a->ln2, LAYER(P, P_FCW, l), m->Fr);
-        layernorm_backward(m->dres, LAYER(G, P_LN2W, l), LAYER(G, P_LN2B, l), dl, a->res2, LAYER(P, P_LN2W, l),
-                           a->ln2_mean, a->ln2_rstd, R, C);
-        /* attention: res2 = x + attproj + attprojb */
-        bias_backward(LAYER(G, P_ATTPROJB, l), m->dres, R, C);
+        layernorm_backward(m->dres, LAYER(G, P_LN2W, l), LAYER(G, P_LN2B, l), LAYER(G, P_ATTPROJB, l), dl, a->res2,
+                           LAYER(P, P_LN2W, l), a->ln2_mean, a->ln2_rstd, R, C);
+        /* attention: res2 = x + attproj + attprojb (attprojb's gradient: the norm above) */
         gpt_rowpar_backward(m, c, SITE_ATTN_RS_BWD, l, m->datty, LAYER(G, P_ATTPROJW, l), a->atty,
                             LAYER(P, P_ATTPROJW, l), m->Cr);
         attention_backward(m->dqkv, m->datty, a->qkv, a->atty, a->lse, B, T, m->NHr, m->hs);
         dl = gpt_colpar_backward(m, c, SITE_ATTN_BWD, SITE_ATTN_AG_BWD, l, LAYER(G, P_QKVW, l), LAYER(G, P_QKVB, l),
                                  m->dqkv, a->ln1, LAYER(P, P_QKVW, l), 3 * m->Cr);
-        layernorm_backward(m->dres, LAYER(G, P_LN1W, l), LAYER(G, P_LN1B, l), dl, x, LAYER(P, P_LN1W, l),
-                           a->ln1_mean, a->ln1_rstd, R, C);
+        layernorm_backward(m->dres, LAYER(G, P_LN1W, l), LAYER(G, P_LN1B, l), l > 0 ? LAYER(G, P_FCPROJB, l - 1) : NULL,
+                           dl, x, LAYER(P, P_LN1W, l), a->ln1_mean, a->ln1_rstd, R, C);
     }
     /* embeddings: the gradient wrt x0 feeds wpe (replicated) and this rank's wte rows */
     positions(m, c, NULL, NULL, TENSOR(G, P_WPE), m->dres);

@@ -128,33 +128,34 @@ static void ln_smem_limit(Kernel kernel, size_t smem, size_t& raised) {
 }
 
 /* C = 256 NCH with 16-byte accesses */
-template <int NCH, bool RMS>
-static void layernorm_backward_launch(floatX* dinp, float* dw, float* db, const floatX* dout, const floatX* inp,
-                                      const floatX* w, const float* mean, const float* rstd, int N, int C) {
-    constexpr int NPART = RMS ? 1 : 2;
+template <int NCH, bool RMS, bool DSUM>
+static void layernorm_backward_launch(floatX* dinp, float* dw, float* db, float* ds, const floatX* dout,
+                                      const floatX* inp, const floatX* w, const float* mean, const float* rstd, int N,
+                                      int C) {
+    constexpr int NPART = ln_nparts(RMS, DSUM);
     const LnBwdGrid g = ln_bwd_grid(N, C, NPART);
-    auto kernel = layernorm_backward_kernel<NCH, RMS>;
+    auto kernel = layernorm_backward_kernel<NCH, RMS, DSUM>;
     const size_t smem = ((size_t)LN_WARPS * NPART * NCH * 256 + 2 * (size_t)g.rpb) * sizeof(float);
     static size_t raised = 0; /* rpb, and so smem, grows with N */
     ln_smem_limit(kernel, smem, raised);
-    kernel<<<g.grid, LN_WARPS * 32, smem, cuda_stream()>>>((bf16*)dinp, g.partial, g.gpart, g.counters, dw, db,
+    kernel<<<g.grid, LN_WARPS * 32, smem, cuda_stream()>>>((bf16*)dinp, g.partial, g.gpart, g.counters, dw, db, ds,
                                                            (const bf16*)dout, (const bf16*)inp, (const bf16*)w, mean,
                                                            rstd, N, C, g.rpb);
     CUDA_CHECK_LAUNCH(RMS ? "layernorm_backward_kernel<RMS>" : "layernorm_backward_kernel");
 }
 
 /* any other C <= 1024 */
-template <int NCH, bool VEC, bool RMS>
-static void layernorm_backward_guarded_launch(floatX* dinp, float* dw, float* db, const floatX* dout,
+template <int NCH, bool VEC, bool RMS, bool DSUM>
+static void layernorm_backward_guarded_launch(floatX* dinp, float* dw, float* db, float* ds, const floatX* dout,
                                               const floatX* inp, const floatX* w, const float* mean,
                                               const float* rstd, int N, int C) {
-    constexpr int NPART = RMS ? 1 : 2;
+    constexpr int NPART = ln_nparts(RMS, DSUM);
     const LnBwdGrid g = ln_bwd_grid(N, C, NPART);
-    auto kernel = layernorm_backward_guarded_kernel<NCH, VEC, RMS>;
+    auto kernel = layernorm_backward_guarded_kernel<NCH, VEC, RMS, DSUM>;
     const size_t smem = (size_t)LN_WARPS * NPART * NCH * 256 * sizeof(float);
     static size_t raised = 0;
     ln_smem_limit(kernel, smem, raised);
-    kernel<<<g.grid, LN_WARPS * 32, smem, cuda_stream()>>>((bf16*)dinp, g.partial, g.gpart, g.counters, dw, db,
+    kernel<<<g.grid, LN_WARPS * 32, smem, cuda_stream()>>>((bf16*)dinp, g.partial, g.gpart, g.counters, dw, db, ds,
                                                            (const bf16*)dout, (const bf16*)inp, (const bf16*)w, mean,
                                                            rstd, N, C, g.rpb);
     CUDA_CHECK_LAUNCH(RMS ? "layernorm_backward_guarded_kernel<RMS>" : "layernorm_backward_guarded_kernel");
@@ -222,24 +223,35 @@ static void norm_forward(const char* who, floatX* out, float* mean, float* rstd,
     });
 }
 
-/* db and mean are NULL for RMS */
+/* the narrow kernels with DSUM: ds += the column sums of the new dinp */
+template <int K, bool RMS, bool DSUM>
+static void norm_backward_narrow(bool vec, floatX* dinp, float* dw, float* db, float* ds, const floatX* dout,
+                                 const floatX* inp, const floatX* w, const float* mean, const float* rstd, int N,
+                                 int C) {
+    if (vec && C == K * 256)
+        layernorm_backward_launch<K, RMS, DSUM>(dinp, dw, db, ds, dout, inp, w, mean, rstd, N, C);
+    else if (vec)
+        layernorm_backward_guarded_launch<K, true, RMS, DSUM>(dinp, dw, db, ds, dout, inp, w, mean, rstd, N, C);
+    else
+        layernorm_backward_guarded_launch<K, false, RMS, DSUM>(dinp, dw, db, ds, dout, inp, w, mean, rstd, N, C);
+}
+
+/* db and mean are NULL for RMS; ds (the column sums of the new dinp) may be
+ * NULL, and is for RMS */
 template <bool RMS>
-static void norm_backward(const char* who, floatX* dinp, float* dw, float* db, const floatX* dout, const floatX* inp,
-                          const floatX* w, const float* mean, const float* rstd, int N, int C) {
+static void norm_backward(const char* who, floatX* dinp, float* dw, float* db, float* ds, const floatX* dout,
+                          const floatX* inp, const floatX* w, const float* mean, const float* rstd, int N, int C) {
     if (N <= 0) return;
     const int nch = ln_nch(who, C);
     const bool vec = rows_vec_ok(C) && is_aligned16(dinp) && is_aligned16(dout) && is_aligned16(inp) && is_aligned16(w);
     ln_with_nch<1>(nch, [&](auto k) {
         constexpr int K = decltype(k)::value;
         if constexpr (K <= LN_NARROW_NCH) {
-            if (vec && C == K * 256)
-                layernorm_backward_launch<K, RMS>(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
-            else if (vec)
-                layernorm_backward_guarded_launch<K, true, RMS>(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
-            else
-                layernorm_backward_guarded_launch<K, false, RMS>(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+            if (!RMS && ds) norm_backward_narrow<K, RMS, true>(vec, dinp, dw, db, ds, dout, inp, w, mean, rstd, N, C);
+            else norm_backward_narrow<K, RMS, false>(vec, dinp, dw, db, nullptr, dout, inp, w, mean, rstd, N, C);
         } else {
             layernorm_backward_wide_launch<K, RMS>(vec, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+            if (ds) bias_backward(ds, dinp, N, C); /* rows this wide: the separate column sum */
         }
     });
 }
@@ -255,9 +267,9 @@ void residual_layernorm_forward(floatX* res, floatX* out, float* mean, float* rs
     norm_forward<false, true>("residual_layernorm", out, mean, rstd, x, w, b, N, C, 1e-5f, LnRes{res, y, bias});
 }
 
-void layernorm_backward(floatX* dinp, float* dw, float* db, const floatX* dout, const floatX* inp,
+void layernorm_backward(floatX* dinp, float* dw, float* db, float* dsum, const floatX* dout, const floatX* inp,
                         const floatX* w, const float* mean, const float* rstd, int N, int C) {
-    norm_backward<false>("layernorm", dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+    norm_backward<false>("layernorm", dinp, dw, db, dsum, dout, inp, w, mean, rstd, N, C);
 }
 
 void rmsnorm_forward(floatX* out, float* rstd, const floatX* inp, const floatX* w, int N, int C, float eps) {
@@ -266,5 +278,5 @@ void rmsnorm_forward(floatX* out, float* rstd, const floatX* inp, const floatX* 
 
 void rmsnorm_backward(floatX* dinp, float* dw, const floatX* dout, const floatX* inp, const floatX* w,
                       const float* rstd, int N, int C) {
-    norm_backward<true>("rmsnorm", dinp, dw, nullptr, dout, inp, w, nullptr, rstd, N, C);
+    norm_backward<true>("rmsnorm", dinp, dw, nullptr, nullptr, dout, inp, w, nullptr, rstd, N, C);
 }

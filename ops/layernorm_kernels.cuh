@@ -223,9 +223,11 @@ struct LnBwdRow {
 };
 
 /* The accumulators in shared memory: [LN_WARPS][NPART][NCH][2][32] float4,
- * NPART = 2 (dw, db) or 1 (RMS: dw). ln_acc_index is the float4 of warp
+ * NPART = 2 (dw, db), 3 (dw, db and DSUM's column sums of the new dinp) or
+ * 1 (RMS: dw). ln_acc_index is the float4 of warp
  * `warp`'s slice (part a, chunk i, half h of its 8 columns) that lane `lane`
  * owns: lanes adjacent, so a warp's 16-byte accesses meet no bank conflict. */
+__host__ __device__ static constexpr int ln_nparts(bool rms, bool dsum) { return rms ? 1 : dsum ? 3 : 2; }
 template <int NCH, int NPART>
 __device__ __forceinline__ int ln_acc_index(int warp, int a, int i, int h, int lane) {
     return (((warp * NPART + a) * NCH + i) * 2 + h) * 32 + lane;
@@ -240,12 +242,12 @@ __device__ __forceinline__ void ln_acc_zero(float4* acc, int warp, int lane) {
             for (int h = 0; h < 2; h++) acc[ln_acc_index<NCH, NPART>(warp, a, i, h, lane)] = make_float4(0.f, 0.f, 0.f, 0.f);
 }
 /* the block's end: its warps' sums, in warp order, to its partial row
- * partial[block][0..NPART C) (dw, then db), then colsum_tail adds the
- * blocks' rows into dw / db (UNR rows of two columns in flight per thread:
- * what the caller's register cap allows) */
+ * partial[block][0..NPART C) (dw, then db, then ds), then colsum_tail adds
+ * the blocks' rows into dw / db / ds (UNR rows of two columns in flight per
+ * thread: what the caller's register cap allows) */
 template <int UNR, int NCH, int NPART>
 __device__ __forceinline__ void ln_acc_finish(const float4* acc, float* partial, float* gpart, unsigned* counters,
-                                              float* dw, float* db, int C) {
+                                              float* dw, float* db, float* ds, int C) {
     __syncthreads();
     const float* accf = reinterpret_cast<const float*>(acc);
     float* pb = partial + (size_t)blockIdx.x * NPART * C;
@@ -258,7 +260,7 @@ __device__ __forceinline__ void ln_acc_finish(const float4* acc, float* partial,
         pb[c] = t;
     }
     colsum_tail<UNR>(partial, gpart, counters, blockIdx.x, gridDim.x, NPART * C, (size_t)NPART * C,
-                     [&](int c) { return c < C ? dw + c : db + (c - C); });
+                     [&](int c) { return c < C ? dw + c : c < 2 * C ? db + (c - C) : ds + (c - 2 * C); });
 }
 
 /* Rows of whole 256-column chunks with 16-byte accesses (GPT-2's C = 768).
@@ -274,11 +276,28 @@ __device__ __forceinline__ void ln_acc_finish(const float4* acc, float* partial,
  *  - two row buffers used in turn (the loop unrolled by two) instead of
  *    copying the prefetched row into the current one;
  *  - the block's mean / rstd staged in shared memory. */
-template <int NCH, bool RMS>
+/* DSUM: part 2 of the accumulators adds the new dinp row as stored (bf16) */
+template <int NPART>
+__device__ __forceinline__ void ln_acc_dsum(float4* acc, const uint4& stored, int warp, int i, int lane, int nch) {
+    float v[8];
+    unpack_u4(stored, v);
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        float4* p = &acc[(((warp * NPART + 2) * nch + i) * 2 + h) * 32 + lane]; /* ln_acc_index(warp, 2, i, h, lane) */
+        float4 t = *p;
+        t.x += v[4 * h];
+        t.y += v[4 * h + 1];
+        t.z += v[4 * h + 2];
+        t.w += v[4 * h + 3];
+        *p = t;
+    }
+}
+
+template <int NCH, bool RMS, bool DSUM>
 __device__ __forceinline__ void layernorm_backward_row(const LnBwdRow<NCH, true, RMS>& r, float m, float s,
                                                        const uint4 (&wp)[NCH], float4* acc, int warp, int lane,
                                                        bf16* di_row, int C) {
-    constexpr int NPART = RMS ? 1 : 2;
+    constexpr int NPART = ln_nparts(RMS, DSUM);
     const float ms = m * s;
     float gsum = 0.0f, gxsum = 0.0f;
 #pragma unroll
@@ -337,17 +356,19 @@ __device__ __forceinline__ void layernorm_backward_row(const LnBwdRow<NCH, true,
         unpack_u4(r.di[i], di);
 #pragma unroll
         for (int k = 0; k < 8; k++) di[k] += fmaf(s, wv[k] * dv[k], fmaf(A, xv[k], B));
-        store8(di_row + (lane + 32 * i) * 8, di);
+        const uint4 st = pack_u4(di);
+        *reinterpret_cast<uint4*>(di_row + (lane + 32 * i) * 8) = st;
+        if constexpr (DSUM) ln_acc_dsum<NPART>(acc, st, warp, i, lane, NCH);
     }
 }
 
 /* dynamic shared memory: the accumulators, then 2 rows_per_block floats (mean, rstd) */
-template <int NCH, bool RMS>
+template <int NCH, bool RMS, bool DSUM>
 __global__ void __launch_bounds__(LN_WARPS * 32, ln_minblocks(NCH, true))
 layernorm_backward_kernel(bf16* dinp, float* partial, float* gpart, unsigned* counters, float* dw, float* db,
-                          const bf16* dout, const bf16* inp, const bf16* w, const float* mean, const float* rstd,
-                          int N, int C, int rows_per_block) {
-    constexpr int NPART = RMS ? 1 : 2;
+                          float* ds, const bf16* dout, const bf16* inp, const bf16* w, const float* mean,
+                          const float* rstd, int N, int C, int rows_per_block) {
+    constexpr int NPART = ln_nparts(RMS, DSUM);
     DYNAMIC_SMEM(smem_raw);
     float4* acc = reinterpret_cast<float4*>(smem_raw);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -372,25 +393,25 @@ layernorm_backward_kernel(bf16* dinp, float* partial, float* gpart, unsigned* co
     for (; row < r1; row += 2 * LN_WARPS) {
         const int row_b = row + LN_WARPS, row_c = row_b + LN_WARPS;
         if (row_b < r1) rb.template load<true, false>(inp, dout, dinp, mean, rstd, row_b, lane, nch8, C);
-        layernorm_backward_row<NCH, RMS>(ra, sms[2 * (row - r0)], sms[2 * (row - r0) + 1], wp, acc, warp, lane,
+        layernorm_backward_row<NCH, RMS, DSUM>(ra, sms[2 * (row - r0)], sms[2 * (row - r0) + 1], wp, acc, warp, lane,
                                          dinp + (size_t)row * C, C);
         if (row_b >= r1) break;
         if (row_c < r1) ra.template load<true, false>(inp, dout, dinp, mean, rstd, row_c, lane, nch8, C);
-        layernorm_backward_row<NCH, RMS>(rb, sms[2 * (row_b - r0)], sms[2 * (row_b - r0) + 1], wp, acc, warp, lane,
+        layernorm_backward_row<NCH, RMS, DSUM>(rb, sms[2 * (row_b - r0)], sms[2 * (row_b - r0) + 1], wp, acc, warp, lane,
                                          dinp + (size_t)row_b * C, C);
     }
-    ln_acc_finish<6, NCH, NPART>(acc, partial, gpart, counters, dw, db, C);
+    ln_acc_finish<6, NCH, NPART>(acc, partial, gpart, counters, dw, db, ds, C);
 }
 
 /* Any other C <= 1024 (not whole 256-column chunks, or scalar accesses):
  * the same scheme with bounds guards, one row buffer prefetched into the
  * other, xhat formed in both passes. dynamic shared memory: the accumulators */
-template <int NCH, bool VEC, bool RMS>
+template <int NCH, bool VEC, bool RMS, bool DSUM>
 __global__ void __launch_bounds__(LN_WARPS * 32, ln_minblocks(NCH, VEC))
 layernorm_backward_guarded_kernel(bf16* dinp, float* partial, float* gpart, unsigned* counters, float* dw, float* db,
-                                  const bf16* dout, const bf16* inp, const bf16* w, const float* mean,
+                                  float* ds, const bf16* dout, const bf16* inp, const bf16* w, const float* mean,
                                   const float* rstd, int N, int C, int rows_per_block) {
-    constexpr int NPART = RMS ? 1 : 2;
+    constexpr int NPART = ln_nparts(RMS, DSUM);
     DYNAMIC_SMEM(smem_raw);
     float4* acc = reinterpret_cast<float4*>(smem_raw);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -454,6 +475,12 @@ layernorm_backward_guarded_kernel(bf16* dinp, float* partial, float* gpart, unsi
                 di[k] += (wv[k] * dv[k] - gmean - xh[k] * gxmean) * s;
             }
             st8<VEC>(di_row, ch * 8, C, di);
+            if constexpr (DSUM) { /* the stored values; columns past C add zeros */
+                float dz[8];
+#pragma unroll
+                for (int k = 0; k < 8; k++) dz[k] = ch * 8 + k < C ? di[k] : 0.0f;
+                ln_acc_dsum<NPART>(acc, pack_u4(dz), warp, i, lane, NCH);
+            }
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 float4* pw = &acc[ln_acc_index<NCH, NPART>(warp, 0, i, h, lane)];
@@ -476,7 +503,7 @@ layernorm_backward_guarded_kernel(bf16* dinp, float* partial, float* gpart, unsi
         }
         if (next < r1) cur = nxt;
     }
-    ln_acc_finish<8, NCH, NPART>(acc, partial, gpart, counters, dw, db, C);
+    ln_acc_finish<8, NCH, NPART>(acc, partial, gpart, counters, dw, db, ds, C);
 }
 
 /* ---- C > 1024: one row per warp ----------------------------------------------

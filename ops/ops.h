@@ -84,8 +84,11 @@ void position_backward(float* dwpe, const floatX* dx, int B, int T, int C);
 /* mean, rstd: float[N] saved for the backward. */
 void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp,
                        const floatX* w, const floatX* b, int N, int C);
-/* dinp += ..., dw += ..., db += ... */
-void layernorm_backward(floatX* dinp, float* dw, float* db, const floatX* dout, const floatX* inp,
+/* dinp += ..., dw += ..., db += ...; and, if dsum is not NULL, dsum +=
+ * the column sums of the updated dinp: the gradient of a bias added into the
+ * residual stream dinp carries (the projections' biases), computed while
+ * the rows are at hand instead of read again by bias_backward. */
+void layernorm_backward(floatX* dinp, float* dw, float* db, float* dsum, const floatX* dout, const floatX* inp,
                         const floatX* w, const float* mean, const float* rstd, int N, int C);
 
 /* ---- matmul: out[N,OC] = inp[N,IC] @ w[OC,IC]^T (+ bias[OC]) ------------ */

@@ -159,7 +159,7 @@ void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp,
     }
 }
 
-void layernorm_backward(floatX* dinp, float* dw, float* db, const floatX* dout, const floatX* inp,
+void layernorm_backward(floatX* dinp, float* dw, float* db, float* dsum, const floatX* dout, const floatX* inp,
                         const floatX* w, const float* mean, const float* rstd, int N, int C) {
     /* dinp is row-local: with xhat = (x - mean)*rstd and g = w*dout,
      * dx = rstd * (g - mean_c(g) - xhat * mean_c(g*xhat)). It ACCUMULATES
@@ -197,6 +197,7 @@ void layernorm_backward(floatX* dinp, float* dw, float* db, const floatX* dout, 
             }
         }
     }
+    if (dsum) bias_backward(dsum, dinp, N, C); /* the same sums as the separate op */
 }
 
 /* ------------------------------------------------------------------------ */

@@ -40,7 +40,7 @@ void cpu_position_backward(float* dwpe, const float* dx, int B, int T, int C);
 
 void cpu_layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
                            const float* w, const float* b, int N, int C);
-void cpu_layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
+void cpu_layernorm_backward(float* dinp, float* dw, float* db, float* dsum, const float* dout, const float* inp,
                             const float* w, const float* mean, const float* rstd, int N, int C);
 
 void cpu_matmul_forward(float* out, const float* inp, const float* w, const float* bias,

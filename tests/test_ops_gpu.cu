@@ -206,31 +206,43 @@ static void test_layernorm(int N, int C) {
     vecf dinit = randn_bf(n);
     vecf dwinit = randn_f32(C), dbinit = randn_f32(C);
     vecf cdinp = dinit, cdw = dwinit, cdb = dbinit;
-    cpu_layernorm_backward(cdinp.data(), cdw.data(), cdb.data(), g.data(), x.data(), w.data(), cmean.data(),
+    cpu_layernorm_backward(cdinp.data(), cdw.data(), cdb.data(), nullptr, g.data(), x.data(), w.data(), cmean.data(),
                            crstd.data(), N, C);
-    cpu_layernorm_backward(cdinp.data(), cdw.data(), cdb.data(), g.data(), x.data(), w.data(), cmean.data(),
+    cpu_layernorm_backward(cdinp.data(), cdw.data(), cdb.data(), nullptr, g.data(), x.data(), w.data(), cmean.data(),
                            crstd.data(), N, C);
     floatX* dg = dev_bf(g);
     ops_from_host(dmean, cmean.data(), N * 4);
     ops_from_host(drstd, crstd.data(), N * 4);
     floatX* ddinp = dev_bf(dinit);
     float *ddw = dev_f32(dwinit), *ddb = dev_f32(dbinit);
-    layernorm_backward(ddinp, ddw, ddb, dg, dx, dw, dmean, drstd, N, C);
-    layernorm_backward(ddinp, ddw, ddb, dg, dx, dw, dmean, drstd, N, C);
+    /* dsum: the column sums of dinp as each call leaves it (bf16), added up in double */
+    vecf dsinit = randn_f32(C);
+    float* dds = dev_f32(dsinit);
+    std::vector<double> ref_ds(dsinit.begin(), dsinit.end());
+    for (int call = 0; call < 2; call++) {
+        layernorm_backward(ddinp, ddw, ddb, dds, dg, dx, dw, dmean, drstd, N, C);
+        const vecf now = get_bf(ddinp, n);
+        for (size_t i = 0; i < n; i++) ref_ds[i % C] += now[i];
+    }
     /* dinp: two bf16 roundings of a running sum, measured on the increment */
     check_inc("layernorm_backward", "  dinp (accumulated x2)", get_bf(ddinp, n), cdinp, dinit, TOL_RED);
     check_inc("layernorm_backward", "  dw (accumulated x2)", get_f32(ddw, C), cdw, dwinit, TOL_F32);
     check_inc("layernorm_backward", "  db (accumulated x2)", get_f32(ddb, C), cdb, dbinit, TOL_F32);
+    check_inc("layernorm_backward", "  dsum: colsum of dinp (x2)", get_f32(dds, C), vecf(ref_ds.begin(), ref_ds.end()),
+              dsinit, TOL_F32);
     /* determinism */
     floatX* ddinp2 = dev_bf(dinit);
-    float *ddw2 = dev_f32(dwinit), *ddb2 = dev_f32(dbinit);
-    layernorm_backward(ddinp2, ddw2, ddb2, dg, dx, dw, dmean, drstd, N, C);
-    layernorm_backward(ddinp2, ddw2, ddb2, dg, dx, dw, dmean, drstd, N, C);
+    float *ddw2 = dev_f32(dwinit), *ddb2 = dev_f32(dbinit), *dds2 = dev_f32(dsinit);
+    layernorm_backward(ddinp2, ddw2, ddb2, dds2, dg, dx, dw, dmean, drstd, N, C);
+    layernorm_backward(ddinp2, ddw2, ddb2, dds2, dg, dx, dw, dmean, drstd, N, C);
     check_bits("layernorm_backward", "determinism: dw", get_bytes(ddw, C * 4), get_bytes(ddw2, C * 4));
+    check_bits("layernorm_backward", "determinism: dsum", get_bytes(dds, C * 4), get_bytes(dds2, C * 4));
     check_bits("layernorm_backward", "determinism: dinp", get_bytes(ddinp, n * 2), get_bytes(ddinp2, n * 2));
     ops_free(ddinp2);
     ops_free(ddw2);
     ops_free(ddb2);
+    ops_free(dds2);
+    ops_free(dds);
     ops_free(ddinp);
     ops_free(ddw);
     ops_free(ddb);

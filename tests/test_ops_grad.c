@@ -152,7 +152,7 @@ static void test_layernorm_case(int N, int C, float xscale, float xshift) {
     memcpy(dinp, d0, NC * sizeof(float));
     float* dw = falloc((size_t)C);
     float* db = falloc((size_t)C);
-    layernorm_backward(dinp, dw, db, r, x, w, mean, rstd, N, C);
+    layernorm_backward(dinp, dw, db, NULL, r, x, w, mean, rstd, N, C);
     double* gx = dalloc(NC);
     double* gw = dalloc((size_t)C);
     double* gb = dalloc((size_t)C);
@@ -168,7 +168,13 @@ static void test_layernorm_case(int N, int C, float xscale, float xshift) {
     double* want = dalloc(NC);
     for (size_t i = 0; i < NC; i++) want[i] = (double)d0[i] + gx[i];
     expect("layernorm bwd dinp ACCUMULATES (d0 + g)", rel_err(dinp, want, NC), TOL_GRAD);
-    layernorm_backward(dinp, dw, db, r, x, w, mean, rstd, N, C);
+    float* ds = falloc((size_t)C); /* dsum: the column sums of dinp as the call leaves it */
+    layernorm_backward(dinp, dw, db, ds, r, x, w, mean, rstd, N, C);
+    double* cs = dalloc((size_t)C);
+    for (size_t i = 0; i < NC; i++) cs[i % (size_t)C] += dinp[i];
+    expect("layernorm bwd dsum == column sums of the new dinp", rel_err(ds, cs, (size_t)C), 1e-6);
+    free(ds);
+    free(cs);
     for (size_t i = 0; i < NC; i++) want[i] = (double)d0[i] + 2.0 * gx[i];
     expect("layernorm bwd twice: dinp == d0 + 2g", rel_err(dinp, want, NC), TOL_GRAD);
     for (int i = 0; i < C; i++) { gw[i] *= 2.0; gb[i] *= 2.0; }

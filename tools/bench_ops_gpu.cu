@@ -282,11 +282,13 @@ static double train_step(Model& M) {
     TIMED("ops_zero", 0, 4.0 * M.total, ops_zero(M.grads, M.total * 4));
     TIMED("matmul_backward (lm head)", 2 * mm_f(N, C, Vp), 0, matmul_backward(M.dln, G(M, WTE), nullptr, M.logits, M.lnf, W(M, WTE), N, C, Vp));
     TIMED("ops_zero", 0, 2.0 * nc, ops_zero(M.dres, (size_t)N * C * 2));
-    TIMED("layernorm_backward", 0, ln_bwd_b, layernorm_backward(M.dres, G(M, LNFW), G(M, LNFB), M.dln, last, W(M, LNFW), M.lnf_mean, M.lnf_rstd, N, C));
+    /* fused: each norm's backward also sums dres into the bias below it (model/gpt.c); else bias_backward */
+    float* ds = g_fused ? G(M, FPB, L - 1) : nullptr;
+    TIMED("layernorm_backward", 0, ln_bwd_b, layernorm_backward(M.dres, G(M, LNFW), G(M, LNFB), ds, M.dln, last, W(M, LNFW), M.lnf_mean, M.lnf_rstd, N, C));
     for (int l = L - 1; l >= 0; l--) {
         auto& a = M.layer[l];
         floatX* x = l == 0 ? M.x0 : M.layer[l - 1].res3;
-        TIMED("bias_backward", 0, 2.0 * nc, bias_backward(G(M, FPB, l), M.dres, N, C));
+        if (!g_fused) TIMED("bias_backward", 0, 2.0 * nc, bias_backward(G(M, FPB, l), M.dres, N, C));
         if (g_fused) {
             TIMED("gelu_matmul_backward", 2 * mm_f(N, 4 * C, C), 0, gelu_matmul_backward(M.dfch, G(M, FPW, l), nullptr, M.dres, a.fch_gelu, W(M, FPW, l), a.fch, N, 4 * C, C));
         } else {
@@ -294,12 +296,14 @@ static double train_step(Model& M) {
             TIMED("gelu_backward", 0, 24.0 * nc, gelu_backward(M.dfch, a.fch, M.dfch_gelu, (size_t)N * 4 * C));
         }
         TIMED("matmul_backward", 2 * mm_f(N, C, 4 * C), 0, matmul_backward(M.dln, G(M, FCW, l), G(M, FCB, l), M.dfch, a.ln2, W(M, FCW, l), N, C, 4 * C));
-        TIMED("layernorm_backward", 0, ln_bwd_b, layernorm_backward(M.dres, G(M, LN2W, l), G(M, LN2B, l), M.dln, a.res2, W(M, LN2W, l), a.ln2_mean, a.ln2_rstd, N, C));
-        TIMED("bias_backward", 0, 2.0 * nc, bias_backward(G(M, APB, l), M.dres, N, C));
+        ds = g_fused ? G(M, APB, l) : nullptr;
+        TIMED("layernorm_backward", 0, ln_bwd_b, layernorm_backward(M.dres, G(M, LN2W, l), G(M, LN2B, l), ds, M.dln, a.res2, W(M, LN2W, l), a.ln2_mean, a.ln2_rstd, N, C));
+        if (!g_fused) TIMED("bias_backward", 0, 2.0 * nc, bias_backward(G(M, APB, l), M.dres, N, C));
         TIMED("matmul_backward", 2 * mm_f(N, C, C), 0, matmul_backward(M.datty, G(M, APW, l), nullptr, M.dres, a.atty, W(M, APW, l), N, C, C));
         TIMED("attention_backward", 2.5 * att_f, 0, attention_backward(M.dqkv, M.datty, a.qkv, a.atty, a.lse, B, T, NH, hs));
         TIMED("matmul_backward", 2 * mm_f(N, C, 3 * C), 0, matmul_backward(M.dln, G(M, QKVW, l), G(M, QKVB, l), M.dqkv, a.ln1, W(M, QKVW, l), N, C, 3 * C));
-        TIMED("layernorm_backward", 0, ln_bwd_b, layernorm_backward(M.dres, G(M, LN1W, l), G(M, LN1B, l), M.dln, x, W(M, LN1W, l), a.ln1_mean, a.ln1_rstd, N, C));
+        ds = g_fused && l > 0 ? G(M, FPB, l - 1) : nullptr;
+        TIMED("layernorm_backward", 0, ln_bwd_b, layernorm_backward(M.dres, G(M, LN1W, l), G(M, LN1B, l), ds, M.dln, x, W(M, LN1W, l), a.ln1_mean, a.ln1_rstd, N, C));
     }
     TIMED("position_backward", 0, 2.0 * nc, position_backward(G(M, WPE), M.dres, B, T, C));
     TIMED("encoder_backward", 0, 6.0 * nc, encoder_backward(G(M, WTE), M.dres, M.plan, N, C, Vp));
