@@ -75,9 +75,10 @@ struct DLaunch {
 
 /* Minimum resident blocks per SM asked of the register allocator
  * (__launch_bounds__): 8 x 128 threads caps a kernel at 64 registers, 6 at
- * 80, 5 at 96, 4 at 128. A thread holds 64 values, so the kernels get 4 (the
- * stochastic-rounding encode, with its Philox words, 3); the register report
- * (compress/CUDA.md) flags any spill. */
+ * 80, 5 at 96, 4 at 128. A thread holds 64 values, so the kernels get 4
+ * (the SR encode too: at 3 blocks it took 163 registers and was 4-8% slower
+ * than at 4, where the bf16 one spills 12 bytes; H200, 2026-12-02); the
+ * register report (compress/CUDA.md) flags any spill. */
 #ifndef COMPRESS_MIN_BLOCKS
 #define COMPRESS_MIN_BLOCKS 4
 #endif
@@ -85,7 +86,7 @@ struct DLaunch {
 #define DECOMPRESS_MIN_BLOCKS 3
 #endif
 #ifndef COMPRESS_SR_MIN_BLOCKS
-#define COMPRESS_SR_MIN_BLOCKS (COMPRESS_MIN_BLOCKS - 1)
+#define COMPRESS_SR_MIN_BLOCKS COMPRESS_MIN_BLOCKS
 #endif
 #ifndef DECOMPRESS_SR_MIN_BLOCKS
 #define DECOMPRESS_SR_MIN_BLOCKS DECOMPRESS_MIN_BLOCKS

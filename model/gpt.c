@@ -565,13 +565,23 @@ void gpt_replicated_grads(GPT* m, Comm* c) {
         if (!m->pl.sharded[t] && m->pl.local[t]) tp_allreduce_sum(c, TENSOR(m->grads, t), m->pl.local[t]);
 }
 
-/* this rank's squared gradient norm into m->step->sumsq, queued */
+/* this rank's squared gradient norm into m->step->sumsq, queued: one sum
+ * per run of counted tensors that lie back to back in the gradient buffer
+ * (all of them at one rank), since each sum costs two launches and a few
+ * microseconds of latency whatever its size */
 static void grad_sumsq_queue(const GPT* m, int count_replicated) {
     ops_zero(&m->step->sumsq, sizeof(double));
+    size_t start = 0, len = 0; /* the run being gathered */
     for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
-        if (!m->pl.sharded[t] && !count_replicated) continue;
-        ops_sumsq_acc(&m->step->sumsq, TENSOR(m->grads, t), m->pl.local[t]);
+        if ((!m->pl.sharded[t] && !count_replicated) || !m->pl.local[t]) continue;
+        if (len && m->pl.offset[t] != start + len) {
+            ops_sumsq_acc(&m->step->sumsq, m->grads + start, len);
+            len = 0;
+        }
+        if (!len) start = m->pl.offset[t];
+        len += m->pl.local[t];
     }
+    if (len) ops_sumsq_acc(&m->step->sumsq, m->grads + start, len);
 }
 
 double gpt_grad_sumsq(const GPT* m, int count_replicated) {

@@ -308,8 +308,12 @@ static double train_step(Model& M) {
     TIMED("position_backward", 0, 2.0 * nc, position_backward(G(M, WPE), M.dres, B, T, C));
     TIMED("encoder_backward", 0, 6.0 * nc, encoder_backward(G(M, WTE), M.dres, M.plan, N, C, Vp));
     TIMED("ops_zero", 0, 8.0, ops_zero(&M.step->sumsq, sizeof(double)));
-    for (int t = 0; t < NT; t++)
-        TIMED("ops_sumsq_acc (grad norm)", 0, 4.0 * M.size[t], ops_sumsq_acc(&M.step->sumsq, M.grads + M.off[t], M.size[t]));
+    /* fused: one sum over the whole gradient buffer, as model/gpt.c does at one rank; else per tensor */
+    if (g_fused)
+        TIMED("ops_sumsq_acc (grad norm)", 0, 4.0 * M.total, ops_sumsq_acc(&M.step->sumsq, M.grads, M.total));
+    else
+        for (int t = 0; t < NT; t++)
+            TIMED("ops_sumsq_acc (grad norm)", 0, 4.0 * M.size[t], ops_sumsq_acc(&M.step->sumsq, M.grads + M.off[t], M.size[t]));
     TIMED("ops_grad_clip", 0, 0, ops_grad_clip(M.step, 1.0f));
     for (int t = 0; t < NT; t++) {
         const bool decay = t == WTE || t == WPE || t == QKVW || t == APW || t == FCW || t == FPW;
