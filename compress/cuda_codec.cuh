@@ -352,15 +352,24 @@ __device__ __forceinline__ float prep_amax_r(const Prep& p) {
     return m;
 }
 
-/* The unit's codes with stochastic rounding: sub-block sb takes Philox
- * block SB u + sb, element 16 sb + 4 k + b byte b of its word k (rng.h's
- * rng_sr_word: element i, byte i % 4 of word i / 4). */
+/* SR's random words for sub-block sb of unit u: Philox block SB u + sb, so
+ * element 16 sb + 4 k + b takes byte b of word k (rng.h's rng_sr_word:
+ * element i, byte i % 4 of word i / 4) */
+__device__ __forceinline__ void sr_words(const Codec& c, u64 stream, unsigned u, int sb, unsigned (&w)[4]) {
+    const uint4 q = philox_block(c.seed, stream, (u64)SB * u + (u64)sb);
+    w[0] = q.x;
+    w[1] = q.y;
+    w[2] = q.z;
+    w[3] = q.w;
+}
+
+/* The unit's codes with stochastic rounding (sr_words, sr_cut) */
 template <int FMT, bool TINY>
 __device__ __forceinline__ void quantize_sr(const Codec& c, const float (&v)[UNIT], unsigned u, u64 stream, Row<1>& out) {
 #pragma unroll
     for (int sb = 0; sb < SB; sb++) {
-        const uint4 q = philox_block(c.seed, stream, (u64)SB * u + (u64)sb);
-        const unsigned w[4] = {q.x, q.y, q.z, q.w};
+        unsigned w[4];
+        sr_words(c, stream, u, sb, w);
 #pragma unroll
         for (int k = 0; k < 4; k++) {
             const int j = 16 * sb + 4 * k;
@@ -577,8 +586,8 @@ __device__ __forceinline__ void int8_encode_unit(const Codec& c, const float (&v
         unsigned sat = 0u;
 #pragma unroll
         for (int sb = 0; sb < SB; sb++) {
-            const uint4 q4 = philox_block(c.seed, stream, (u64)SB * u + (u64)sb);
-            const unsigned rw[4] = {q4.x, q4.y, q4.z, q4.w};
+            unsigned rw[4];
+            sr_words(c, stream, u, sb, rw);
 #pragma unroll
             for (int k = 0; k < 4; k++) {
                 unsigned w = 0u;
@@ -608,8 +617,9 @@ __device__ __forceinline__ void int8_encode_unit(const Codec& c, const float (&v
         /* SR: word i % 4 of Philox block SB u + i / 4, byte b for element 4 i + b (rng_sr_word) */
         unsigned wd4 = 0u;
         if (c.stochastic) {
-            const uint4 r = philox_block(c.seed, stream, (u64)SB * u + (u64)(i >> 2));
-            wd4 = (i & 3) == 0 ? r.x : (i & 3) == 1 ? r.y : (i & 3) == 2 ? r.z : r.w;
+            unsigned rw[4];
+            sr_words(c, stream, u, i >> 2, rw);
+            wd4 = (i & 3) == 0 ? rw[0] : (i & 3) == 1 ? rw[1] : (i & 3) == 2 ? rw[2] : rw[3];
         }
         unsigned wd = 0u;
         for (int b = 0; b < 4; b++) {

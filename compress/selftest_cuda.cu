@@ -88,57 +88,56 @@ __global__ void k_check_philox(u64 seed, u64 stream, u64 n, unsigned* words, uns
 
 } /* namespace */
 
+/* the mismatch counter and the smallest mismatching pattern of a check over
+ * float patterns: zero and all ones on the device, then read back and freed */
+struct Tally {
+    unsigned long long* bad = nullptr;
+    unsigned* first = nullptr;
+    Tally() {
+        CUDA_CHECK(cudaMalloc((void**)&bad, sizeof(unsigned long long)));
+        CUDA_CHECK(cudaMalloc((void**)&first, sizeof(unsigned)));
+        CUDA_CHECK(cudaMemset(bad, 0, sizeof(unsigned long long)));
+        CUDA_CHECK(cudaMemset(first, 0xFF, sizeof(unsigned)));
+    }
+    unsigned long long finish(uint32_t* first_bad) {
+        unsigned long long nbad = 0;
+        unsigned f = 0;
+        CUDA_CHECK(cudaMemcpy(&nbad, bad, sizeof(nbad), cudaMemcpyDeviceToHost));
+        CUDA_CHECK(cudaMemcpy(&f, first, sizeof(f), cudaMemcpyDeviceToHost));
+        CUDA_CHECK(cudaFree(bad));
+        CUDA_CHECK(cudaFree(first));
+        if (first_bad) *first_bad = f;
+        return nbad;
+    }
+};
+
 unsigned long long compress_dev_selftest_fp8(Fp8Format f, uint32_t* first_bad) {
-    unsigned long long* d_bad = nullptr;
-    unsigned* d_first = nullptr;
-    CUDA_CHECK(cudaMalloc((void**)&d_bad, sizeof(unsigned long long)));
-    CUDA_CHECK(cudaMalloc((void**)&d_first, sizeof(unsigned)));
-    CUDA_CHECK(cudaMemset(d_bad, 0, sizeof(unsigned long long)));
-    CUDA_CHECK(cudaMemset(d_first, 0xFF, sizeof(unsigned)));
+    Tally t;
     const unsigned blocks = (unsigned)compress_dev_num_sms() * 8u;
     for (u64 base = 0; base < (1ull << 32); base += (1ull << 30)) {
         if (f == FP8_E4M3)
-            k_check_fp8_hw<FP8_E4M3><<<blocks, 256, 0, 0>>>(base, d_bad, d_first);
+            k_check_fp8_hw<FP8_E4M3><<<blocks, 256, 0, 0>>>(base, t.bad, t.first);
         else
-            k_check_fp8_hw<FP8_E5M2><<<blocks, 256, 0, 0>>>(base, d_bad, d_first);
+            k_check_fp8_hw<FP8_E5M2><<<blocks, 256, 0, 0>>>(base, t.bad, t.first);
         CUDA_CHECK_LAUNCH("k_check_fp8_hw");
     }
-    unsigned long long bad = 0;
-    unsigned first = 0;
-    CUDA_CHECK(cudaMemcpy(&bad, d_bad, sizeof(bad), cudaMemcpyDeviceToHost));
-    CUDA_CHECK(cudaMemcpy(&first, d_first, sizeof(first), cudaMemcpyDeviceToHost));
-    CUDA_CHECK(cudaFree(d_bad));
-    CUDA_CHECK(cudaFree(d_first));
-    if (first_bad) *first_bad = first;
-    return bad;
+    return t.finish(first_bad);
 }
 
 unsigned long long compress_dev_selftest_sr(Fp8Format f, uint64_t step, uint32_t* first_bad) {
     if (step == 0) step = 1;
-    unsigned long long* d_bad = nullptr;
-    unsigned* d_first = nullptr;
-    CUDA_CHECK(cudaMalloc((void**)&d_bad, sizeof(unsigned long long)));
-    CUDA_CHECK(cudaMalloc((void**)&d_first, sizeof(unsigned)));
-    CUDA_CHECK(cudaMemset(d_bad, 0, sizeof(unsigned long long)));
-    CUDA_CHECK(cudaMemset(d_first, 0xFF, sizeof(unsigned)));
+    Tally t;
     const unsigned blocks = (unsigned)compress_dev_num_sms() * 8u;
     const u64 total = ((1ull << 32) + step - 1) / step, per = 1ull << 28;
     for (u64 k0 = 0; k0 < total; k0 += per) {
         const u64 count = total - k0 < per ? total - k0 : per;
         if (f == FP8_E4M3)
-            k_check_fp8_sr<FP8_E4M3><<<blocks, 256, 0, 0>>>(k0 * step, count, step, d_bad, d_first);
+            k_check_fp8_sr<FP8_E4M3><<<blocks, 256, 0, 0>>>(k0 * step, count, step, t.bad, t.first);
         else
-            k_check_fp8_sr<FP8_E5M2><<<blocks, 256, 0, 0>>>(k0 * step, count, step, d_bad, d_first);
+            k_check_fp8_sr<FP8_E5M2><<<blocks, 256, 0, 0>>>(k0 * step, count, step, t.bad, t.first);
         CUDA_CHECK_LAUNCH("k_check_fp8_sr");
     }
-    unsigned long long bad = 0;
-    unsigned first = 0;
-    CUDA_CHECK(cudaMemcpy(&bad, d_bad, sizeof(bad), cudaMemcpyDeviceToHost));
-    CUDA_CHECK(cudaMemcpy(&first, d_first, sizeof(first), cudaMemcpyDeviceToHost));
-    CUDA_CHECK(cudaFree(d_bad));
-    CUDA_CHECK(cudaFree(d_first));
-    if (first_bad) *first_bad = first;
-    return bad;
+    return t.finish(first_bad);
 }
 
 unsigned long long compress_dev_selftest_philox(uint64_t seed, uint64_t stream, size_t n, uint32_t* words_host) {
