@@ -5,9 +5,10 @@
  *
  * The device code lives in headers, one idea each: cuda_device.cuh (the
  * arithmetic, bit-exact with the CPU reference), cuda_unit_io.cuh (a unit's
- * loads and stores), cuda_codec.cuh (one unit through a method),
- * cuda_kernels.cuh (the kernels); selftest_cuda.cu checks the hardware fp8
- * conversion and the Philox words. compress/CUDA.md has the design.
+ * loads and stores), cuda_codec.cuh (one unit through a method's encode),
+ * cuda_decode.cuh (its decode and sums), cuda_kernels.cuh (the kernels);
+ * selftest_cuda.cu checks the hardware fp8 conversion, SR's rounding and the
+ * Philox words. compress/CUDA.md has the design.
  *
  * Work mapping (cuda_codec.cuh): one thread owns a UNIT of 64 consecutive
  * elements of a chunk, 64 / G whole groups for G <= 64 (one group at G =

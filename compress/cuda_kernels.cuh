@@ -25,6 +25,7 @@
 
 #include "compress/compress_cuda.h"
 #include "compress/cuda_codec.cuh"
+#include "compress/cuda_decode.cuh"
 #include "compress/cuda_device.cuh"
 #include "compress/cuda_unit_io.cuh"
 
