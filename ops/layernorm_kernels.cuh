@@ -277,13 +277,13 @@ __device__ __forceinline__ void ln_acc_finish(const float4* acc, float* partial,
  *    copying the prefetched row into the current one;
  *  - the block's mean / rstd staged in shared memory. */
 /* DSUM: part 2 of the accumulators adds the new dinp row as stored (bf16) */
-template <int NPART>
-__device__ __forceinline__ void ln_acc_dsum(float4* acc, const uint4& stored, int warp, int i, int lane, int nch) {
+template <int NCH, int NPART>
+__device__ __forceinline__ void ln_acc_dsum(float4* acc, const uint4& stored, int warp, int i, int lane) {
     float v[8];
     unpack_u4(stored, v);
 #pragma unroll
     for (int h = 0; h < 2; h++) {
-        float4* p = &acc[(((warp * NPART + 2) * nch + i) * 2 + h) * 32 + lane]; /* ln_acc_index(warp, 2, i, h, lane) */
+        float4* p = &acc[ln_acc_index<NCH, NPART>(warp, 2, i, h, lane)];
         float4 t = *p;
         t.x += v[4 * h];
         t.y += v[4 * h + 1];
@@ -358,7 +358,7 @@ __device__ __forceinline__ void layernorm_backward_row(const LnBwdRow<NCH, true,
         for (int k = 0; k < 8; k++) di[k] += fmaf(s, wv[k] * dv[k], fmaf(A, xv[k], B));
         const uint4 st = pack_u4(di);
         *reinterpret_cast<uint4*>(di_row + (lane + 32 * i) * 8) = st;
-        if constexpr (DSUM) ln_acc_dsum<NPART>(acc, st, warp, i, lane, NCH);
+        if constexpr (DSUM) ln_acc_dsum<NCH, NPART>(acc, st, warp, i, lane);
     }
 }
 
@@ -479,7 +479,7 @@ layernorm_backward_guarded_kernel(bf16* dinp, float* partial, float* gpart, unsi
                 float dz[8];
 #pragma unroll
                 for (int k = 0; k < 8; k++) dz[k] = ch * 8 + k < C ? di[k] : 0.0f;
-                ln_acc_dsum<NPART>(acc, pack_u4(dz), warp, i, lane, NCH);
+                ln_acc_dsum<NCH, NPART>(acc, pack_u4(dz), warp, i, lane);
             }
 #pragma unroll
             for (int h = 0; h < 2; h++) {
