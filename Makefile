@@ -65,7 +65,9 @@ $(BUILD)/compress: $(BUILD)/cpu/tools/compress_cli.o $(TOOL_OBJ)
 # A .cu file belongs to the floor of its folder: ops/ (the op backend),
 # compress/ (the FP8 kernels), comm/ (the NCCL backend's reduction), model/
 # (the device weight init). Adding a .cu file to a folder adds it to the build.
-CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+# sm_90a: Hopper's own instructions (the attention's warpgroup MMA, ops/wgmma.cuh) in the
+# binary the H100/H200 run; compute_90 PTX for later GPUs, which JIT it (mma.sync kernels).
+CUDA_ARCH ?= -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_90,code=compute_90
 MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
 NVCCFLAGS ?= -O3 -std=c++17 $(CUDA_ARCH) -DOPS_BF16 -I. $(MPI_CFLAGS) -Xcompiler -Wall,-Wextra -Werror all-warnings
 CUDA_LIBS  = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart

@@ -55,8 +55,13 @@
  */
 #include <math.h>
 
+#include <stdlib.h>
+#include <string.h>
+
 #include "ops/cuda_common.cuh"
+#include "ops/ops_cuda.h"
 #include "ops/attention_kernels.cuh"
+#include "ops/attention_bwd_kernels.cuh"
 
 /* ------------------------------------------------------------------------------ */
 /* host side */
@@ -82,21 +87,87 @@ static void attn_set_smem(K kernel, size_t bytes, bool* done) {
     *done = true;
 }
 
+/* Whether the hs = 64 kernels run in their warpgroup-MMA form (WG = true): only code
+ * built for sm_90a has wgmma, and the driver runs that code only on a Hopper GPU, so
+ * attention_cuda_init asks the device which build it runs (a one-thread probe).
+ * ATT_WGMMA=0 in the environment keeps the mma.sync kernels (to compare the two). */
+static int g_att_wgmma = 0;
+
+__global__ void attn_wgmma_probe(int* flag) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(ATT_EMULATE)
+    *flag = 1;
+#else
+    *flag = 0;
+#endif
+}
+
+void attention_cuda_init(void) {
+    const char* env = getenv("ATT_WGMMA");
+    if (env && strcmp(env, "0") == 0) {
+        g_att_wgmma = 0;
+        return;
+    }
+    int* flag = nullptr;
+    int host = 0;
+    CUDA_CHECK(cudaMalloc(&flag, sizeof(int)));
+    CUDA_CHECK(cudaMemset(flag, 0, sizeof(int)));
+    attn_wgmma_probe<<<1, 1>>>(flag);
+    CUDA_CHECK_LAUNCH("attn_wgmma_probe");
+    CUDA_CHECK(cudaMemcpy(&host, flag, sizeof(int), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaFree(flag));
+    g_att_wgmma = host;
+}
+
+int attention_uses_wgmma(void) { return g_att_wgmma; }
+
+template <int HS, bool WG>
+static void attn_forward_run(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH, int NKV) {
+    static bool smem_set = false;
+    const size_t smem = FwdCfg<HS, WG>::SMEM;
+    attn_set_smem(attn_fwd_kernel<HS, WG>, smem, &smem_set);
+    const float scale_log2 = LOG2E / sqrtf((float)HS);
+    dim3 grid(NH, B, (T + FwdCfg<HS, WG>::BM - 1) / FwdCfg<HS, WG>::BM);
+    attn_fwd_kernel<HS, WG><<<grid, ATT_THREADS, smem, cuda_stream()>>>(out, lse, qkv, T, NH, NKV, scale_log2);
+    CUDA_CHECK_LAUNCH("attn_fwd_kernel");
+}
+
 template <int HS>
 static void attn_forward_launch(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH, int NKV) {
-    static bool smem_set = false;
-    const size_t smem = FwdCfg<HS>::SMEM;
-    attn_set_smem(attn_fwd_kernel<HS>, smem, &smem_set);
-    const float scale_log2 = LOG2E / sqrtf((float)HS);
-    dim3 grid(NH, B, (T + FwdCfg<HS>::BM - 1) / FwdCfg<HS>::BM);
-    attn_fwd_kernel<HS><<<grid, ATT_THREADS, smem, cuda_stream()>>>(out, lse, qkv, T, NH, NKV, scale_log2);
-    CUDA_CHECK_LAUNCH("attn_fwd_kernel");
+    if (HS == 64 && g_att_wgmma) attn_forward_run<64, true>(out, lse, qkv, B, T, NH, NKV);
+    else attn_forward_run<HS, false>(out, lse, qkv, B, T, NH, NKV);
+}
+
+/* the dK/dV and dQ kernels, after D */
+template <int HS, bool WG>
+static void attn_backward_run(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* Dbuf,
+                              int B, int T, int NH, int NKV) {
+    static bool smem_dkdv = false, smem_dq = false;
+    cudaStream_t s = cuda_stream();
+    const float scale = 1.0f / sqrtf((float)HS);
+    const float scale_log2 = LOG2E * scale;
+    {
+        const size_t smem = DkvCfg<HS, WG>::SMEM;
+        attn_set_smem(attn_bwd_dkdv_kernel<HS, WG>, smem, &smem_dkdv);
+        dim3 grid(NKV, B, (T + DkvCfg<HS, WG>::BN - 1) / DkvCfg<HS, WG>::BN);   /* one block per kv head */
+        /* the per-step lse and D rows go by cp.async when they are 16-byte aligned */
+        const int rows16 = T % 4 == 0 && is_aligned16(lse) && is_aligned16(Dbuf);
+        attn_bwd_dkdv_kernel<HS, WG><<<grid, ATT_THREADS, smem, s>>>(dqkv, dout, qkv, lse, Dbuf, T, NH, NKV,
+                                                                     scale_log2, scale, rows16);
+        CUDA_CHECK_LAUNCH("attn_bwd_dkdv_kernel");
+    }
+    {
+        const size_t smem = DqCfg<HS, WG>::SMEM;
+        attn_set_smem(attn_bwd_dq_kernel<HS, WG>, smem, &smem_dq);
+        dim3 grid(NH, B, (T + DqCfg<HS, WG>::BM - 1) / DqCfg<HS, WG>::BM);
+        attn_bwd_dq_kernel<HS, WG><<<grid, ATT_THREADS, smem, s>>>(dqkv, dout, qkv, lse, Dbuf, T, NH, NKV,
+                                                                   scale_log2, scale);
+        CUDA_CHECK_LAUNCH("attn_bwd_dq_kernel");
+    }
 }
 
 template <int HS>
 static void attn_backward_launch(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* lse,
                                  int B, int T, int NH, int NKV) {
-    static bool smem_dkdv = false, smem_dq = false;
     cudaStream_t s = cuda_stream();
     float* Dbuf = (float*)cuda_scratch(SCRATCH_ATTN_D, (size_t)B * NH * T * sizeof(float));
     {
@@ -104,25 +175,8 @@ static void attn_backward_launch(bf16* dqkv, const bf16* dout, const bf16* qkv, 
         attn_bwd_d_kernel<HS><<<ceil_div_u(threads, 256), 256, 0, s>>>(Dbuf, dout, out, B, T, NH);
         CUDA_CHECK_LAUNCH("attn_bwd_d_kernel");
     }
-    const float scale = 1.0f / sqrtf((float)HS);
-    const float scale_log2 = LOG2E * scale;
-    {
-        const size_t smem = DkvCfg<HS>::SMEM;
-        attn_set_smem(attn_bwd_dkdv_kernel<HS>, smem, &smem_dkdv);
-        dim3 grid(NKV, B, (T + DkvCfg<HS>::BN - 1) / DkvCfg<HS>::BN);   /* one block per kv head */
-        /* the per-step lse and D rows go by cp.async when they are 16-byte aligned */
-        const int rows16 = T % 4 == 0 && is_aligned16(lse) && is_aligned16(Dbuf);
-        attn_bwd_dkdv_kernel<HS><<<grid, ATT_THREADS, smem, s>>>(dqkv, dout, qkv, lse, Dbuf, T, NH, NKV, scale_log2,
-                                                                 scale, rows16);
-        CUDA_CHECK_LAUNCH("attn_bwd_dkdv_kernel");
-    }
-    {
-        const size_t smem = DqCfg<HS>::SMEM;
-        attn_set_smem(attn_bwd_dq_kernel<HS>, smem, &smem_dq);
-        dim3 grid(NH, B, (T + DqCfg<HS>::BM - 1) / DqCfg<HS>::BM);
-        attn_bwd_dq_kernel<HS><<<grid, ATT_THREADS, smem, s>>>(dqkv, dout, qkv, lse, Dbuf, T, NH, NKV, scale_log2, scale);
-        CUDA_CHECK_LAUNCH("attn_bwd_dq_kernel");
-    }
+    if (HS == 64 && g_att_wgmma) attn_backward_run<64, true>(dqkv, dout, qkv, lse, Dbuf, B, T, NH, NKV);
+    else attn_backward_run<HS, false>(dqkv, dout, qkv, lse, Dbuf, B, T, NH, NKV);
 }
 
 #define ATT_DISPATCH(hs, CALL)                                   \

@@ -1,6 +1,16 @@
 /*
  * ops/attention_kernels.cuh - the device code of the fused causal attention
- * (see ops/attention_cuda.cu for the design and the host launchers).
+ * (see ops/attention_cuda.cu for the design and the host launchers): the
+ * primitives, the shared tiles, and the forward kernel; the backward's kernels
+ * are in ops/attention_bwd_kernels.cuh.
+ *
+ * Every kernel comes in two forms. WG = false multiplies with mma.sync
+ * (any GPU from sm_80; tiles padded by 16 bytes per row for ldmatrix);
+ * WG = true, for hs = 64 on Hopper, with the warpgroup MMA of
+ * ops/wgmma.cuh (tiles in its 128-byte swizzle, operands straight from
+ * shared memory). Both keep one layout of the accumulators: warp w owns rows
+ * 16w..16w+15 of the block's 64-row tile, in mma.sync's C fragments, so
+ * the softmax and masking code between the products is shared.
  *
  * Everything below the PTX wrappers is plain CUDA C++ on those few
  * primitives, so the CPU emulation of tests/emu can supply them instead
@@ -17,6 +27,7 @@
 #include <string.h>
 
 #include "common/cuda_async.cuh"
+#include "ops/wgmma.cuh"
 
 #define ATT_THREADS 128 /* 4 warps */
 /* Blocks per SM that __launch_bounds__ asks the register allocator for, at
@@ -115,9 +126,11 @@ __device__ __forceinline__ void load_b_kmajor(uint32_t (&b)[4], const bf16* tile
 }
 
 /* Async load of rows [r0, r0+ROWS) x HS columns of a [T, stride] bf16 matrix
- * into a [ROWS][HS+8] shared tile; rows >= T become zeros. */
-template <int ROWS, int HS>
+ * into a shared tile, [ROWS][HS+8] (WG = false) or [ROWS][64] swizzled
+ * (WG = true, ops/wgmma.cuh); rows >= T become zeros. */
+template <int ROWS, int HS, bool WG = false>
 __device__ __forceinline__ void load_tile(bf16* dst, const bf16* src, size_t stride, int r0, int T) {
+    static_assert(!WG || HS == 64, "the warpgroup tiles are 64 columns wide");
     constexpr int CPR = HS / 8; /* 16-byte chunks per row */
     constexpr int STR = HS + 8;
     constexpr int ITERS = (ROWS * CPR + ATT_THREADS - 1) / ATT_THREADS;
@@ -128,30 +141,82 @@ __device__ __forceinline__ void load_tile(bf16* dst, const bf16* src, size_t str
         const int r = i / CPR, c = (i % CPR) * 8;
         const int t = r0 + r;
         const bool ok = t < T;
-        cp_async16(dst + r * STR + c, src + (size_t)(ok ? t : 0) * stride + c, ok);
+        cp_async16(dst + (WG ? wg_swz(r, c) : r * STR + c), src + (size_t)(ok ? t : 0) * stride + c, ok);
+    }
+}
+
+/* the row stride of a shared tile, and the start of the tiles in the block's
+ * dynamic shared memory (WG: rounded up to the swizzle pattern; the launch
+ * asks for WG_TILE_ALIGN bytes more) */
+template <int HS, bool WG>
+constexpr int att_stride() {
+    return WG ? 64 : HS + 8;
+}
+template <bool WG>
+__device__ __forceinline__ bf16* att_tiles(unsigned char* raw) {
+    if (!WG) return reinterpret_cast<bf16*>(raw);
+    const uint32_t pad = (WG_TILE_ALIGN - (smem_u32(raw) & (WG_TILE_ALIGN - 1))) & (WG_TILE_ALIGN - 1);
+    return reinterpret_cast<bf16*>(raw + pad);
+}
+/* the cp.async copies of this step have landed (at most N groups in flight), and
+ * (WG) are visible to the warpgroup MMA's reads once the barrier that follows is passed */
+template <int N, bool WG>
+__device__ __forceinline__ void att_tiles_landed() {
+    cp_async_wait<N>();
+    if (WG) fence_async_smem();
+}
+
+/* The two products of the WG kernels, each issued as one commit group (the caller
+ * waits for it). acc is this warp's 16 rows x 64 columns of the 64 x 64 result.
+ * wg_abt: acc += A B^T over the head dimension, A = the block's 64-row tile sA, B =
+ * the 64-row tile sB (S = Q K^T and its kin). */
+__device__ __forceinline__ void wg_abt(float (&acc)[8][4], const bf16* sA, const bf16* sB) {
+    wg_fence(); /* acc was just zeroed */
+#pragma unroll
+    for (int ks = 0; ks < 4; ks++) wg_mma_ss<0>(acc, wg_desc(sA + ks * 16), wg_desc(sB + ks * 16));
+    wg_commit();
+}
+/* wg_pb: acc += P B over the tile's 64 rows, P as this warp's A fragments of 16
+ * columns each (pa[kk]: columns 16kk..16kk+15), B = the 64-row tile sB (O = P V and
+ * its kin); wg_fence first, since pa was just written */
+__device__ __forceinline__ void wg_pb(float (&acc)[8][4], const uint32_t (&pa)[4][4], const bf16* sB) {
+    wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) wg_mma_rs<1>(acc, pa[kk], wg_desc(sB + kk * 16 * 64));
+    wg_commit();
+}
+/* C fragments of 64 columns -> bf16 A fragments of 16 columns each (P for O = P V) */
+__device__ __forceinline__ void pack_a(uint32_t (&pa)[4][4], const float (&c)[8][4]) {
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) {
+        pa[kk][0] = pack_bf16(c[2 * kk][0], c[2 * kk][1]);
+        pa[kk][1] = pack_bf16(c[2 * kk][2], c[2 * kk][3]);
+        pa[kk][2] = pack_bf16(c[2 * kk + 1][0], c[2 * kk + 1][1]);
+        pa[kk][3] = pack_bf16(c[2 * kk + 1][2], c[2 * kk + 1][3]);
     }
 }
 
 /* ------------------------------------------------------------------------------ */
 /* forward */
 
-template <int HS>
+template <int HS, bool WG>
 struct FwdCfg {
-    static constexpr int BM = 64, BN = 64, STR = HS + 8, NS = HS <= 64 ? ATT_STAGES : 2;
-    static constexpr size_t SMEM = (size_t)(BM + 2 * NS * BN) * STR * sizeof(bf16); /* Q + NS stages of K, V */
+    static constexpr int BM = 64, BN = 64, STR = att_stride<HS, WG>(), NS = HS <= 64 ? ATT_STAGES : 2;
+    static constexpr size_t SMEM = (size_t)(BM + 2 * NS * BN) * STR * sizeof(bf16) /* Q + NS stages of K, V */
+                                   + (WG ? WG_TILE_ALIGN : 0);
     static constexpr int MINB = HS <= 64 ? ATT_FWD_MINB : 2; /* blocks per SM the register cap aims at */
 };
 
-template <int HS>
-__global__ void __launch_bounds__(ATT_THREADS, FwdCfg<HS>::MINB)
+template <int HS, bool WG>
+__global__ void __launch_bounds__(ATT_THREADS, FwdCfg<HS, WG>::MINB)
 attn_fwd_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH, int NKV, float scale_log2) {
-    using Cfg = FwdCfg<HS>;
+    using Cfg = FwdCfg<HS, WG>;
     constexpr int BM = Cfg::BM, BN = Cfg::BN, STR = Cfg::STR, NS = Cfg::NS;
     constexpr int KS = HS / 16; /* k-steps over the head dim */
     constexpr int NT = BN / 8;  /* 8-key n-tiles of S */
     constexpr int OT = HS / 8;  /* 8-column n-tiles of O */
     DYNAMIC_SMEM(smem_raw);
-    bf16* sQ = reinterpret_cast<bf16*>(smem_raw);
+    bf16* sQ = att_tiles<WG>(smem_raw);
     bf16* sK = sQ + BM * STR; /* [NS][BN][STR] */
     bf16* sV = sK + NS * BN * STR;
 
@@ -166,14 +231,14 @@ attn_fwd_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH, int NKV, 
     /* key tiles with any key <= the tile's last query */
     const int nkt = min((T + BN - 1) / BN, (q0 + BM - 1) / BN + 1);
 
-    load_tile<BM, HS>(sQ, qg, rs, q0, T);
-    load_tile<BN, HS>(sK, kg, rs, 0, T);
-    load_tile<BN, HS>(sV, vg, rs, 0, T);
+    load_tile<BM, HS, WG>(sQ, qg, rs, q0, T);
+    load_tile<BN, HS, WG>(sK, kg, rs, 0, T);
+    load_tile<BN, HS, WG>(sV, vg, rs, 0, T);
     cp_async_commit();
 
     const int g = lane >> 2, t4 = lane & 3;
     const int qrow0 = q0 + warp * 16 + g; /* this thread's rows: qrow0, qrow0 + 8 */
-    uint32_t qf[KS][4];
+    [[maybe_unused]] uint32_t qf[KS][4];  /* Q's A fragments (mma.sync) */
     float o[OT][4];
 #pragma unroll
     for (int i = 0; i < OT; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
@@ -183,15 +248,15 @@ attn_fwd_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH, int NKV, 
     for (int j = 0; j < nkt; j++) {
         const int st = j % NS, nx = (j + 1) % NS;
         if (j + 1 < nkt) { /* prefetch the next K, V tile into the next stage */
-            load_tile<BN, HS>(sK + nx * BN * STR, kg, rs, (j + 1) * BN, T);
-            load_tile<BN, HS>(sV + nx * BN * STR, vg, rs, (j + 1) * BN, T);
+            load_tile<BN, HS, WG>(sK + nx * BN * STR, kg, rs, (j + 1) * BN, T);
+            load_tile<BN, HS, WG>(sV + nx * BN * STR, vg, rs, (j + 1) * BN, T);
             cp_async_commit();
-            cp_async_wait<1>();
+            att_tiles_landed<1, WG>();
         } else {
-            cp_async_wait<0>();
+            att_tiles_landed<0, WG>();
         }
         __syncthreads();
-        if (j == 0) {
+        if (!WG && j == 0) {
 #pragma unroll
             for (int ks = 0; ks < KS; ks++) load_a<STR>(qf[ks], sQ, warp * 16, ks * 16, lane);
         }
@@ -202,14 +267,20 @@ attn_fwd_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH, int NKV, 
         float s[NT][4];
 #pragma unroll
         for (int i = 0; i < NT; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+        if constexpr (WG) {
+            wg_abt(s, sQ, cK);
+            wg_wait<0>();
+            wg_hold(s);
+        } else {
 #pragma unroll
-        for (int ks = 0; ks < KS; ks++) {
+            for (int ks = 0; ks < KS; ks++) {
 #pragma unroll
-            for (int np = 0; np < NT / 2; np++) {
-                uint32_t kb[4];
-                load_b_nmajor<STR>(kb, cK, np * 16, ks * 16, lane);
-                mma16816(s[2 * np], qf[ks], kb[0], kb[1]);
-                mma16816(s[2 * np + 1], qf[ks], kb[2], kb[3]);
+                for (int np = 0; np < NT / 2; np++) {
+                    uint32_t kb[4];
+                    load_b_nmajor<STR>(kb, cK, np * 16, ks * 16, lane);
+                    mma16816(s[2 * np], qf[ks], kb[0], kb[1]);
+                    mma16816(s[2 * np + 1], qf[ks], kb[2], kb[3]);
+                }
             }
         }
         /* causal + length mask, only on tiles that can need it */
@@ -256,19 +327,27 @@ attn_fwd_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH, int NKV, 
             l_run[r] += rsum;
         }
         /* O += P V: P's C fragments re-packed as A fragments, 16 keys at a time */
+        if constexpr (WG) {
+            uint32_t pa[4][4];
+            pack_a(pa, s);
+            wg_pb(o, pa, cV);
+            wg_wait<0>();
+            wg_hold(o);
+        } else {
 #pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++) {
-            uint32_t pa[4];
-            pa[0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
-            pa[1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
-            pa[2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-            pa[3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+            for (int kk = 0; kk < BN / 16; kk++) {
+                uint32_t pa[4];
+                pa[0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
+                pa[1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
+                pa[2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+                pa[3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
 #pragma unroll
-            for (int dp = 0; dp < HS / 16; dp++) {
-                uint32_t vb[4];
-                load_b_kmajor<STR>(vb, cV, kk * 16, dp * 16, lane);
-                mma16816(o[2 * dp], pa, vb[0], vb[1]);
-                mma16816(o[2 * dp + 1], pa, vb[2], vb[3]);
+                for (int dp = 0; dp < HS / 16; dp++) {
+                    uint32_t vb[4];
+                    load_b_kmajor<STR>(vb, cV, kk * 16, dp * 16, lane);
+                    mma16816(o[2 * dp], pa, vb[0], vb[1]);
+                    mma16816(o[2 * dp + 1], pa, vb[2], vb[3]);
+                }
             }
         }
         if (NS == 2) __syncthreads(); /* this stage is overwritten by the next step's prefetch */
@@ -295,415 +374,5 @@ attn_fwd_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH, int NKV, 
     }
 }
 
-/* ------------------------------------------------------------------------------ */
-/* backward, step 1: D[b,h,t] = sum_d dout[b,t,h,d] * out[b,t,h,d]. G lanes
- * (HS/8 rounded up to a power of two) share one (b,t,h) row, 8 elements each. */
-template <int HS>
-__global__ void attn_bwd_d_kernel(float* Dbuf, const bf16* dout, const bf16* out, int B, int T, int NH) {
-    constexpr int CPR = HS / 8;
-    constexpr int G = CPR <= 2 ? 2 : CPR <= 4 ? 4 : CPR <= 8 ? 8 : 16;
-    const size_t gid = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / G;
-    const int sub = threadIdx.x % G;
-    const size_t nrows = (size_t)B * T * NH;
-    const bool active = gid < nrows;
-    float acc = 0.0f;
-    size_t b = 0, t = 0, h = 0;
-    if (active) {
-        h = gid % NH; /* gid = (b*T + t)*NH + h: consecutive groups read consecutive memory */
-        const size_t bt = gid / NH;
-        t = bt % T;
-        b = bt / T;
-        if (sub < CPR) {
-            const size_t off = bt * NH * HS + h * HS + sub * 8;
-            float x[8], y[8];
-            load8(x, dout + off);
-            load8(y, out + off);
-#pragma unroll
-            for (int k = 0; k < 8; k++) acc += x[k] * y[k];
-        }
-    }
-#pragma unroll
-    for (int o = G / 2; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-    if (active && sub == 0) Dbuf[(b * NH + h) * T + t] = acc;
-}
-
-/* ------------------------------------------------------------------------------ */
-/* backward, step 2: dK, dV. Block = (b, kv head, 64 keys), 16 keys per warp;
- * loops over the query heads of the kv head's group (NH/NKV of them, one
- * for NKV = NH) and, for each, over query tiles of BQ from the diagonal to
- * the end, as one flat sequence of (head, tile) steps so that the next
- * step's tiles always load during this one. dK and dV sum over the whole
- * group in registers, in that fixed order: deterministic, no atomics. */
-template <int HS>
-struct DkvCfg {
-    static constexpr int BN = 64, BQ = HS <= 64 ? 64 : 32, STR = HS + 8, NS = HS <= 64 ? ATT_STAGES : 2;
-    static constexpr size_t SMEM = (size_t)(2 * BN + 2 * NS * BQ) * STR * sizeof(bf16) + 2 * NS * BQ * sizeof(float);
-    static constexpr int MINB = HS <= 64 ? ATT_BWD_MINB : 2;
-};
-
-template <int HS>
-__global__ void __launch_bounds__(ATT_THREADS, DkvCfg<HS>::MINB)
-attn_bwd_dkdv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* Dbuf,
-                     int T, int NH, int NKV, float scale_log2, float scale, int rows16) {
-    using Cfg = DkvCfg<HS>;
-    constexpr int BN = Cfg::BN, BQ = Cfg::BQ, STR = Cfg::STR, NS = Cfg::NS;
-    constexpr int KS = HS / 16;
-    constexpr int QT = BQ / 8; /* 8-query n-tiles of S^T */
-    constexpr int OT = HS / 8;
-    DYNAMIC_SMEM(smem_raw);
-    bf16* sK = reinterpret_cast<bf16*>(smem_raw); /* [BN][STR] */
-    bf16* sV = sK + BN * STR;                     /* [BN][STR] */
-    bf16* sQ = sV + BN * STR;                     /* [NS][BQ][STR] */
-    bf16* sO = sQ + NS * BQ * STR;                /* dO, [NS][BQ][STR] */
-    float* sL = reinterpret_cast<float*>(sO + NS * BQ * STR); /* lse, [NS][BQ] */
-    float* sD = sL + NS * BQ;                                 /* D, [NS][BQ] */
-
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int kvh = blockIdx.x, b = blockIdx.y;
-    const int kt = blockIdx.z; /* key tile 0 has the most queries: first */
-    const int k0 = kt * BN;
-    const int group = NH / NKV;
-    const size_t rs = (size_t)(NH + 2 * NKV) * HS;
-    const size_t os = (size_t)NH * HS;
-    const bf16* qb = qkv + (size_t)b * T * rs; /* this batch row's q of head h: qb + h * HS */
-    const bf16* kg = qb + os + (size_t)kvh * HS;
-    const bf16* vg = kg + (size_t)NKV * HS;
-    const bf16* ob = dout + (size_t)b * T * os;
-
-    const int qt0 = k0 / BQ; /* first query tile with a query >= k0 */
-    const int nqt = (T + BQ - 1) / BQ;
-    const int nq = nqt - qt0;   /* query tiles per head; step it = head (it / nq) of the group, tile qt0 + it % nq */
-    const int nsteps = group * nq;
-
-    /* step it's Q and dO tiles (async) and per-row scalars (plain loads) into a stage */
-    auto load_step = [&](int stage, int it) {
-        const int h = kvh * group + it / nq, q0 = (qt0 + it % nq) * BQ;
-        load_tile<BQ, HS>(sQ + stage * BQ * STR, qb + (size_t)h * HS, rs, q0, T);
-        load_tile<BQ, HS>(sO + stage * BQ * STR, ob + (size_t)h * HS, os, q0, T);
-        const float* lg = lse + ((size_t)b * NH + h) * T;
-        const float* dg = Dbuf + ((size_t)b * NH + h) * T;
-        if (rows16) { /* lse and D rows 16-byte aligned (T % 4 == 0): copied with the tiles, no wait here */
-            for (int c = threadIdx.x; c < BQ / 4; c += ATT_THREADS) {
-                const int q = q0 + 4 * c;
-                const bool ok = q < T; /* the 4 rows of a chunk are all inside T or all past it */
-                cp_async16(sL + stage * BQ + 4 * c, lg + (ok ? q : 0), ok);
-                cp_async16(sD + stage * BQ + 4 * c, dg + (ok ? q : 0), ok);
-            }
-        } else {
-            for (int i = threadIdx.x; i < BQ; i += ATT_THREADS) {
-                const int q = q0 + i;
-                sL[stage * BQ + i] = q < T ? lg[q] : 0.0f;
-                sD[stage * BQ + i] = q < T ? dg[q] : 0.0f;
-            }
-        }
-        cp_async_commit();
-    };
-
-    load_tile<BN, HS>(sK, kg, rs, k0, T);
-    load_tile<BN, HS>(sV, vg, rs, k0, T);
-    load_step(0, 0); /* one commit group: K, V and the first Q, dO */
-
-    const int g = lane >> 2, t4 = lane & 3;
-    const int kr = warp * 16;        /* this warp's key rows in the tile */
-    const int key0 = k0 + kr + g;    /* this thread's keys: key0, key0 + 8 */
-    float dk[OT][4], dv[OT][4];
-#pragma unroll
-    for (int i = 0; i < OT; i++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) dk[i][e] = dv[i][e] = 0.0f;
-
-    for (int it = 0; it < nsteps; it++) {
-        const int st = it % NS;
-        if (it + 1 < nsteps) {
-            load_step((it + 1) % NS, it + 1);
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
-        __syncthreads();
-        const bf16* cQ = sQ + st * BQ * STR;
-        const bf16* cO = sO + st * BQ * STR;
-        const float* cL = sL + st * BQ;
-        const float* cD = sD + st * BQ;
-        const int q0 = (qt0 + it % nq) * BQ;
-
-        /* S^T = K Q^T (16 keys x BQ queries per warp) */
-        float s[QT][4];
-#pragma unroll
-        for (int i = 0; i < QT; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
-#pragma unroll
-        for (int ks = 0; ks < KS; ks++) {
-            uint32_t ka[4];
-            load_a<STR>(ka, sK, kr, ks * 16, lane);
-#pragma unroll
-            for (int np = 0; np < QT / 2; np++) {
-                uint32_t qb[4];
-                load_b_nmajor<STR>(qb, cQ, np * 16, ks * 16, lane);
-                mma16816(s[2 * np], ka, qb[0], qb[1]);
-                mma16816(s[2 * np + 1], ka, qb[2], qb[3]);
-            }
-        }
-        /* P^T = exp(s*scale - lse), 0 where the query precedes the key or is past T */
-        const bool need_mask = (q0 < k0 + BN) || (q0 + BQ > T);
-        float nl[QT][2]; /* -lse * log2(e) of this thread's queries */
-#pragma unroll
-        for (int i = 0; i < QT; i++)
-#pragma unroll
-            for (int c = 0; c < 2; c++) nl[i][c] = -(cL[i * 8 + 2 * t4 + c] * LOG2E);
-#pragma unroll
-        for (int i = 0; i < QT; i++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int ql = i * 8 + 2 * t4 + (e & 1);
-                float p = fast_exp2(fmaf(s[i][e], scale_log2, nl[i][e & 1]));
-                if (need_mask) {
-                    const int q = q0 + ql, key = key0 + (e >> 1) * 8;
-                    if (q < key || q >= T) p = 0.0f;
-                }
-                s[i][e] = p;
-            }
-        /* P^T as bf16 A fragments (half the registers of fp32): used by dV and dS */
-        uint32_t pp[BQ / 16][4];
-#pragma unroll
-        for (int kk = 0; kk < BQ / 16; kk++) {
-            pp[kk][0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
-            pp[kk][1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
-            pp[kk][2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-            pp[kk][3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-        }
-        /* dV += P^T dO */
-#pragma unroll
-        for (int kk = 0; kk < BQ / 16; kk++) {
-#pragma unroll
-            for (int dp = 0; dp < HS / 16; dp++) {
-                uint32_t ob[4];
-                load_b_kmajor<STR>(ob, cO, kk * 16, dp * 16, lane);
-                mma16816(dv[2 * dp], pp[kk], ob[0], ob[1]);
-                mma16816(dv[2 * dp + 1], pp[kk], ob[2], ob[3]);
-            }
-        }
-        /* dP^T = V dO^T */
-        float dpt[QT][4];
-#pragma unroll
-        for (int i = 0; i < QT; i++) dpt[i][0] = dpt[i][1] = dpt[i][2] = dpt[i][3] = 0.0f;
-#pragma unroll
-        for (int ks = 0; ks < KS; ks++) {
-            uint32_t va[4];
-            load_a<STR>(va, sV, kr, ks * 16, lane);
-#pragma unroll
-            for (int np = 0; np < QT / 2; np++) {
-                uint32_t ob[4];
-                load_b_nmajor<STR>(ob, cO, np * 16, ks * 16, lane);
-                mma16816(dpt[2 * np], va, ob[0], ob[1]);
-                mma16816(dpt[2 * np + 1], va, ob[2], ob[3]);
-            }
-        }
-        /* dS^T = P^T (dP^T - D) (the softmax scale is applied to dK at the end) */
-#pragma unroll
-        for (int i = 0; i < QT; i++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int ql = i * 8 + 2 * t4 + (e & 1);
-                dpt[i][e] = packed_get(pp[i / 2], i, e) * (dpt[i][e] - cD[ql]);
-            }
-        /* dK += dS^T Q */
-#pragma unroll
-        for (int kk = 0; kk < BQ / 16; kk++) {
-            uint32_t da[4];
-            da[0] = pack_bf16(dpt[2 * kk][0], dpt[2 * kk][1]);
-            da[1] = pack_bf16(dpt[2 * kk][2], dpt[2 * kk][3]);
-            da[2] = pack_bf16(dpt[2 * kk + 1][0], dpt[2 * kk + 1][1]);
-            da[3] = pack_bf16(dpt[2 * kk + 1][2], dpt[2 * kk + 1][3]);
-#pragma unroll
-            for (int dp = 0; dp < HS / 16; dp++) {
-                uint32_t qb[4];
-                load_b_kmajor<STR>(qb, cQ, kk * 16, dp * 16, lane);
-                mma16816(dk[2 * dp], da, qb[0], qb[1]);
-                mma16816(dk[2 * dp + 1], da, qb[2], qb[3]);
-            }
-        }
-        if (NS == 2) __syncthreads(); /* this stage is overwritten by the next step's prefetch */
-    }
-
-    /* write dK * scale and dV for this thread's two keys */
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int key = key0 + r * 8;
-        if (key >= T) continue;
-        bf16* row = dqkv + ((size_t)b * T + key) * rs + os + (size_t)kvh * HS;   /* this kv head's k */
-#pragma unroll
-        for (int i = 0; i < OT; i++) {
-            const int c = i * 8 + 2 * t4;
-            *reinterpret_cast<__nv_bfloat162*>(row + c) =
-                __floats2bfloat162_rn(dk[i][2 * r] * scale, dk[i][2 * r + 1] * scale);
-            *reinterpret_cast<__nv_bfloat162*>(row + (size_t)NKV * HS + c) =
-                __floats2bfloat162_rn(dv[i][2 * r], dv[i][2 * r + 1]);
-        }
-    }
-}
-
-/* ------------------------------------------------------------------------------ */
-/* backward, step 3: dQ. Block = 64 queries (16 per warp), loops over key
- * tiles of BN from 0 to the diagonal. */
-template <int HS>
-struct DqCfg {
-    static constexpr int BM = 64, BN = HS <= 64 ? 64 : 32, STR = HS + 8, NS = HS <= 64 ? ATT_STAGES : 2;
-    static constexpr size_t SMEM = (size_t)(2 * BM + 2 * NS * BN) * STR * sizeof(bf16);
-    static constexpr int MINB = HS <= 64 ? ATT_BWD_MINB : 2;
-};
-
-template <int HS>
-__global__ void __launch_bounds__(ATT_THREADS, DqCfg<HS>::MINB)
-attn_bwd_dq_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* Dbuf,
-                   int T, int NH, int NKV, float scale_log2, float scale) {
-    using Cfg = DqCfg<HS>;
-    constexpr int BM = Cfg::BM, BN = Cfg::BN, STR = Cfg::STR, NS = Cfg::NS;
-    constexpr int KS = HS / 16;
-    constexpr int NT = BN / 8;
-    constexpr int OT = HS / 8;
-    DYNAMIC_SMEM(smem_raw);
-    bf16* sQ = reinterpret_cast<bf16*>(smem_raw); /* [BM][STR] */
-    bf16* sO = sQ + BM * STR;                     /* dO [BM][STR] */
-    bf16* sK = sO + BM * STR;                     /* [NS][BN][STR] */
-    bf16* sV = sK + NS * BN * STR;                /* [NS][BN][STR] */
-
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int h = blockIdx.x, b = blockIdx.y;
-    const int qt = gridDim.z - 1 - blockIdx.z;
-    const int q0 = qt * BM;
-    const size_t rs = (size_t)(NH + 2 * NKV) * HS;
-    const size_t os = (size_t)NH * HS;
-    const bf16* qg = qkv + (size_t)b * T * rs + (size_t)h * HS;
-    const bf16* kg = qkv + (size_t)b * T * rs + os + (size_t)(h / (NH / NKV)) * HS;
-    const bf16* vg = kg + (size_t)NKV * HS;
-    const bf16* og = dout + (size_t)b * T * os + (size_t)h * HS;
-    const int nkt = min((T + BN - 1) / BN, (q0 + BM - 1) / BN + 1);
-
-    load_tile<BM, HS>(sQ, qg, rs, q0, T);
-    load_tile<BM, HS>(sO, og, os, q0, T);
-    load_tile<BN, HS>(sK, kg, rs, 0, T);
-    load_tile<BN, HS>(sV, vg, rs, 0, T);
-    cp_async_commit();
-
-    const int g = lane >> 2, t4 = lane & 3;
-    const int qrow0 = q0 + warp * 16 + g;
-    float lse2[2], Dr[2];
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int q = qrow0 + r * 8;
-        lse2[r] = q < T ? lse[((size_t)b * NH + h) * T + q] * LOG2E : 0.0f;
-        Dr[r] = q < T ? Dbuf[((size_t)b * NH + h) * T + q] : 0.0f;
-    }
-    uint32_t qf[KS][4], of[KS][4];
-    float dq[OT][4];
-#pragma unroll
-    for (int i = 0; i < OT; i++) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.0f;
-
-    for (int j = 0; j < nkt; j++) {
-        const int st = j % NS, nx = (j + 1) % NS;
-        if (j + 1 < nkt) {
-            load_tile<BN, HS>(sK + nx * BN * STR, kg, rs, (j + 1) * BN, T);
-            load_tile<BN, HS>(sV + nx * BN * STR, vg, rs, (j + 1) * BN, T);
-            cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
-        __syncthreads();
-        if (j == 0) {
-#pragma unroll
-            for (int ks = 0; ks < KS; ks++) {
-                load_a<STR>(qf[ks], sQ, warp * 16, ks * 16, lane);
-                load_a<STR>(of[ks], sO, warp * 16, ks * 16, lane);
-            }
-        }
-        const bf16* cK = sK + st * BN * STR;
-        const bf16* cV = sV + st * BN * STR;
-        const int k0 = j * BN;
-
-        /* S = Q K^T (16 queries x BN keys per warp) */
-        float s[NT][4];
-#pragma unroll
-        for (int i = 0; i < NT; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
-#pragma unroll
-        for (int ks = 0; ks < KS; ks++) {
-#pragma unroll
-            for (int np = 0; np < NT / 2; np++) {
-                uint32_t kb[4];
-                load_b_nmajor<STR>(kb, cK, np * 16, ks * 16, lane);
-                mma16816(s[2 * np], qf[ks], kb[0], kb[1]);
-                mma16816(s[2 * np + 1], qf[ks], kb[2], kb[3]);
-            }
-        }
-        /* P = exp(s*scale - lse), masked, kept as packed bf16 (fewer registers) */
-        const bool need_mask = (k0 + BN > q0) || (k0 + BN > T);
-#pragma unroll
-        for (int i = 0; i < NT; i++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int r = e >> 1;
-                float p = fast_exp2(fmaf(s[i][e], scale_log2, -lse2[r]));
-                if (need_mask) {
-                    const int key = k0 + i * 8 + 2 * t4 + (e & 1), q = qrow0 + r * 8;
-                    if (key > q || key >= T) p = 0.0f;
-                }
-                s[i][e] = p;
-            }
-        uint32_t pp[NT / 2][4];
-#pragma unroll
-        for (int kk = 0; kk < NT / 2; kk++) {
-            pp[kk][0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
-            pp[kk][1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
-            pp[kk][2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-            pp[kk][3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-        }
-        /* dP = dO V^T, then dS = P (dP - D) in place */
-        float dp[NT][4];
-#pragma unroll
-        for (int i = 0; i < NT; i++) dp[i][0] = dp[i][1] = dp[i][2] = dp[i][3] = 0.0f;
-#pragma unroll
-        for (int ks = 0; ks < KS; ks++) {
-#pragma unroll
-            for (int np = 0; np < NT / 2; np++) {
-                uint32_t vb[4];
-                load_b_nmajor<STR>(vb, cV, np * 16, ks * 16, lane);
-                mma16816(dp[2 * np], of[ks], vb[0], vb[1]);
-                mma16816(dp[2 * np + 1], of[ks], vb[2], vb[3]);
-            }
-        }
-#pragma unroll
-        for (int i = 0; i < NT; i++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) dp[i][e] = packed_get(pp[i / 2], i, e) * (dp[i][e] - Dr[e >> 1]);
-        /* dQ += dS K */
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++) {
-            uint32_t da[4];
-            da[0] = pack_bf16(dp[2 * kk][0], dp[2 * kk][1]);
-            da[1] = pack_bf16(dp[2 * kk][2], dp[2 * kk][3]);
-            da[2] = pack_bf16(dp[2 * kk + 1][0], dp[2 * kk + 1][1]);
-            da[3] = pack_bf16(dp[2 * kk + 1][2], dp[2 * kk + 1][3]);
-#pragma unroll
-            for (int d = 0; d < HS / 16; d++) {
-                uint32_t kb[4];
-                load_b_kmajor<STR>(kb, cK, kk * 16, d * 16, lane);
-                mma16816(dq[2 * d], da, kb[0], kb[1]);
-                mma16816(dq[2 * d + 1], da, kb[2], kb[3]);
-            }
-        }
-        if (NS == 2) __syncthreads(); /* this stage is overwritten by the next step's prefetch */
-    }
-
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int q = qrow0 + r * 8;
-        if (q >= T) continue;
-        bf16* row = dqkv + ((size_t)b * T + q) * rs + (size_t)h * HS;
-#pragma unroll
-        for (int i = 0; i < OT; i++)
-            *reinterpret_cast<__nv_bfloat162*>(row + i * 8 + 2 * t4) =
-                __floats2bfloat162_rn(dq[i][2 * r] * scale, dq[i][2 * r + 1] * scale);
-    }
-}
 
 #endif /* ATTENTION_KERNELS_CUH */

@@ -82,6 +82,7 @@ void* cuda_scratch_zeroed(int slot, size_t bytes);
 void* cuda_pinned(int slot, size_t bytes);
 
 void matmul_cuda_init(void);   /* matmul_cuda.cu: cuBLASLt handle + workspace */
+void attention_cuda_init(void); /* attention_cuda.cu: whether the hs = 64 kernels use wgmma */
 
 /* bias_cuda.cu: dst[c] += sum_{p < nparts} partial[p*pstride + c], p ascending,
  * for c < C: the second stage of the deterministic column sums of

@@ -118,6 +118,7 @@ void ops_init(int local_rank) {
     CUDA_CHECK(cudaStreamCreate(&g_stream));
     g_inited = 1;
     matmul_cuda_init();
+    attention_cuda_init();
 }
 
 const char* ops_backend_name(void) { return "cuda-bf16"; }

@@ -16,6 +16,9 @@ extern "C" {
 
 /* the backend's cudaStream_t, as void* */
 void* ops_cuda_stream(void);
+/* 1 when the attention of head size 64 runs Hopper's warpgroup-MMA kernels (an sm_90a
+ * build on an sm_90 GPU, unless ATT_WGMMA=0), 0 for the mma.sync ones */
+int attention_uses_wgmma(void);
 
 #ifdef __cplusplus
 }

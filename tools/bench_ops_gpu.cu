@@ -418,8 +418,10 @@ int main(int argc, char** argv) {
 
     std::sort(step_ms.begin(), step_ms.end());
     const double med = step_ms[step_ms.size() / 2];
-    printf("bench_ops_gpu: %s, %d SMs; GPT-2 124M, B=%d T=%d, %zu params; loss %.3f (random weights); %s ops\n",
-           prop.name, prop.multiProcessorCount, B, T, M.total, loss, g_fused ? "fused" : "unfused");
+    printf("bench_ops_gpu: %s, %d SMs; GPT-2 124M, B=%d T=%d, %zu params; loss %.3f (random weights); %s ops; "
+           "attention %s\n",
+           prop.name, prop.multiProcessorCount, B, T, M.total, loss, g_fused ? "fused" : "unfused",
+           attention_uses_wgmma() ? "wgmma" : "mma.sync");
     printf("ceilings: device copy %.0f GB/s (read+write), bf16 GEMM 8192^3 %.0f TFLOP/s\n", copy_gbs, gemm_tf);
     printf("step: median %.2f ms (min %.2f, max %.2f) over %d steps = %.0fk tok/s;  PyTorch anchors (2026-12-01/02): "
            "eager 46.7, compiled 35.8 ms\n\n", med, step_ms.front(), step_ms.back(), steps, B * T / med);

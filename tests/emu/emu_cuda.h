@@ -110,7 +110,7 @@ enum { warpSize = 32 };
 enum EmuWarpOp {
     EMU_SHFL_XOR = 1, EMU_SHFL_UP, EMU_SHFL_DOWN, EMU_SHFL_IDX, /* 32-bit values */
     EMU_SHFL_XOR64, EMU_SHFL_UP64, EMU_SHFL_DOWN64, EMU_SHFL_IDX64, /* 64-bit values */
-    EMU_BALLOT, EMU_RED_ADD, EMU_RED_MAX, EMU_SYNCWARP, EMU_LDSM, EMU_LDSM_T, EMU_MMA
+    EMU_BALLOT, EMU_RED_ADD, EMU_RED_MAX, EMU_SYNCWARP, EMU_LDSM, EMU_LDSM_T, EMU_MMA, EMU_GATHER
 };
 /* a warp collective: parks until the whole warp is there; returns this lane's result */
 uint64_t emu_warp_op(int op, int param, uint64_t value, unsigned mask);
@@ -160,6 +160,31 @@ void ldsm_x4(uint32_t (&r)[4], const __nv_bfloat16* p);
 void ldsm_x4_t(uint32_t (&r)[4], const __nv_bfloat16* p);
 void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
 static inline float fast_exp2(float x) { return exp2f(x); }
+
+/* ---- ops/wgmma.cuh's warpgroup MMA (tests/emu/emu_wgmma.cpp) ----------------------------
+ * A product is recorded when issued (with the warp's A fragments, when they come from
+ * registers) and computed at the wg_wait that retires its group, from shared memory as it
+ * is then: the accumulators read NaN in between, so a read before the wait shows. */
+uint32_t smem_u32(const void* p); /* offset in the block's dynamic shared memory */
+void wg_fence();
+void wg_commit();
+void emu_wg_wait(int n);
+template <int N>
+static inline void wg_wait() {
+    emu_wg_wait(N);
+}
+static inline void fence_async_smem() {}
+void emu_wg_mma(float (&d)[8][4], const uint32_t* a, uint64_t da, uint64_t db, int tb);
+template <int TB>
+static inline void wg_mma_ss(float (&d)[8][4], uint64_t da, uint64_t db) {
+    emu_wg_mma(d, nullptr, da, db, TB);
+}
+template <int TB>
+static inline void wg_mma_rs(float (&d)[8][4], const uint32_t (&a)[4], uint64_t db) {
+    emu_wg_mma(d, a, 0, db, TB);
+}
+/* every lane's four words, for each lane (a warp collective; valid until the next one) */
+const uint32_t (*emu_warp_gather4(const uint32_t (&v)[4]))[4];
 
 /* ---- arithmetic and bit intrinsics (the host's IEEE operations) -------------------------- */
 #define __log2f log2f

@@ -3,6 +3,7 @@
  * code under test, which sees emu_cuda.h only): the emulated device's shape,
  * the error exit, and the runtime's checks that the launches and cuBLASLt make.
  *   emu_sched.cpp    the SIMT scheduler, launches, warp primitives; emu_fail
+ *   emu_wgmma.cpp    the warpgroup MMA (wgmma) of ops/wgmma.cuh
  *   emu_runtime.cpp  the CUDA runtime: memory and its guard zones, streams,
  *                    events, errors, device queries
  *   emu_cublaslt.cpp cuBLASLt's matmul on host memory

@@ -2,7 +2,7 @@
  * tests/emu/emu_sched.cpp - the SIMT side of tests/emu/emu_cuda.h (which says
  * what the emulator is for and what it is not): the thread scheduler, the
  * launches, the warp collectives and barriers, and the PTX wrappers (cp.async,
- * ldmatrix, mma.sync) of the attention kernels.
+ * ldmatrix, mma.sync, and the gather under wgmma's register A) of the attention kernels.
  *
  * Scheduler. A block's threads are fibers (a ten-instruction register switch
  * on x86-64, ucontext elsewhere and under AddressSanitizer). Each pass
@@ -95,7 +95,8 @@ struct Fiber {
     unsigned mask;
     uint64_t val, res;
     const __nv_bfloat16* addr; /* ldmatrix row */
-    uint32_t a[4], b[2], r[4];  /* mma A, B; ldmatrix result */
+    uint32_t a[4], b[2], r[4];  /* mma A, B (a: also a gather's words); ldmatrix result */
+    uint32_t gathered[32][4];   /* emu_warp_gather4: every lane's a[] */
     float c[4];                 /* mma accumulators in, then out */
     /* cp.async: copies issued but not committed, committed groups not yet waited for */
     std::vector<Copy> open;
@@ -213,6 +214,7 @@ const char* op_name(int op) {
         case EMU_LDSM: return "ldmatrix";
         case EMU_LDSM_T: return "ldmatrix.trans";
         case EMU_MMA: return "mma.sync";
+        case EMU_GATHER: return "wgmma (the warp's A fragments)";
         default: return "?";
     }
 }
@@ -330,6 +332,10 @@ bool resolve_warp(int wi) {
         case EMU_LDSM: resolve_ldsm(w, false); break;
         case EMU_LDSM_T: resolve_ldsm(w, true); break;
         case EMU_MMA: resolve_mma(w); break;
+        case EMU_GATHER:
+            for (int l = 0; l < 32; l++)
+                for (int src = 0; src < 32; src++) memcpy(w[l].gathered[src], w[src].a, sizeof w[src].a);
+            break;
         case EMU_SYNCWARP: break;
         case EMU_BALLOT: case EMU_RED_ADD: case EMU_RED_MAX: {
             unsigned bal = 0, sum = 0, mx = 0;
@@ -521,6 +527,11 @@ uint64_t emu_warp_op(int op, int param, uint64_t value, unsigned mask) {
 void emu_syncthreads(void) { park(WAIT_BAR); }
 
 unsigned char* emu_dynamic_smem() { return g_smem; }
+uint32_t smem_u32(const void* p) {
+    const unsigned char* q = (const unsigned char*)p;
+    if (q < g_smem || q >= g_smem + SMEM_BYTES) emu_fail("smem_u32 of an address outside dynamic shared memory");
+    return (uint32_t)(q - g_smem);
+}
 
 static bool in_smem(const void* p, size_t bytes) {
     const unsigned char* q = (const unsigned char*)p;
@@ -564,6 +575,13 @@ static void ldsm(uint32_t (&r)[4], const __nv_bfloat16* p, bool trans) {
 }
 void ldsm_x4(uint32_t (&r)[4], const __nv_bfloat16* p) { ldsm(r, p, false); }
 void ldsm_x4_t(uint32_t (&r)[4], const __nv_bfloat16* p) { ldsm(r, p, true); }
+
+const uint32_t (*emu_warp_gather4(const uint32_t (&v)[4]))[4] {
+    if (cur < 0) emu_fail("a warp gather outside a kernel");
+    memcpy(fibers[cur].a, v, sizeof fibers[cur].a);
+    emu_warp_op(EMU_GATHER, 0, 0, 0xffffffffu);
+    return fibers[cur].gathered;
+}
 
 void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
     if (cur < 0) emu_fail("mma.sync outside a kernel");

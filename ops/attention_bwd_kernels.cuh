@@ -1,0 +1,464 @@
+/*
+ * ops/attention_bwd_kernels.cuh - the device code of the attention backward: D =
+ * rowsum(dO * O), then the dK/dV and dQ kernels (ops/attention_cuda.cu has the design).
+ * Built on ops/attention_kernels.cuh's primitives, tile loads and products: WG = true is
+ * the Hopper form (warpgroup MMA, ops/wgmma.cuh; hs = 64), WG = false the mma.sync one.
+ */
+#ifndef ATTENTION_BWD_KERNELS_CUH
+#define ATTENTION_BWD_KERNELS_CUH
+
+#include "ops/attention_kernels.cuh"
+
+/* ------------------------------------------------------------------------------ */
+/* backward, step 1: D[b,h,t] = sum_d dout[b,t,h,d] * out[b,t,h,d]. G lanes
+ * (HS/8 rounded up to a power of two) share one (b,t,h) row, 8 elements each. */
+template <int HS>
+__global__ void attn_bwd_d_kernel(float* Dbuf, const bf16* dout, const bf16* out, int B, int T, int NH) {
+    constexpr int CPR = HS / 8;
+    constexpr int G = CPR <= 2 ? 2 : CPR <= 4 ? 4 : CPR <= 8 ? 8 : 16;
+    const size_t gid = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / G;
+    const int sub = threadIdx.x % G;
+    const size_t nrows = (size_t)B * T * NH;
+    const bool active = gid < nrows;
+    float acc = 0.0f;
+    size_t b = 0, t = 0, h = 0;
+    if (active) {
+        h = gid % NH; /* gid = (b*T + t)*NH + h: consecutive groups read consecutive memory */
+        const size_t bt = gid / NH;
+        t = bt % T;
+        b = bt / T;
+        if (sub < CPR) {
+            const size_t off = bt * NH * HS + h * HS + sub * 8;
+            float x[8], y[8];
+            load8(x, dout + off);
+            load8(y, out + off);
+#pragma unroll
+            for (int k = 0; k < 8; k++) acc += x[k] * y[k];
+        }
+    }
+#pragma unroll
+    for (int o = G / 2; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    if (active && sub == 0) Dbuf[(b * NH + h) * T + t] = acc;
+}
+
+/* ------------------------------------------------------------------------------ */
+/* backward, step 2: dK, dV. Block = (b, kv head, 64 keys), 16 keys per warp;
+ * loops over the query heads of the kv head's group (NH/NKV of them, one
+ * for NKV = NH) and, for each, over query tiles of BQ from the diagonal to
+ * the end, as one flat sequence of (head, tile) steps so that the next
+ * step's tiles always load during this one. dK and dV sum over the whole
+ * group in registers, in that fixed order: deterministic, no atomics. */
+template <int HS, bool WG>
+struct DkvCfg {
+    static constexpr int BN = 64, BQ = HS <= 64 ? 64 : 32, STR = att_stride<HS, WG>(), NS = HS <= 64 ? ATT_STAGES : 2;
+    static constexpr size_t SMEM = (size_t)(2 * BN + 2 * NS * BQ) * STR * sizeof(bf16) + 2 * NS * BQ * sizeof(float) +
+                                   (WG ? WG_TILE_ALIGN : 0);
+    static constexpr int MINB = HS <= 64 ? ATT_BWD_MINB : 2;
+};
+
+template <int HS, bool WG>
+__global__ void __launch_bounds__(ATT_THREADS, DkvCfg<HS, WG>::MINB)
+attn_bwd_dkdv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* Dbuf,
+                     int T, int NH, int NKV, float scale_log2, float scale, int rows16) {
+    using Cfg = DkvCfg<HS, WG>;
+    constexpr int BN = Cfg::BN, BQ = Cfg::BQ, STR = Cfg::STR, NS = Cfg::NS;
+    constexpr int KS = HS / 16;
+    constexpr int QT = BQ / 8; /* 8-query n-tiles of S^T */
+    constexpr int OT = HS / 8;
+    DYNAMIC_SMEM(smem_raw);
+    bf16* sK = att_tiles<WG>(smem_raw);           /* [BN][STR] */
+    bf16* sV = sK + BN * STR;                     /* [BN][STR] */
+    bf16* sQ = sV + BN * STR;                     /* [NS][BQ][STR] */
+    bf16* sO = sQ + NS * BQ * STR;                /* dO, [NS][BQ][STR] */
+    float* sL = reinterpret_cast<float*>(sO + NS * BQ * STR); /* lse, [NS][BQ] */
+    float* sD = sL + NS * BQ;                                 /* D, [NS][BQ] */
+
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int kvh = blockIdx.x, b = blockIdx.y;
+    const int kt = blockIdx.z; /* key tile 0 has the most queries: first */
+    const int k0 = kt * BN;
+    const int group = NH / NKV;
+    const size_t rs = (size_t)(NH + 2 * NKV) * HS;
+    const size_t os = (size_t)NH * HS;
+    const bf16* qb = qkv + (size_t)b * T * rs; /* this batch row's q of head h: qb + h * HS */
+    const bf16* kg = qb + os + (size_t)kvh * HS;
+    const bf16* vg = kg + (size_t)NKV * HS;
+    const bf16* ob = dout + (size_t)b * T * os;
+
+    const int qt0 = k0 / BQ; /* first query tile with a query >= k0 */
+    const int nqt = (T + BQ - 1) / BQ;
+    const int nq = nqt - qt0;   /* query tiles per head; step it = head (it / nq) of the group, tile qt0 + it % nq */
+    const int nsteps = group * nq;
+
+    /* step it's Q and dO tiles (async) and per-row scalars (plain loads) into a stage */
+    auto load_step = [&](int stage, int it) {
+        const int h = kvh * group + it / nq, q0 = (qt0 + it % nq) * BQ;
+        load_tile<BQ, HS, WG>(sQ + stage * BQ * STR, qb + (size_t)h * HS, rs, q0, T);
+        load_tile<BQ, HS, WG>(sO + stage * BQ * STR, ob + (size_t)h * HS, os, q0, T);
+        const float* lg = lse + ((size_t)b * NH + h) * T;
+        const float* dg = Dbuf + ((size_t)b * NH + h) * T;
+        if (rows16) { /* lse and D rows 16-byte aligned (T % 4 == 0): copied with the tiles, no wait here */
+            for (int c = threadIdx.x; c < BQ / 4; c += ATT_THREADS) {
+                const int q = q0 + 4 * c;
+                const bool ok = q < T; /* the 4 rows of a chunk are all inside T or all past it */
+                cp_async16(sL + stage * BQ + 4 * c, lg + (ok ? q : 0), ok);
+                cp_async16(sD + stage * BQ + 4 * c, dg + (ok ? q : 0), ok);
+            }
+        } else {
+            for (int i = threadIdx.x; i < BQ; i += ATT_THREADS) {
+                const int q = q0 + i;
+                sL[stage * BQ + i] = q < T ? lg[q] : 0.0f;
+                sD[stage * BQ + i] = q < T ? dg[q] : 0.0f;
+            }
+        }
+        cp_async_commit();
+    };
+
+    load_tile<BN, HS, WG>(sK, kg, rs, k0, T);
+    load_tile<BN, HS, WG>(sV, vg, rs, k0, T);
+    load_step(0, 0); /* one commit group: K, V and the first Q, dO */
+
+    const int g = lane >> 2, t4 = lane & 3;
+    const int kr = warp * 16;        /* this warp's key rows in the tile */
+    const int key0 = k0 + kr + g;    /* this thread's keys: key0, key0 + 8 */
+    float dk[OT][4], dv[OT][4];
+#pragma unroll
+    for (int i = 0; i < OT; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dk[i][e] = dv[i][e] = 0.0f;
+
+    for (int it = 0; it < nsteps; it++) {
+        const int st = it % NS;
+        if (it + 1 < nsteps) {
+            load_step((it + 1) % NS, it + 1);
+            att_tiles_landed<1, WG>();
+        } else {
+            att_tiles_landed<0, WG>();
+        }
+        __syncthreads();
+        const bf16* cQ = sQ + st * BQ * STR;
+        const bf16* cO = sO + st * BQ * STR;
+        const float* cL = sL + st * BQ;
+        const float* cD = sD + st * BQ;
+        const int q0 = (qt0 + it % nq) * BQ;
+
+        /* S^T = K Q^T (16 keys x BQ queries per warp); WG: dP^T = V dO^T is issued
+         * with it and runs while P^T is computed */
+        float s[QT][4], dpt[QT][4];
+#pragma unroll
+        for (int i = 0; i < QT; i++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) s[i][e] = dpt[i][e] = 0.0f;
+        if constexpr (WG) {
+            wg_abt(s, sK, cQ);
+            wg_abt(dpt, sV, cO);
+            wg_wait<1>();
+            wg_hold(s);
+        } else {
+#pragma unroll
+            for (int ks = 0; ks < KS; ks++) {
+                uint32_t ka[4];
+                load_a<STR>(ka, sK, kr, ks * 16, lane);
+#pragma unroll
+                for (int np = 0; np < QT / 2; np++) {
+                    uint32_t qb[4];
+                    load_b_nmajor<STR>(qb, cQ, np * 16, ks * 16, lane);
+                    mma16816(s[2 * np], ka, qb[0], qb[1]);
+                    mma16816(s[2 * np + 1], ka, qb[2], qb[3]);
+                }
+            }
+        }
+        /* P^T = exp(s*scale - lse), 0 where the query precedes the key or is past T */
+        const bool need_mask = (q0 < k0 + BN) || (q0 + BQ > T);
+        float nl[QT][2]; /* -lse * log2(e) of this thread's queries */
+#pragma unroll
+        for (int i = 0; i < QT; i++)
+#pragma unroll
+            for (int c = 0; c < 2; c++) nl[i][c] = -(cL[i * 8 + 2 * t4 + c] * LOG2E);
+#pragma unroll
+        for (int i = 0; i < QT; i++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int ql = i * 8 + 2 * t4 + (e & 1);
+                float p = fast_exp2(fmaf(s[i][e], scale_log2, nl[i][e & 1]));
+                if (need_mask) {
+                    const int q = q0 + ql, key = key0 + (e >> 1) * 8;
+                    if (q < key || q >= T) p = 0.0f;
+                }
+                s[i][e] = p;
+            }
+        /* P^T as bf16 A fragments (half the registers of fp32): used by dV and dS */
+        uint32_t pp[BQ / 16][4];
+#pragma unroll
+        for (int kk = 0; kk < BQ / 16; kk++) {
+            pp[kk][0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
+            pp[kk][1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
+            pp[kk][2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+            pp[kk][3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+        }
+        /* dV += P^T dO; then dP^T = V dO^T (WG: its wait) */
+        if constexpr (WG) {
+            wg_pb(dv, pp, cO);
+            wg_wait<1>();
+            wg_hold(dpt);
+        } else {
+#pragma unroll
+            for (int kk = 0; kk < BQ / 16; kk++) {
+#pragma unroll
+                for (int dp = 0; dp < HS / 16; dp++) {
+                    uint32_t ob[4];
+                    load_b_kmajor<STR>(ob, cO, kk * 16, dp * 16, lane);
+                    mma16816(dv[2 * dp], pp[kk], ob[0], ob[1]);
+                    mma16816(dv[2 * dp + 1], pp[kk], ob[2], ob[3]);
+                }
+            }
+#pragma unroll
+            for (int ks = 0; ks < KS; ks++) {
+                uint32_t va[4];
+                load_a<STR>(va, sV, kr, ks * 16, lane);
+#pragma unroll
+                for (int np = 0; np < QT / 2; np++) {
+                    uint32_t ob[4];
+                    load_b_nmajor<STR>(ob, cO, np * 16, ks * 16, lane);
+                    mma16816(dpt[2 * np], va, ob[0], ob[1]);
+                    mma16816(dpt[2 * np + 1], va, ob[2], ob[3]);
+                }
+            }
+        }
+        /* dS^T = P^T (dP^T - D) (the softmax scale is applied to dK at the end) */
+#pragma unroll
+        for (int i = 0; i < QT; i++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int ql = i * 8 + 2 * t4 + (e & 1);
+                dpt[i][e] = packed_get(pp[i / 2], i, e) * (dpt[i][e] - cD[ql]);
+            }
+        /* dK += dS^T Q */
+        if constexpr (WG) {
+            uint32_t da[4][4];
+            pack_a(da, dpt);
+            wg_pb(dk, da, cQ);
+            wg_wait<0>(); /* dV's and dK's products: the stages they read are reloaded two steps on */
+            wg_hold(dk);
+            wg_hold(dv);
+        } else {
+#pragma unroll
+            for (int kk = 0; kk < BQ / 16; kk++) {
+                uint32_t da[4];
+                da[0] = pack_bf16(dpt[2 * kk][0], dpt[2 * kk][1]);
+                da[1] = pack_bf16(dpt[2 * kk][2], dpt[2 * kk][3]);
+                da[2] = pack_bf16(dpt[2 * kk + 1][0], dpt[2 * kk + 1][1]);
+                da[3] = pack_bf16(dpt[2 * kk + 1][2], dpt[2 * kk + 1][3]);
+#pragma unroll
+                for (int dp = 0; dp < HS / 16; dp++) {
+                    uint32_t qb[4];
+                    load_b_kmajor<STR>(qb, cQ, kk * 16, dp * 16, lane);
+                    mma16816(dk[2 * dp], da, qb[0], qb[1]);
+                    mma16816(dk[2 * dp + 1], da, qb[2], qb[3]);
+                }
+            }
+        }
+        if (NS == 2) __syncthreads(); /* this stage is overwritten by the next step's prefetch */
+    }
+
+    /* write dK * scale and dV for this thread's two keys */
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int key = key0 + r * 8;
+        if (key >= T) continue;
+        bf16* row = dqkv + ((size_t)b * T + key) * rs + os + (size_t)kvh * HS;   /* this kv head's k */
+#pragma unroll
+        for (int i = 0; i < OT; i++) {
+            const int c = i * 8 + 2 * t4;
+            *reinterpret_cast<__nv_bfloat162*>(row + c) =
+                __floats2bfloat162_rn(dk[i][2 * r] * scale, dk[i][2 * r + 1] * scale);
+            *reinterpret_cast<__nv_bfloat162*>(row + (size_t)NKV * HS + c) =
+                __floats2bfloat162_rn(dv[i][2 * r], dv[i][2 * r + 1]);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------ */
+/* backward, step 3: dQ. Block = 64 queries (16 per warp), loops over key
+ * tiles of BN from 0 to the diagonal. */
+template <int HS, bool WG>
+struct DqCfg {
+    static constexpr int BM = 64, BN = HS <= 64 ? 64 : 32, STR = att_stride<HS, WG>(), NS = HS <= 64 ? ATT_STAGES : 2;
+    static constexpr size_t SMEM = (size_t)(2 * BM + 2 * NS * BN) * STR * sizeof(bf16) + (WG ? WG_TILE_ALIGN : 0);
+    static constexpr int MINB = HS <= 64 ? ATT_BWD_MINB : 2;
+};
+
+template <int HS, bool WG>
+__global__ void __launch_bounds__(ATT_THREADS, DqCfg<HS, WG>::MINB)
+attn_bwd_dq_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* Dbuf,
+                   int T, int NH, int NKV, float scale_log2, float scale) {
+    using Cfg = DqCfg<HS, WG>;
+    constexpr int BM = Cfg::BM, BN = Cfg::BN, STR = Cfg::STR, NS = Cfg::NS;
+    constexpr int KS = HS / 16;
+    constexpr int NT = BN / 8;
+    constexpr int OT = HS / 8;
+    DYNAMIC_SMEM(smem_raw);
+    bf16* sQ = att_tiles<WG>(smem_raw);           /* [BM][STR] */
+    bf16* sO = sQ + BM * STR;                     /* dO [BM][STR] */
+    bf16* sK = sO + BM * STR;                     /* [NS][BN][STR] */
+    bf16* sV = sK + NS * BN * STR;                /* [NS][BN][STR] */
+
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int h = blockIdx.x, b = blockIdx.y;
+    const int qt = gridDim.z - 1 - blockIdx.z;
+    const int q0 = qt * BM;
+    const size_t rs = (size_t)(NH + 2 * NKV) * HS;
+    const size_t os = (size_t)NH * HS;
+    const bf16* qg = qkv + (size_t)b * T * rs + (size_t)h * HS;
+    const bf16* kg = qkv + (size_t)b * T * rs + os + (size_t)(h / (NH / NKV)) * HS;
+    const bf16* vg = kg + (size_t)NKV * HS;
+    const bf16* og = dout + (size_t)b * T * os + (size_t)h * HS;
+    const int nkt = min((T + BN - 1) / BN, (q0 + BM - 1) / BN + 1);
+
+    load_tile<BM, HS, WG>(sQ, qg, rs, q0, T);
+    load_tile<BM, HS, WG>(sO, og, os, q0, T);
+    load_tile<BN, HS, WG>(sK, kg, rs, 0, T);
+    load_tile<BN, HS, WG>(sV, vg, rs, 0, T);
+    cp_async_commit();
+
+    const int g = lane >> 2, t4 = lane & 3;
+    const int qrow0 = q0 + warp * 16 + g;
+    float lse2[2], Dr[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int q = qrow0 + r * 8;
+        lse2[r] = q < T ? lse[((size_t)b * NH + h) * T + q] * LOG2E : 0.0f;
+        Dr[r] = q < T ? Dbuf[((size_t)b * NH + h) * T + q] : 0.0f;
+    }
+    [[maybe_unused]] uint32_t qf[KS][4], of[KS][4]; /* Q's and dO's A fragments (mma.sync) */
+    float dq[OT][4];
+#pragma unroll
+    for (int i = 0; i < OT; i++) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.0f;
+
+    for (int j = 0; j < nkt; j++) {
+        const int st = j % NS, nx = (j + 1) % NS;
+        if (j + 1 < nkt) {
+            load_tile<BN, HS, WG>(sK + nx * BN * STR, kg, rs, (j + 1) * BN, T);
+            load_tile<BN, HS, WG>(sV + nx * BN * STR, vg, rs, (j + 1) * BN, T);
+            cp_async_commit();
+            att_tiles_landed<1, WG>();
+        } else {
+            att_tiles_landed<0, WG>();
+        }
+        __syncthreads();
+        if (!WG && j == 0) {
+#pragma unroll
+            for (int ks = 0; ks < KS; ks++) {
+                load_a<STR>(qf[ks], sQ, warp * 16, ks * 16, lane);
+                load_a<STR>(of[ks], sO, warp * 16, ks * 16, lane);
+            }
+        }
+        const bf16* cK = sK + st * BN * STR;
+        const bf16* cV = sV + st * BN * STR;
+        const int k0 = j * BN;
+
+        /* S = Q K^T (16 queries x BN keys per warp); WG: dP = dO V^T is issued with it */
+        float s[NT][4], dp[NT][4];
+#pragma unroll
+        for (int i = 0; i < NT; i++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) s[i][e] = dp[i][e] = 0.0f;
+        if constexpr (WG) {
+            wg_abt(s, sQ, cK);
+            wg_abt(dp, sO, cV);
+            wg_wait<1>();
+            wg_hold(s);
+        } else {
+#pragma unroll
+            for (int ks = 0; ks < KS; ks++) {
+#pragma unroll
+                for (int np = 0; np < NT / 2; np++) {
+                    uint32_t kb[4];
+                    load_b_nmajor<STR>(kb, cK, np * 16, ks * 16, lane);
+                    mma16816(s[2 * np], qf[ks], kb[0], kb[1]);
+                    mma16816(s[2 * np + 1], qf[ks], kb[2], kb[3]);
+                }
+            }
+        }
+        /* P = exp(s*scale - lse), masked, kept as packed bf16 (fewer registers) */
+        const bool need_mask = (k0 + BN > q0) || (k0 + BN > T);
+#pragma unroll
+        for (int i = 0; i < NT; i++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int r = e >> 1;
+                float p = fast_exp2(fmaf(s[i][e], scale_log2, -lse2[r]));
+                if (need_mask) {
+                    const int key = k0 + i * 8 + 2 * t4 + (e & 1), q = qrow0 + r * 8;
+                    if (key > q || key >= T) p = 0.0f;
+                }
+                s[i][e] = p;
+            }
+        uint32_t pp[NT / 2][4];
+#pragma unroll
+        for (int kk = 0; kk < NT / 2; kk++) {
+            pp[kk][0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
+            pp[kk][1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
+            pp[kk][2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+            pp[kk][3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+        }
+        /* dP = dO V^T, then dS = P (dP - D) in place */
+        if constexpr (WG) {
+            wg_wait<0>();
+            wg_hold(dp);
+        } else {
+#pragma unroll
+            for (int ks = 0; ks < KS; ks++) {
+#pragma unroll
+                for (int np = 0; np < NT / 2; np++) {
+                    uint32_t vb[4];
+                    load_b_nmajor<STR>(vb, cV, np * 16, ks * 16, lane);
+                    mma16816(dp[2 * np], of[ks], vb[0], vb[1]);
+                    mma16816(dp[2 * np + 1], of[ks], vb[2], vb[3]);
+                }
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < NT; i++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) dp[i][e] = packed_get(pp[i / 2], i, e) * (dp[i][e] - Dr[e >> 1]);
+        /* dQ += dS K */
+        if constexpr (WG) {
+            uint32_t da[4][4];
+            pack_a(da, dp);
+            wg_pb(dq, da, cK);
+            wg_wait<0>();
+            wg_hold(dq);
+        } else {
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; kk++) {
+                uint32_t da[4];
+                da[0] = pack_bf16(dp[2 * kk][0], dp[2 * kk][1]);
+                da[1] = pack_bf16(dp[2 * kk][2], dp[2 * kk][3]);
+                da[2] = pack_bf16(dp[2 * kk + 1][0], dp[2 * kk + 1][1]);
+                da[3] = pack_bf16(dp[2 * kk + 1][2], dp[2 * kk + 1][3]);
+#pragma unroll
+                for (int d = 0; d < HS / 16; d++) {
+                    uint32_t kb[4];
+                    load_b_kmajor<STR>(kb, cK, kk * 16, d * 16, lane);
+                    mma16816(dq[2 * d], da, kb[0], kb[1]);
+                    mma16816(dq[2 * d + 1], da, kb[2], kb[3]);
+                }
+            }
+        }
+        if (NS == 2) __syncthreads(); /* this stage is overwritten by the next step's prefetch */
+    }
+
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int q = qrow0 + r * 8;
+        if (q >= T) continue;
+        bf16* row = dqkv + ((size_t)b * T + q) * rs + (size_t)h * HS;
+#pragma unroll
+        for (int i = 0; i < OT; i++)
+            *reinterpret_cast<__nv_bfloat162*>(row + i * 8 + 2 * t4) =
+                __floats2bfloat162_rn(dq[i][2 * r] * scale, dq[i][2 * r + 1] * scale);
+    }
+}
+
+#endif /* ATTENTION_BWD_KERNELS_CUH */
