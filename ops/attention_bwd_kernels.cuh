@@ -53,7 +53,7 @@ struct DkvCfg {
     static constexpr int BN = 64, BQ = HS <= 64 ? 64 : 32, STR = att_stride<HS, WG>(), NS = HS <= 64 ? ATT_STAGES : 2;
     static constexpr size_t SMEM = (size_t)(2 * BN + 2 * NS * BQ) * STR * sizeof(bf16) + 2 * NS * BQ * sizeof(float) +
                                    (WG ? WG_TILE_ALIGN : 0);
-    static constexpr int MINB = HS <= 64 ? ATT_BWD_MINB : 2;
+    static constexpr int MINB = WG ? ATT_WG_BWD_MINB : HS <= 64 ? ATT_BWD_MINB : 2;
 };
 
 template <int HS, bool WG>
@@ -285,7 +285,7 @@ template <int HS, bool WG>
 struct DqCfg {
     static constexpr int BM = 64, BN = HS <= 64 ? 64 : 32, STR = att_stride<HS, WG>(), NS = HS <= 64 ? ATT_STAGES : 2;
     static constexpr size_t SMEM = (size_t)(2 * BM + 2 * NS * BN) * STR * sizeof(bf16) + (WG ? WG_TILE_ALIGN : 0);
-    static constexpr int MINB = HS <= 64 ? ATT_BWD_MINB : 2;
+    static constexpr int MINB = WG ? ATT_WG_BWD_MINB : HS <= 64 ? ATT_BWD_MINB : 2;
 };
 
 template <int HS, bool WG>
