@@ -11,7 +11,9 @@
  * the only state saved for the backward. Nothing of size T^2 is stored.
  *
  * Tensor cores through mma.sync.m16n8k16 (bf16 in, fp32 accumulate) with
- * ldmatrix loads from shared memory, and cp.async tile loads in 2-3 stages.
+ * ldmatrix loads from shared memory, and cp.async tile loads in 2-3 stages;
+ * at hs = 64 on Hopper through the warpgroup MMA instead (ops/wgmma.cuh, the
+ * kernels' WG form; attention_cuda_init decides, ops/CUDA.md has the numbers).
  * Every kernel uses 4 warps; each warp owns 16 rows of the block's tile, so a
  * warp's softmax statistics and accumulators never leave its registers.
  *
