@@ -256,9 +256,8 @@ __device__ __forceinline__ void scan_resolve(Scan& s, const float (&v)[UNIT]) {
     if (s.special) s = scan_exact(v);
 }
 
-__device__ __forceinline__ float max4f(const unsigned (&a)[SB]) {
-    return __uint_as_float(max(max(a[0], a[1]), max(a[2], a[3])));
-}
+__device__ __forceinline__ unsigned max4f_bits(const unsigned (&a)[SB]) { return max(max(a[0], a[1]), max(a[2], a[3])); }
+__device__ __forceinline__ float max4f(const unsigned (&a)[SB]) { return __uint_as_float(max4f_bits(a)); }
 
 /* max |v| over sub-block sb, NaN-free (0 when all are NaN), as float bits:
  * a tree of fmaxf on |v| (one FMNMX per element; fmaxf drops a NaN operand,

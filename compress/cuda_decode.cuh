@@ -105,6 +105,20 @@ __device__ __forceinline__ unsigned load_group_bytes(const Codec& c, const uint8
     return r;
 }
 
+/* A single copy's rotated group can skip dequantising: H_un(dq(f)) * norm
+ * == H_un(f) * C with C = norm * 2^(b - k), to the bit, when C is a normal
+ * float, dq(f) = ldexpf(f, b - k) is exact (b - k >= -130: no fp8 value's
+ * bits fall off) and no sum overflows (b - k <= 100): every rounding of the
+ * butterflies then happens at the same relative place. */
+__device__ __forceinline__ bool fold_const(const Codec& ci, int b, const InScale& is, float* C) {
+    if (is.foreign) return false;
+    const int e = b - is.k;
+    if (e < -126 || e > 100) return false;
+    const float c = __fmul_rn(ci.norm, pow2f_dev(e));
+    *C = c;
+    return c >= 1.17549435e-38f;
+}
+
 /* acc's sub-block sb += d */
 __device__ __forceinline__ void add_sb(float (&acc)[UNIT], const float (&d)[16], int sb) {
 #pragma unroll

@@ -26,6 +26,7 @@
 #include "compress/compress_cuda.h"
 #include "compress/cuda_codec.cuh"
 #include "compress/cuda_decode.cuh"
+#include "compress/cuda_fast.cuh"
 #include "compress/cuda_device.cuh"
 #include "compress/cuda_unit_io.cuh"
 
@@ -310,20 +311,6 @@ __device__ __forceinline__ void encode_store(const Codec& c, float (&v)[UNIT], c
 /* ========================================================================== */
 /* the sum of P compressed copies (taco.c's taco_decode_sum, compress.c)       */
 
-/* A single copy's rotated group can skip dequantising: H_un(dq(f)) * norm
- * == H_un(f) * C with C = norm * 2^(b - k), to the bit, when C is a normal
- * float, dq(f) = ldexpf(f, b - k) is exact (b - k >= -130: no fp8 value's
- * bits fall off) and no sum overflows (b - k <= 100): every rounding of the
- * butterflies then happens at the same relative place. */
-__device__ __forceinline__ bool fold_const(const Codec& ci, int b, const InScale& is, float* C) {
-    if (is.foreign) return false;
-    const int e = b - is.k;
-    if (e < -126 || e > 100) return false;
-    const float c = __fmul_rn(ci.norm, pow2f_dev(e));
-    *C = c;
-    return c >= 1.17549435e-38f;
-}
-
 /* the group exponent of sub-block sb from load_group_bytes' word */
 __device__ __forceinline__ int group_exp(unsigned bytes, int sb) { return (int)((bytes >> (8 * sb)) & 0xFFu) - 127; }
 
@@ -385,6 +372,7 @@ __device__ __forceinline__ void fp8_sum_unit(const Codec& ci, const DLaunch& L, 
         unsigned nan[SB];
         take_codes<FMT>(rows, ci, t, 0, w, r, nan);
         const InScale isc = in_scale(rows.sc);
+        if (fast_decode1<FMT>(ci, r, nan, group_exp(rows.eb, 0), isc, w, acc)) return; /* the common case */
 #pragma unroll
         for (int sb = 0; sb < SB; sb++) {
             const bool rot = rotatable[sb] && !nan[sb];
@@ -585,11 +573,25 @@ __device__ __forceinline__ void fp8_tile_encode(const Codec& c, float (&v)[UNIT]
                                                 const Span& sp, int kc, unsigned t, int lane, const GOut& go,
                                                 u64 stream, uint8_t* scales, uint8_t* codes, uint4* aout,
                                                 TStats& ts, int fold_max) {
-    const Prep p = fp8_prepare(c, v, sc, w.u, sp, lane, fold_max);
+    /* the common case as straight-line code (cuda_fast.cuh), else the general path */
+    int e = 0;
+    bool fast = fast_unit(c, sc, w, fold_max, &e);
+    if (SR) fast = __ballot_sync(FULL, fast) == FULL; /* SR's quantize is warp-wide: the warp decides together */
+    Prep p;
+    if (fast) fast_prepare(c, v, sc, e, p);
+    else p = fp8_prepare(c, v, sc, w.u, sp, lane, fold_max);
     const int k = tile_current(c) ? block_tile_kc(prep_amax_r(p), c) : kc;
     if (c.tiled && threadIdx.x == 0) store_u32_any(scales + tile_scale_offset(t), __float_as_uint(pow2f_dev(k)));
     Row<1> r;
-    fp8_finish_unit<FMT, SR>(c, v, sc, p, w.u, w.nv, k, lane, go, stream, r, ts);
+    float Mv = 0.0f;
+    bool fin = fast && fast_finish_ok<FMT>(c, p, k, &Mv);
+    if (SR && fast) fin = __ballot_sync(FULL, fin) == FULL;
+    if (fin) {
+        fast_finish<FMT, SR>(c, v, p, w.u, Mv, go, stream, r, ts);
+    } else {
+        if (fast) fast_unfold(v, p);
+        fp8_finish_unit<FMT, SR>(c, v, sc, p, w.u, w.nv, k, lane, go, stream, r, ts);
+    }
     store_row<1>(codes, w, aligned16(codes), aout, lane, r);
 }
 

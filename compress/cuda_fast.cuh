@@ -1,0 +1,144 @@
+/*
+ * compress/cuda_fast.cuh - the FP8 pipeline's common case as straight-line
+ * code: TACO's shape (adaptive group exponent, Hadamard, dual scale) with
+ * one group per unit (G = 64), a full unit of finite values whose prescale
+ * folds into the multiplier, and a second scale under which nothing
+ * saturates; and its single-copy decode. That is nearly every unit a
+ * trainer sends and receives.
+ *
+ * The general encode (cuda_codec.cuh's fp8_prepare / fp8_finish_unit)
+ * handles every method and every edge with run-time tests on the Codec and
+ * per 16-element sub-block: four copies of each group quantity, masks of
+ * nonfinite slots, paths for unrotated groups, two-multiply fallbacks. Each
+ * test is cheap, but together with the joins of their paths they made up
+ * about a third of the encode's instructions (compress/CUDA.md, section 2).
+ * Here the same steps run with all of that known: a unit is one group, so
+ * one exponent, one multiplier, six butterfly stages, one max. The bytes are
+ * the general path's by construction: each step below is that path's step
+ * with its conditions decided (cited per function), and a lane whose unit
+ * does not meet them takes the general path. test_compress_gpu checks both
+ * against the CPU reference, bit for bit.
+ */
+#ifndef COMPRESS_CUDA_FAST_CUH
+#define COMPRESS_CUDA_FAST_CUH
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "compress/cuda_codec.cuh"
+#include "compress/cuda_decode.cuh"
+#include "compress/cuda_device.cuh"
+#include "compress/cuda_unit_io.cuh"
+
+namespace {
+
+/* the codecs the straight-line encode serves (uniform over a launch): TACO's
+ * shape with one group per unit, with the Hadamard or without it (the fused
+ * recompress encodes the rotated sum with the transform off) */
+__device__ __forceinline__ bool fast_codec(const Codec& c) {
+    return c.fam == FAM_FP8 && !c.cast && c.adaptive && c.dual && c.G == UNIT && c.tpg == 1;
+}
+
+/* 1 if this lane's unit takes fast_prepare, with *e its adaptive exponent
+ * e_u: the warp's units all full (so the unit's one group is full), no inf
+ * or NaN (nfmask: every group rotates, no slot is zeroed), and, with the
+ * Hadamard, e_u <= fold_max (the prescale folds into the multiplier:
+ * fp8_prepare's proof; without it, fast_finish's bound on k decides) */
+__device__ __forceinline__ bool fast_unit(const Codec& c, const Scan& sc, const WarpUnits& w, int fold_max, int* e) {
+    if (!fast_codec(c) || !w.full || sc.nfmask) return false; /* scan_resolve has run: the masks are exact */
+    *e = -pow2_fit_dev(max4f(sc.amax), 1.0f);
+    return !c.hadamard || *e <= fold_max;
+}
+
+/* fp8_prepare for a fast_unit: v becomes H_un(x), unscaled (folded), and p
+ * what fp8_prepare returns for it (every sub-block holds the group's
+ * values). Without the Hadamard v stays x and max |x| is the scan's. */
+__device__ __forceinline__ void fast_prepare(const Codec& c, float (&v)[UNIT], const Scan& sc, int e, Prep& p) {
+    unsigned m = max4f_bits(sc.amax);
+    if (c.hadamard) {
+        bfly_local_all(v, UNIT);
+        m = max(max(absmax16(v, 0), absmax16(v, 1)), max(absmax16(v, 2), absmax16(v, 3)));
+    }
+    const unsigned ah = __float_as_uint(__fmul_rn(__uint_as_float(m), pow2f_dev(-e)));
+#pragma unroll
+    for (int sb = 0; sb < SB; sb++) {
+        p.e_u[sb] = e;
+        p.ng[sb] = c.hadamard ? c.norm : 1.0f;
+        p.amax_h[sb] = ah;
+    }
+    p.amax_x = max4f(sc.amax);
+    p.folded = c.hadamard != 0 || e <= 0;
+}
+
+/* the v fp8_prepare leaves when it does not fold (x 2^-e_u): what
+ * fp8_finish_unit expects after a fast_prepare with p.folded unset */
+__device__ __forceinline__ void fast_unfold(float (&v)[UNIT], const Prep& p) {
+    if (p.folded) return;
+    const float d = pow2f_dev(-p.e_u[0]);
+#pragma unroll
+    for (int j = 0; j < UNIT; j++) v[j] = __fmul_rn(v[j], d);
+}
+
+/* fp8_finish_unit for a fast_prepare'd unit when its conditions hold: the
+ * group exponent byte b = e_u and k_m = k (dual scale), one multiplier
+ * M 2^-e_u, a normal float (one multiply per element), and max |h| M <= L
+ * (nothing saturates: no count, no clamp, and |v| <= L as SR's sr_cut
+ * needs): fast_finish_ok tests them and gives the multiplier; when they do
+ * not hold, the caller runs fp8_finish_unit instead.
+ *
+ * Without the Hadamard and with e_u > 0, fp8_finish_unit multiplies twice,
+ * by 2^-e_u and then by M = 2^k: where x 2^-e_u is a normal float (or 0) that
+ * is exact and equals the one multiply by 2^(k - e_u); where it is below
+ * 2^-126, both results are at most 2^(k - 126) in magnitude, with x's sign,
+ * and for k <= 126 - (BIAS + MB) that is at most half the smallest fp8
+ * subnormal: both encode to the same signed zero. */
+template <int FMT>
+__device__ __forceinline__ bool fast_finish_ok(const Codec& c, const Prep& p, int k, float* Mv) {
+    const int e = p.e_u[0];
+    const float ng = p.ng[0];
+    if (!p.folded && k > 126 - (Fp8T<FMT>::BIAS + Fp8T<FMT>::MB)) return false;
+    const float M = __fmul_rn(ng, pow2f_dev(k));
+    if (!(__fmul_rn(__uint_as_float(p.amax_h[0]), M) <= c.L)) return false;
+    const int kv = k - e;
+    *Mv = __fmul_rn(ng, pow2f_dev(kv));
+    return kv >= -126 && kv <= 127 && *Mv >= 1.17549435e-38f;
+}
+/* ... and the unit's codes, group byte and statistics with that multiplier
+ * (stochastic rounding: every lane of the warp calls) */
+template <int FMT, bool SR>
+__device__ __forceinline__ void fast_finish(const Codec& c, float (&v)[UNIT], const Prep& p, unsigned u, float Mv,
+                                            const GOut& go, u64 stream, Row<1>& out, TStats& ts) {
+    ts.amax = fmaxf(ts.amax, c.stats_amax_r ? __fmul_rn(__uint_as_float(p.amax_h[0]), p.ng[0]) : p.amax_x);
+    if (go.exps) go.exps[u - go.g0] = (uint8_t)(p.e_u[0] + 127); /* G = UNIT: group index = unit index */
+#pragma unroll
+    for (int j = 0; j < UNIT; j++) v[j] = __fmul_rn(v[j], Mv);
+    quantize<FMT, SR>(c, v, u, stream, out);
+}
+
+/* fp8_sum_unit's single copy (a plain decode, nin = 1) in the common case:
+ * the unit's one group full and sent rotated (no NaN code), not kept rotated
+ * (ci.keep), and the dequantisation foldable into the constant C after the
+ * transform (fold_const). Then the sum is H_un(f) C with f the fp8 values,
+ * which is what fp8_sum_unit computes on that path. Returns 0, with acc
+ * untouched, otherwise. b: the group's exponent byte minus 127. */
+template <int FMT>
+__device__ __forceinline__ bool fast_decode1(const Codec& ci, const Row<1>& r, const unsigned (&nan)[SB], int b,
+                                             const InScale& is, const WarpUnits& w, float (&acc)[UNIT]) {
+    float C;
+    if (!fast_codec(ci) || !ci.hadamard || !w.full || nan[0] || ci.keep || !fold_const(ci, b, is, &C)) return false;
+#pragma unroll
+    for (int sb = 0; sb < SB; sb++) {
+        float f[16];
+        fp8_sb_values<FMT>(r, sb, f);
+#pragma unroll
+        for (int j = 0; j < 16; j++) acc[16 * sb + j] = f[j];
+    }
+    bfly_local_all(acc, UNIT);
+#pragma unroll
+    for (int j = 0; j < UNIT; j++) acc[j] = __fmul_rn(acc[j], C);
+    return true;
+}
+
+} /* namespace */
+
+#endif /* COMPRESS_CUDA_FAST_CUH */
