@@ -3,7 +3,7 @@
  * code: TACO's shape (adaptive group exponent, Hadamard, dual scale) with
  * one group per unit (G = 64), a full unit of finite values whose prescale
  * folds into the multiplier, and a second scale under which nothing
- * saturates; and its single-copy decode. That is nearly every unit a
+ * saturates; and the sum of the copies a decode receives. That is nearly every unit a
  * trainer sends and receives.
  *
  * The general encode (cuda_codec.cuh's fp8_prepare / fp8_finish_unit)
@@ -115,28 +115,75 @@ __device__ __forceinline__ void fast_finish(const Codec& c, float (&v)[UNIT], co
     quantize<FMT, SR>(c, v, u, stream, out);
 }
 
-/* fp8_sum_unit's single copy (a plain decode, nin = 1) in the common case:
- * the unit's one group full and sent rotated (no NaN code), not kept rotated
- * (ci.keep), and the dequantisation foldable into the constant C after the
- * transform (fold_const). Then the sum is H_un(f) C with f the fp8 values,
- * which is what fp8_sum_unit computes on that path. Returns 0, with acc
- * untouched, otherwise. b: the group's exponent byte minus 127. */
-template <int FMT>
-__device__ __forceinline__ bool fast_decode1(const Codec& ci, const Row<1>& r, const unsigned (&nan)[SB], int b,
-                                             const InScale& is, const WarpUnits& w, float (&acc)[UNIT]) {
-    float C;
-    if (!fast_codec(ci) || !ci.hadamard || !w.full || nan[0] || ci.keep || !fold_const(ci, b, is, &C)) return false;
+/* fast_sum's outcomes */
+enum FastSum { FAST_NO = 0, FAST_DONE = 1, FAST_REDO = 2 };
+
+/* fp8_sum_unit in the common case: the unit's one group full and rotated in
+ * every copy, each copy's dequantisation one multiply by a normal power of
+ * two (dequant16's first branch), or, for a single copy that is not kept
+ * rotated, folded into the constant after the transform (fold_const). Then
+ * the sum is fp8_sum_unit's: the copies dequantised and added in order (its
+ * start from -0.0f is the identity), one inverse transform, one multiply by
+ * norm (or C); with ci.keep the sum stays as R. FAST_NO when the warp's
+ * units are not eligible (the rows untouched; warp-uniform, since the rows
+ * are taken by the whole warp), FAST_REDO when this lane's numbers are not
+ * the common case (the rows are taken: the caller redoes the sum from
+ * memory). A NaN code is found without scanning the codes: it makes every
+ * output of the butterflies NaN, as does an inf - inf of overflowing sums,
+ * and both go to the general path; kept sums have no butterflies, so their
+ * codes are scanned. */
+/* fast_sum's copy i: taken, its numbers tested, dequantised (or, FOLD, not:
+ * the constant C after the transform takes its scale) and added to acc */
+template <int FMT, bool FIRST, bool FOLD, class Rows>
+__device__ __forceinline__ bool fast_copy(const Codec& ci, Rows& rows, unsigned t, int i, const WarpUnits& w,
+                                          float (&acc)[UNIT], float* C) {
+    Row<1> r;
+    rows.take(t, i, w, r);
+    const InScale is = in_scale(rows.sc);
+    const int b = (int)(rows.eb & 0xFFu) - 127; /* G = UNIT: one group byte */
+    bool ok;
+    float m = 1.0f;
+    if (FOLD) {
+        ok = fold_const(ci, b, is, C);
+    } else {
+        const int e = b - is.k;
+        ok = !is.foreign && e >= -126 && e <= 127;
+        m = pow2f_dev(e);
+    }
+    if (ci.keep) {
+        unsigned nan[SB];
+        fp8_row_nan<FMT>(r, nan);
+        ok = ok && !(nan[0] | nan[1] | nan[2] | nan[3]);
+    }
 #pragma unroll
     for (int sb = 0; sb < SB; sb++) {
         float f[16];
         fp8_sb_values<FMT>(r, sb, f);
 #pragma unroll
-        for (int j = 0; j < 16; j++) acc[16 * sb + j] = f[j];
+        for (int j = 0; j < 16; j++) {
+            const float d = FOLD ? f[j] : __fmul_rn(f[j], m);
+            acc[16 * sb + j] = FIRST ? d : __fadd_rn(acc[16 * sb + j], d);
+        }
+    }
+    return ok;
+}
+template <int FMT, class Rows>
+__device__ __forceinline__ int fast_sum(const Codec& ci, Rows& rows, unsigned t, const WarpUnits& w, int nin,
+                                        float (&acc)[UNIT], unsigned* stay) {
+    if (!fast_codec(ci) || !ci.hadamard || !w.full) return FAST_NO;
+    float C = ci.norm;
+    bool ok;
+    if (nin == 1 && !ci.keep) ok = fast_copy<FMT, true, true>(ci, rows, t, 0, w, acc, &C);
+    else ok = fast_copy<FMT, true, false>(ci, rows, t, 0, w, acc, &C);
+    for (int i = 1; i < nin; i++) ok = fast_copy<FMT, false, false>(ci, rows, t, i, w, acc, &C) && ok;
+    if (ci.keep) {
+        *stay = 0xFu;
+        return ok ? FAST_DONE : FAST_REDO;
     }
     bfly_local_all(acc, UNIT);
 #pragma unroll
     for (int j = 0; j < UNIT; j++) acc[j] = __fmul_rn(acc[j], C);
-    return true;
+    return ok && !isnan(acc[0]) ? FAST_DONE : FAST_REDO;
 }
 
 } /* namespace */

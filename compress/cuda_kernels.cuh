@@ -314,20 +314,29 @@ __device__ __forceinline__ void encode_store(const Codec& c, float (&v)[UNIT], c
 /* the group exponent of sub-block sb from load_group_bytes' word */
 __device__ __forceinline__ int group_exp(unsigned bytes, int sb) { return (int)((bytes >> (8 * sb)) & 0xFFu) - 127; }
 
+/* copy i's row of this lane's unit, its group bytes and its (tile) scale,
+ * loaded by this lane alone from memory: the rare paths' source, which need
+ * not follow the warp's pipeline */
+__device__ __forceinline__ void reload_copy(const Codec& ci, const DLaunch& L, const DJob& J, const WarpUnits& w, int i,
+                                            Row<1>& r, unsigned* eb, unsigned* sc) {
+    const unsigned g0 = (unsigned)(((u64)UNIT * J.sp.u0) >> ci.lg);
+    const DIn in = L.in[J.in_first + i];
+    load_row_slow<1>(in.codes + (size_t)UNIT * (w.lu0 + (threadIdx.x & 31)), w.nv, r);
+    *eb = load_group_bytes(ci, in.exps, g0, w.u, w.nv);
+    *sc = in.scale ? load_u32_any(in.scale + (ci.tiled ? 4 * (size_t)(w.lu0 / TILE_UNITS) : 0)) : 0x3F800000u;
+}
+
 /* the rare copies whose group was sent unrotated inside a full group (a NaN
  * code): added after the transform, in order, from a per-lane reload */
 template <int FMT>
 __device__ __forceinline__ void add_late(const Codec& ci, const DLaunch& L, const DJob& J, const WarpUnits& w,
                                       u64 late, float (&acc)[UNIT]) {
-    const unsigned g0 = (unsigned)(((u64)UNIT * J.sp.u0) >> ci.lg);
     for (int i = 0; i < J.nin; i++) {
         if (!((late >> (4 * i)) & 0xFull)) continue;
-        const DIn in = L.in[J.in_first + i];
         Row<1> r;
-        load_row_slow<1>(in.codes + (size_t)UNIT * (w.lu0 + (threadIdx.x & 31)), w.nv, r);
-        const unsigned eb = load_group_bytes(ci, in.exps, g0, w.u, w.nv);
-        const InScale isc = in_scale(in.scale ? load_u32_any(in.scale + (ci.tiled ? 4 * (size_t)(w.lu0 / TILE_UNITS) : 0))
-                                              : 0x3F800000u);
+        unsigned eb, sc;
+        reload_copy(ci, L, J, w, i, r, &eb, &sc);
+        const InScale isc = in_scale(sc);
 #pragma unroll
         for (int sb = 0; sb < SB; sb++) {
             if (!((late >> (4 * i + sb)) & 1ull)) continue;
@@ -339,11 +348,20 @@ __device__ __forceinline__ void add_late(const Codec& ci, const DLaunch& L, cons
     }
 }
 
-/* copy i's row of step t, and which of its groups hold a NaN code (every lane calls) */
-template <int FMT>
-__device__ __forceinline__ void take_codes(InRows<1>& rows, const Codec& ci, unsigned t, int i, const WarpUnits& w,
-                                           Row<1>& r, unsigned (&nan)[SB]) {
-    rows.take(t, i, w, r);
+/* copy i's row of step t, its group bytes and scale, and which of its
+ * groups hold a NaN code: from the warp's pipeline (every lane calls), or,
+ * RELOAD, by this lane alone (reload_copy) */
+template <int FMT, bool RELOAD>
+__device__ __forceinline__ void take_codes(InRows<1>& rows, const Codec& ci, const DLaunch& L, const DJob& J,
+                                           unsigned t, int i, const WarpUnits& w, Row<1>& r, unsigned (&nan)[SB],
+                                           unsigned* eb, unsigned* sc) {
+    if (RELOAD) {
+        reload_copy(ci, L, J, w, i, r, eb, sc);
+    } else {
+        rows.take(t, i, w, r);
+        *eb = rows.eb;
+        *sc = rows.sc;
+    }
     fp8_row_nan<FMT>(r, nan);
     group_max(nan, ci);
 }
@@ -353,7 +371,7 @@ __device__ __forceinline__ void take_codes(InRows<1>& rows, const Codec& ci, uns
  * left as R; *stay gets bit sb for its sub-blocks). A sum starts from -0.0f,
  * the exact identity of IEEE addition (-0 + x is x, also for x = +-0), so
  * "the first term, then the others added" needs no flags. */
-template <int FMT>
+template <int FMT, bool RELOAD>
 __device__ __forceinline__ void fp8_sum_unit(const Codec& ci, const DLaunch& L, const DJob& J, const WarpUnits& w,
                                              InRows<1>& rows, unsigned t, int lane, float (&acc)[UNIT], unsigned* stay) {
     const Span& sp = J.sp;
@@ -370,13 +388,13 @@ __device__ __forceinline__ void fp8_sum_unit(const Codec& ci, const DLaunch& L, 
     if (J.nin == 1) { /* a plain decode: the values are the sum */
         Row<1> r;
         unsigned nan[SB];
-        take_codes<FMT>(rows, ci, t, 0, w, r, nan);
-        const InScale isc = in_scale(rows.sc);
-        if (fast_decode1<FMT>(ci, r, nan, group_exp(rows.eb, 0), isc, w, acc)) return; /* the common case */
+        unsigned eb, sc;
+        take_codes<FMT, RELOAD>(rows, ci, L, J, t, 0, w, r, nan, &eb, &sc);
+        const InScale isc = in_scale(sc);
 #pragma unroll
         for (int sb = 0; sb < SB; sb++) {
             const bool rot = rotatable[sb] && !nan[sb];
-            const int b = group_exp(rows.eb, sb);
+            const int b = group_exp(eb, sb);
             float f[16], C;
             fp8_sb_values<FMT>(r, sb, f);
             if (rot && !ci.keep && fold_const(ci, b, isc, &C)) fin[sb] = C;
@@ -391,8 +409,9 @@ __device__ __forceinline__ void fp8_sum_unit(const Codec& ci, const DLaunch& L, 
         for (int i = 0; i < J.nin; i++) {
             Row<1> r;
             unsigned nan[SB];
-            take_codes<FMT>(rows, ci, t, i, w, r, nan);
-            const InScale isc = in_scale(rows.sc);
+            unsigned eb, sc;
+            take_codes<FMT, RELOAD>(rows, ci, L, J, t, i, w, r, nan, &eb, &sc);
+            const InScale isc = in_scale(sc);
 #pragma unroll
             for (int sb = 0; sb < SB; sb++) {
                 const bool rot = rotatable[sb] && !nan[sb];
@@ -402,7 +421,7 @@ __device__ __forceinline__ void fp8_sum_unit(const Codec& ci, const DLaunch& L, 
                 }
                 float f[16];
                 fp8_sb_values<FMT>(r, sb, f);
-                dequant16(f, group_exp(rows.eb, sb), isc);
+                dequant16(f, group_exp(eb, sb), isc);
                 add_sb(acc, f, sb);
                 rsum[sb] = rsum[sb] || rot;
             }
@@ -420,7 +439,7 @@ __device__ __forceinline__ void fp8_sum_unit(const Codec& ci, const DLaunch& L, 
             any = any || rsum[sb];
         }
         /* the cross-lane stages shuffle whatever rsum says: skip them when no lane transforms */
-        transform = transform && __ballot_sync(FULL, any) != 0u;
+        transform = transform && (RELOAD ? any : __ballot_sync(FULL, any) != 0u); /* RELOAD: one lane, G <= 64 */
     }
     if (transform) {
         butterflies(acc, ci, rsum, lane);
@@ -434,6 +453,27 @@ __device__ __forceinline__ void fp8_sum_unit(const Codec& ci, const DLaunch& L, 
         }
     }
     if (late) add_late<FMT>(ci, L, J, w, late, acc);
+}
+
+/* fp8_sum_unit for one lane that fast_sum sent back, from memory (RELOAD).
+ * Not inlined, and its result passed through a local array read with
+ * constant indices, so that this rare path costs the common one neither
+ * registers nor code (inlined, it put the kernel's values into local memory). */
+template <int FMT>
+__device__ __noinline__ void fp8_sum_redo_lane(const Codec& ci, const DLaunch& L, const DJob& J, WarpUnits w, int lane,
+                                               float* out, unsigned* stay) {
+    InRows<1> none; /* not read: RELOAD takes every copy from memory */
+    float acc[UNIT];
+    fp8_sum_unit<FMT, true>(ci, L, J, w, none, 0u, lane, acc, stay);
+    for (int j = 0; j < UNIT; j++) out[j] = acc[j];
+}
+template <int FMT>
+__device__ __forceinline__ void fp8_sum_redo(const Codec& ci, const DLaunch& L, const DJob& J, const WarpUnits& w,
+                                             int lane, float (&acc)[UNIT], unsigned* stay) {
+    float t[UNIT];
+    fp8_sum_redo_lane<FMT>(ci, L, J, w, lane, t, stay);
+#pragma unroll
+    for (int j = 0; j < UNIT; j++) acc[j] = t[j];
 }
 
 /* A group left as R whose sum overflowed (an element is inf or NaN) is
@@ -470,7 +510,12 @@ __device__ __forceinline__ void sum_unit(const Codec& ci, const DLaunch& L, cons
                                          unsigned* stay) {
     *stay = 0u;
     if constexpr (IN == IN_E4M3 || IN == IN_E5M2) {
-        fp8_sum_unit<IN == IN_E4M3 ? FP8_E4M3 : FP8_E5M2>(ci, L, J, w, rows, t, lane, acc, stay);
+        constexpr int FMT = IN == IN_E4M3 ? FP8_E4M3 : FP8_E5M2;
+        /* the common case straight (cuda_fast.cuh); a lane whose numbers it
+         * does not take redoes the sum from memory */
+        const int fs = fast_sum<FMT>(ci, rows, t, w, J.nin, acc, stay);
+        if (fs == FAST_NO) fp8_sum_unit<FMT, false>(ci, L, J, w, rows, t, lane, acc, stay);
+        else if (fs == FAST_REDO) fp8_sum_redo<FMT>(ci, L, J, w, lane, acc, stay);
     } else {
         const unsigned g0 = (unsigned)(((u64)UNIT * J.sp.u0) >> ci.lg);
 #pragma unroll
