@@ -26,18 +26,21 @@
 #include "compress/compress_cuda.h"
 #include "compress/cuda_codec.cuh"
 #include "compress/cuda_decode.cuh"
-#include "compress/cuda_fast.cuh"
 #include "compress/cuda_device.cuh"
+#include "compress/cuda_fast.cuh"
+#include "compress/cuda_pipeline.cuh"
 #include "compress/cuda_unit_io.cuh"
 
 namespace {
 
-constexpr int THREADS = 128;            /* threads per block */
-constexpr int WARPS = THREADS / 32;
 constexpr int MAX_IN = COMPRESS_DEV_MAX_IN;
 constexpr int MAX_JOBS = COMPRESS_DEV_MAX_JOBS;
-constexpr int TILE_UNITS = COMPRESS_WIRE_TILE / UNIT; /* a tile is one block's units */
-static_assert(TILE_UNITS == THREADS, "a block holds one tile per step");
+
+/* the input pipelines of the two kernel families (cuda_pipeline.cuh) */
+template <int EB>
+using CRows = InRows<EB, COMPRESS_STAGES>;
+template <int EB>
+using DRows = InRows<EB, DECOMPRESS_STAGES>;
 
 /* one chunk range a compress launch works on */
 struct CJob {
@@ -159,116 +162,6 @@ __device__ void flush_scale_amax(float amax, CompressStatsDev* st) {
 /* ========================================================================== */
 /* units in and out                                                            */
 
-/* A warp's steps through a job: step t covers the 32 units from lu(t) (counted
- * from the job's u0); the blocks of the grid take turns, THREADS units each. */
-struct WarpSteps {
-    unsigned first, stride, nunits;
-    __device__ __forceinline__ unsigned lu(unsigned t) const { return first + t * stride; }
-    __device__ __forceinline__ bool has(unsigned t) const { return lu(t) < nunits; }
-};
-__device__ __forceinline__ WarpSteps warp_steps(const Span& sp, int warp) {
-    WarpSteps s;
-    s.first = blockIdx.x * THREADS + 32u * (unsigned)warp;
-    s.stride = gridDim.x * THREADS;
-    s.nunits = sp.u1 - sp.u0;
-    return s;
-}
-
-/* Steps of a warp's input pipeline in flight while it computes on one:
- * STAGES - 1 (an area of shared memory each, plus the one being read). */
-#ifndef COMPRESS_STAGES
-#define COMPRESS_STAGES 2
-#endif
-constexpr int STAGES = COMPRESS_STAGES;
-static_assert(STAGES >= 2 && STAGES <= 4, "COMPRESS_STAGES is 2..4");
-
-/* The warp's pipeline of input rows: steps are (unit step t, copy i), copy i
- * of P at bytes[i] (the job's unit u0; one array for a compress, P copies for
- * a decompress), taken in the order t = 0, 1, ..; i = 0 .. P-1. take()
- * issues the step STAGES - 1 after the one it returns, so that many are
- * always in flight; the issue side keeps its own cursor (it, ii). */
-template <int EB>
-struct InRows {
-    uint4* area0; /* STAGES areas back to back (no pointer array: it would live in local memory) */
-    const uint8_t* const* bytes;
-    int P;
-    WarpSteps ws;
-    Span sp;
-    int lane;
-    unsigned it;   /* the next step to issue: (it, ii) */
-    int ii;
-    int a_issue, a_take; /* their areas */
-    /* the copies' group bytes (FP8 inputs with a group byte: gcodec set) and
-     * second scales (gscales set; NULL entry: 1.0f; one per tile when tiled,
-     * else per chunk), loaded with the rows: q_eb[0] / q_sc[0] belong to the
-     * oldest step in flight; eb / sc are the taken step's */
-    const uint8_t* const* gbytes;
-    const Codec* gcodec;
-    const uint8_t* const* gscales;
-    bool tiled;
-    unsigned q_eb[STAGES - 1], q_sc[STAGES - 1];
-    unsigned eb, sc;
-
-    __device__ __forceinline__ const uint8_t* fast_src(unsigned t, int i) const {
-        if (!ws.has(t)) return nullptr;
-        const WarpUnits w = warp_units(sp, ws.lu(t), lane);
-        return (w.full && aligned16(bytes[i])) ? bytes[i] + (size_t)EB * UNIT * ws.lu(t) : nullptr;
-    }
-    __device__ __forceinline__ uint4* area(int k) const { return area0 + k * (area_bytes<EB>() / 16); }
-    /* issue step (it, ii); its group bytes / scale go to q[STAGES - 2] */
-    __device__ __forceinline__ void issue() {
-        const unsigned t = it;
-        const int i = ii;
-        rows_issue<EB>(area(a_issue), fast_src(t, i), lane);
-        unsigned e = 0x7F7F7F7Fu, c = 0x3F800000u;
-        if (gcodec && ws.has(t)) {
-            const WarpUnits w = warp_units(sp, ws.lu(t), lane);
-            e = load_group_bytes(*gcodec, gbytes[i], (unsigned)(((u64)UNIT * sp.u0) >> gcodec->lg), w.u, w.nv);
-        }
-        if (gscales && ws.has(t) && gscales[i]) c = load_u32_any(gscales[i] + (tiled ? 4 * (size_t)(ws.lu(t) / TILE_UNITS) : 0));
-        q_eb[STAGES - 2] = e;
-        q_sc[STAGES - 2] = c;
-        a_issue = a_issue + 1 == STAGES ? 0 : a_issue + 1;
-        if (++ii == P) {
-            ii = 0;
-            it++;
-        }
-    }
-    __device__ __forceinline__ void shift() {
-#pragma unroll
-        for (int k = 0; k + 1 < STAGES - 1; k++) {
-            q_eb[k] = q_eb[k + 1];
-            q_sc[k] = q_sc[k + 1];
-        }
-    }
-    __device__ __forceinline__ void start() {
-        it = 0;
-        ii = 0;
-        a_issue = a_take = 0;
-        eb = 0x7F7F7F7Fu;
-        sc = 0x3F800000u;
-#pragma unroll
-        for (int k = 0; k < STAGES - 1; k++) {
-            shift();
-            issue();
-        }
-    }
-    __device__ __forceinline__ void take(unsigned t, int i, const WarpUnits& w, Row<EB>& r) {
-        eb = q_eb[0];
-        sc = q_sc[0];
-        shift();
-        issue();
-        rows_take<EB, STAGES - 1>(area(a_take), fast_src(t, i) != nullptr,
-                                  bytes[i] + (size_t)EB * UNIT * (w.lu0 + (unsigned)lane), w.nv, lane, r);
-        a_take = a_take + 1 == STAGES ? 0 : a_take + 1;
-    }
-};
-
-/* the staging areas of a warp in the block's dynamic shared memory: STAGES
- * for input rows of EBI bytes per element, one for output rows of EBO */
-template <int EBI, int EBO>
-__host__ __device__ constexpr int warp_smem_bytes() { return STAGES * area_bytes<EBI>() + area_bytes<EBO>(); }
-
 /* a compress job's input unit as fp32 values, and its scan */
 template <bool BF16>
 __device__ __forceinline__ void input_values(const Row<BF16 ? 2 : 4>& r, float (&v)[UNIT], Scan& sc) {
@@ -352,7 +245,7 @@ __device__ __forceinline__ void add_late(const Codec& ci, const DLaunch& L, cons
  * groups hold a NaN code: from the warp's pipeline (every lane calls), or,
  * RELOAD, by this lane alone (reload_copy) */
 template <int FMT, bool RELOAD>
-__device__ __forceinline__ void take_codes(InRows<1>& rows, const Codec& ci, const DLaunch& L, const DJob& J,
+__device__ __forceinline__ void take_codes(DRows<1>& rows, const Codec& ci, const DLaunch& L, const DJob& J,
                                            unsigned t, int i, const WarpUnits& w, Row<1>& r, unsigned (&nan)[SB],
                                            unsigned* eb, unsigned* sc) {
     if (RELOAD) {
@@ -373,7 +266,7 @@ __device__ __forceinline__ void take_codes(InRows<1>& rows, const Codec& ci, con
  * "the first term, then the others added" needs no flags. */
 template <int FMT, bool RELOAD>
 __device__ __forceinline__ void fp8_sum_unit(const Codec& ci, const DLaunch& L, const DJob& J, const WarpUnits& w,
-                                             InRows<1>& rows, unsigned t, int lane, float (&acc)[UNIT], unsigned* stay) {
+                                             DRows<1>& rows, unsigned t, int lane, float (&acc)[UNIT], unsigned* stay) {
     const Span& sp = J.sp;
     bool rotatable[SB], rsum[SB];
     float fin[SB]; /* the multiplier after the transform: norm, or C for a folded single copy */
@@ -462,7 +355,7 @@ __device__ __forceinline__ void fp8_sum_unit(const Codec& ci, const DLaunch& L, 
 template <int FMT>
 __device__ __noinline__ void fp8_sum_redo_lane(const Codec& ci, const DLaunch& L, const DJob& J, WarpUnits w, int lane,
                                                float* out, unsigned* stay) {
-    InRows<1> none; /* not read: RELOAD takes every copy from memory */
+    DRows<1> none; /* not read: RELOAD takes every copy from memory */
     float acc[UNIT];
     fp8_sum_unit<FMT, true>(ci, L, J, w, none, 0u, lane, acc, stay);
     for (int j = 0; j < UNIT; j++) out[j] = acc[j];
@@ -506,7 +399,7 @@ __host__ __device__ constexpr int in_bytes(int in) { return in == IN_F32 ? 4 : i
 /* acc = the job's sum for this lane's unit (step t). Every lane of the warp calls. */
 template <int IN>
 __device__ __forceinline__ void sum_unit(const Codec& ci, const DLaunch& L, const DJob& J, const WarpUnits& w,
-                                         InRows<in_bytes(IN)>& rows, unsigned t, int lane, float (&acc)[UNIT],
+                                         DRows<in_bytes(IN)>& rows, unsigned t, int lane, float (&acc)[UNIT],
                                          unsigned* stay) {
     *stay = 0u;
     if constexpr (IN == IN_E4M3 || IN == IN_E5M2) {
@@ -565,7 +458,7 @@ __device__ __forceinline__ void sum_unit(const Codec& ci, const DLaunch& L, cons
  * launches with it) */
 template <bool BF16, int FAM>
 __host__ __device__ constexpr int compress_smem_bytes() {
-    return WARPS * warp_smem_bytes<BF16 ? 2 : 4, FAM == FAM_NONE ? 4 : 1>();
+    return WARPS * warp_smem_bytes<BF16 ? 2 : 4, FAM == FAM_NONE ? 4 : 1, COMPRESS_STAGES>();
 }
 template <int IN, int OUT>
 __host__ __device__ constexpr int decompress_out_bytes() {
@@ -574,16 +467,16 @@ __host__ __device__ constexpr int decompress_out_bytes() {
 }
 template <int IN, int OUT>
 __host__ __device__ constexpr int decompress_smem_bytes() {
-    return WARPS * warp_smem_bytes<in_bytes(IN), decompress_out_bytes<IN, OUT>()>();
+    return WARPS * warp_smem_bytes<in_bytes(IN), decompress_out_bytes<IN, OUT>(), DECOMPRESS_STAGES>();
 }
 
 /* The input rows of a compress kernel's warp, from its share of the smem. */
 template <bool BF16, int EBO>
-__device__ __forceinline__ InRows<BF16 ? 2 : 4> compress_rows(unsigned char* smem, int warp, const uint8_t* const* xb,
+__device__ __forceinline__ CRows<BF16 ? 2 : 4> compress_rows(unsigned char* smem, int warp, const uint8_t* const* xb,
                                                              const Span& sp, int lane) {
     constexpr int EBI = BF16 ? 2 : 4;
-    InRows<EBI> rows;
-    rows.area0 = reinterpret_cast<uint4*>(smem + (size_t)warp * warp_smem_bytes<EBI, EBO>());
+    CRows<EBI> rows;
+    rows.area0 = reinterpret_cast<uint4*>(smem + (size_t)warp * warp_smem_bytes<EBI, EBO, COMPRESS_STAGES>());
     rows.bytes = xb;
     rows.gbytes = nullptr;
     rows.gcodec = nullptr;
@@ -642,7 +535,7 @@ __device__ __forceinline__ void fp8_tile_encode(const Codec& c, float (&v)[UNIT]
 
 /* step t's input unit of this lane as fp32 values and their scan; returns where the unit is */
 template <bool BF16>
-__device__ __forceinline__ WarpUnits take_input(InRows<BF16 ? 2 : 4>& rows, const Span& sp, unsigned t, int lane,
+__device__ __forceinline__ WarpUnits take_input(CRows<BF16 ? 2 : 4>& rows, const Span& sp, unsigned t, int lane,
                                                 float (&v)[UNIT], Scan& sc) {
     const WarpUnits w = warp_units(sp, rows.ws.lu(t), lane);
     Row<BF16 ? 2 : 4> r;
@@ -659,7 +552,7 @@ __global__ void __launch_bounds__(THREADS, COMPRESS_MIN_BLOCKS) k_amax(const Cod
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const Span sp = J.sp;
     const uint8_t* xb = static_cast<const uint8_t*>(J.x) + (size_t)(BF16 ? 2 : 4) * UNIT * sp.u0;
-    InRows<BF16 ? 2 : 4> rows = compress_rows<BF16, 1>(smem, warp, &xb, sp, lane);
+    CRows<BF16 ? 2 : 4> rows = compress_rows<BF16, 1>(smem, warp, &xb, sp, lane);
     float tam = 0.0f;
     for (unsigned t = 0; block_has(sp, t); t++) {
         float v[UNIT];
@@ -685,8 +578,8 @@ __global__ void __launch_bounds__(THREADS, SR ? COMPRESS_SR_MIN_BLOCKS : COMPRES
     const GOut go = {J.exps, (unsigned)(((u64)UNIT * sp.u0) >> c.lg)};
     TStats ts = {0u, 0u, 0.0f};
     const uint8_t* xb = static_cast<const uint8_t*>(J.x) + (size_t)(BF16 ? 2 : 4) * UNIT * sp.u0;
-    InRows<BF16 ? 2 : 4> rows = compress_rows<BF16, EBO>(smem, warp, &xb, sp, lane);
-    uint4* aout = rows.area0 + STAGES * area_bytes<BF16 ? 2 : 4>() / 16;
+    CRows<BF16 ? 2 : 4> rows = compress_rows<BF16, EBO>(smem, warp, &xb, sp, lane);
+    uint4* aout = out_area(rows);
     for (unsigned t = 0; block_has(sp, t); t++) {
         float v[UNIT];
         Scan sc;
@@ -727,9 +620,8 @@ __global__ void __launch_bounds__(THREADS, SR ? DECOMPRESS_SR_MIN_BLOCKS : DECOM
     const GOut go = {J.oexps, (unsigned)(((u64)UNIT * sp.u0) >> co.lg)};
     TStats ts = {0u, 0u, 0.0f};
     float tam = 0.0f;
-    InRows<EBI> rows;
-    rows.area0 = reinterpret_cast<uint4*>(smem + (size_t)warp * warp_smem_bytes<EBI, EBO>());
-    uint4* aout = rows.area0 + STAGES * area_bytes<EBI>() / 16;
+    DRows<EBI> rows;
+    rows.area0 = reinterpret_cast<uint4*>(smem + (size_t)warp * warp_smem_bytes<EBI, EBO, DECOMPRESS_STAGES>());
     rows.bytes = s_codes;
     rows.gbytes = s_exps;
     rows.gcodec = ((IN == IN_E4M3 || IN == IN_E5M2) && ci.gb) ? &ci : nullptr;
@@ -740,6 +632,7 @@ __global__ void __launch_bounds__(THREADS, SR ? DECOMPRESS_SR_MIN_BLOCKS : DECOM
     rows.sp = sp;
     rows.lane = lane;
     rows.start();
+    uint4* aout = out_area(rows);
     for (unsigned t = 0; block_has(sp, t); t++) {
         const WarpUnits w = warp_units(sp, rows.ws.lu(t), lane);
         float acc[UNIT];

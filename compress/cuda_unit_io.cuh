@@ -18,12 +18,12 @@
  * both sides. Padding (rather than a swizzle) keeps every address a lane
  * computes a per-lane base plus a compile-time offset (slot()).
  *
- * Loads go through STAGES areas in turn (cuda_kernels.cuh's InRows), as
+ * Loads go through S areas in turn (cuda_pipeline.cuh's InRows), as
  * asynchronous copies (cp.async): the rows of the next steps are on their
- * way while this step's are computed on (rows_issue, then rows_take STAGES -
- * 1 steps later), so a warp keeps memory busy without holding a second unit
- * in registers. Stores go through
- * one area (stage_out), then leave as coalesced 16-byte stores.
+ * way while this step's are computed on (rows_issue, then rows_take S - 1
+ * steps later), so a warp keeps memory busy without holding a second unit
+ * in registers. Stores go through one more area (stage_out), then leave as
+ * coalesced 16-byte stores.
  *
  * That fast path needs the warp's 32 units full and inside the job, and the
  * memory 16-byte aligned. Every other unit (a chunk's tail, a range edge, a
