@@ -199,16 +199,25 @@ int compress_dev_can_fuse(const CompressParams* p_in, const CompressParams* p_ou
 
 typedef void (*CKernel)(Codec, CLaunch);
 
-template <int FAM, int FMT, bool SR>
+template <int FAM, int FMT, bool SR, int SHAPE>
 static Kernel compress_kernel_in(int bf16) {
-    if (bf16) return Kernel{(const void*)k_compress<FAM, FMT, SR, true>, compress_smem_bytes<true, FAM>()};
-    return Kernel{(const void*)k_compress<FAM, FMT, SR, false>, compress_smem_bytes<false, FAM>()};
+    if (bf16) return Kernel{(const void*)k_compress<FAM, FMT, SR, true, SHAPE>, compress_smem_bytes<true, FAM>()};
+    return Kernel{(const void*)k_compress<FAM, FMT, SR, false, SHAPE>, compress_smem_bytes<false, FAM>()};
+}
+/* an FP8 encode: one kernel per shape (cuda_codec.cuh) */
+template <int FMT, bool SR>
+static Kernel compress_kernel_fp8(const Codec& c, int bf16) {
+    switch (shape_of(c)) {
+    case SHAPE_GROUP64: return compress_kernel_in<FAM_FP8, FMT, SR, SHAPE_GROUP64>(bf16);
+    case SHAPE_TENSOR: return compress_kernel_in<FAM_FP8, FMT, SR, SHAPE_TENSOR>(bf16);
+    default: return compress_kernel_in<FAM_FP8, FMT, SR, SHAPE_ANY>(bf16);
+    }
 }
 static Kernel compress_kernel(const Codec& c, int bf16) {
-    if (c.fam == FAM_NONE) return compress_kernel_in<FAM_NONE, 0, false>(bf16);
-    if (c.fam == FAM_INT8) return compress_kernel_in<FAM_INT8, 0, false>(bf16); /* SR is a run-time branch there */
-    if (c.fmt == FP8_E4M3) return c.stochastic ? compress_kernel_in<FAM_FP8, FP8_E4M3, true>(bf16) : compress_kernel_in<FAM_FP8, FP8_E4M3, false>(bf16);
-    return c.stochastic ? compress_kernel_in<FAM_FP8, FP8_E5M2, true>(bf16) : compress_kernel_in<FAM_FP8, FP8_E5M2, false>(bf16);
+    if (c.fam == FAM_NONE) return compress_kernel_in<FAM_NONE, 0, false, SHAPE_ANY>(bf16);
+    if (c.fam == FAM_INT8) return compress_kernel_in<FAM_INT8, 0, false, SHAPE_ANY>(bf16); /* SR is a run-time branch there */
+    if (c.fmt == FP8_E4M3) return c.stochastic ? compress_kernel_fp8<FP8_E4M3, true>(c, bf16) : compress_kernel_fp8<FP8_E4M3, false>(c, bf16);
+    return c.stochastic ? compress_kernel_fp8<FP8_E5M2, true>(c, bf16) : compress_kernel_fp8<FP8_E5M2, false>(c, bf16);
 }
 static Kernel amax_kernel(int bf16) {
     if (bf16) return Kernel{(const void*)k_amax<true>, compress_smem_bytes<true, FAM_FP8>()};
@@ -251,9 +260,19 @@ void compress_jobs_encode_dev(const CompressParams* p, int x_is_bf16, const Comp
 
 typedef void (*DKernel)(Codec, Codec, DLaunch);
 
-template <int IN, int OUT, int FMT_OUT, bool SR>
+template <int IN, int OUT, int FMT_OUT, bool SR, int SHAPE = SHAPE_ANY>
 static Kernel dkernel() {
-    return Kernel{(const void*)k_decompress<IN, OUT, FMT_OUT, SR>, decompress_smem_bytes<IN, OUT>()};
+    return Kernel{(const void*)k_decompress<IN, OUT, FMT_OUT, SR, SHAPE>, decompress_smem_bytes<IN, OUT>()};
+}
+/* an FP8 input's kernel for OUT, one per shape of the input codec (and, for
+ * OUT_RECOMP, of the output's: `shape` is SHAPE_ANY unless both have it) */
+template <int IN, int OUT, int FMT_OUT, bool SR>
+static Kernel dkernel_fp8(int shape) {
+    switch (shape) {
+    case SHAPE_GROUP64: return dkernel<IN, OUT, FMT_OUT, SR, SHAPE_GROUP64>();
+    case SHAPE_TENSOR: return dkernel<IN, OUT, FMT_OUT, SR, SHAPE_TENSOR>();
+    default: return dkernel<IN, OUT, FMT_OUT, SR, SHAPE_ANY>();
+    }
 }
 template <int IN>
 static Kernel decompress_kernel_in(int out) {
@@ -263,18 +282,27 @@ static Kernel decompress_kernel_in(int out) {
     default: return dkernel<IN, OUT_AMAX, 0, false>();
     }
 }
+template <int IN>
+static Kernel decompress_kernel_fp8(int out, int shape) {
+    switch (out) {
+    case OUT_F32: return dkernel_fp8<IN, OUT_F32, 0, false>(shape);
+    case OUT_BF16: return dkernel_fp8<IN, OUT_BF16, 0, false>(shape);
+    default: return dkernel<IN, OUT_AMAX, 0, false>(); /* the amax pass of fp8_tensor's current scaling: rare */
+    }
+}
 static Kernel decompress_kernel(int out, const Codec& ci, const Codec& co) {
     const int in = in_kind(ci);
     if (out == OUT_RECOMP) { /* can_fuse(ci, co) holds */
         const bool sr = co.fam == FAM_FP8 && co.stochastic;
-        if (in == IN_E4M3) return sr ? dkernel<IN_E4M3, OUT_RECOMP, FP8_E4M3, true>() : dkernel<IN_E4M3, OUT_RECOMP, FP8_E4M3, false>();
-        if (in == IN_E5M2) return sr ? dkernel<IN_E5M2, OUT_RECOMP, FP8_E5M2, true>() : dkernel<IN_E5M2, OUT_RECOMP, FP8_E5M2, false>();
+        const int shape = shape_of(ci) == shape_of(co) ? shape_of(ci) : SHAPE_ANY;
+        if (in == IN_E4M3) return sr ? dkernel_fp8<IN_E4M3, OUT_RECOMP, FP8_E4M3, true>(shape) : dkernel_fp8<IN_E4M3, OUT_RECOMP, FP8_E4M3, false>(shape);
+        if (in == IN_E5M2) return sr ? dkernel_fp8<IN_E5M2, OUT_RECOMP, FP8_E5M2, true>(shape) : dkernel_fp8<IN_E5M2, OUT_RECOMP, FP8_E5M2, false>(shape);
         if (in == IN_BF16) return dkernel<IN_BF16, OUT_RECOMP, 0, false>();
         return dkernel<IN_F32, OUT_RECOMP, 0, false>();
     }
     switch (in) {
-    case IN_E4M3: return decompress_kernel_in<IN_E4M3>(out);
-    case IN_E5M2: return decompress_kernel_in<IN_E5M2>(out);
+    case IN_E4M3: return decompress_kernel_fp8<IN_E4M3>(out, shape_of(ci));
+    case IN_E5M2: return decompress_kernel_fp8<IN_E5M2>(out, shape_of(ci));
     case IN_INT8: return decompress_kernel_in<IN_INT8>(out);
     case IN_BF16: return decompress_kernel_in<IN_BF16>(out);
     default: return decompress_kernel_in<IN_F32>(out);

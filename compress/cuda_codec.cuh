@@ -55,7 +55,47 @@ struct Codec {
     float norm;       /* hadamard_norm(G) */
     float delayed_amax;
     u64 seed;
+    int fast;         /* the kernel holds cuda_fast.cuh's straight-line path for this codec: set, as a
+                         compile-time constant, by shape_codec only (0 from the host) */
 };
+
+/* A kernel's shape (a template parameter): what is known of its launch's
+ * Codec when the kernel is compiled. compress_cuda.cu launches the kernel of
+ * the codec's shape (shape_of); the kernel overwrites the fields its shape
+ * fixes with the same values as constants (shape_codec), so that the
+ * compiler drops every test on them, and only the kernels whose codecs can
+ * take the straight-line common case (cuda_fast.cuh) carry its code: each
+ * kernel is the smaller for what it need not do (the kernels holding both
+ * paths for every method cost fp8_group and int8_group 0-12%, H200,
+ * 2026-12-02).
+ *   SHAPE_ANY     any codec; no straight-line path
+ *   SHAPE_GROUP64 FP8 with an adaptive group exponent per 64-element unit
+ *                 and a second (dual) scale: TACO G = 64, its Hadamard on
+ *                 or off (the fused recompress encodes with it off)
+ *   SHAPE_TENSOR  FP8 with one chunk scale and nothing else: fp8_tensor */
+enum Shape { SHAPE_ANY = 0, SHAPE_GROUP64 = 1, SHAPE_TENSOR = 2 };
+inline int shape_of(const Codec& c) {
+    if (c.fam != FAM_FP8 || c.cast || !c.dual || c.G != UNIT || c.tpg != 1) return SHAPE_ANY;
+    if (c.adaptive && c.gb == 1) return SHAPE_GROUP64;
+    if (!c.adaptive && !c.hadamard && c.gb == 0) return SHAPE_TENSOR;
+    return SHAPE_ANY;
+}
+template <int SHAPE>
+__device__ __forceinline__ Codec shape_codec(Codec c) {
+    c.fast = SHAPE != SHAPE_ANY;
+    if (SHAPE == SHAPE_ANY) return c;
+    c.fam = FAM_FP8;
+    c.cast = 0;
+    c.dual = 1;
+    c.G = UNIT;
+    c.lg = 6;
+    c.tpg = 1;
+    c.adaptive = SHAPE == SHAPE_GROUP64;
+    c.gb = SHAPE == SHAPE_GROUP64 ? 1 : 0;
+    if (SHAPE == SHAPE_TENSOR) c.hadamard = 0;
+    return c;
+}
+static_assert(UNIT == 64, "shape_codec's lg");
 
 /* a thread's statistics, block-reduced by the kernel at its end */
 struct TStats {

@@ -89,7 +89,15 @@ __device__ __forceinline__ void dequant16(float (&f)[16], int b, const InScale& 
 /* The group exponent bytes of the lane's four sub-blocks (byte sb of the
  * result; 127, the neutral byte, where a sub-block is past the unit's end or
  * there are no group bytes): one load per group the unit holds. */
-__device__ __forceinline__ unsigned load_group_bytes(const Codec& c, const uint8_t* exps, unsigned g0, unsigned u, int nv) {
+/* What the loads of a copy's group bytes need of its codec (a few scalars,
+ * not a pointer to the Codec: a pointer made the kernels keep a copy of the
+ * Codec in local memory and reload its fields at every step) */
+struct GroupShape {
+    int G, lg, gb;
+};
+__device__ __forceinline__ GroupShape group_shape(const Codec& c) { return GroupShape{c.G, c.lg, c.gb}; }
+
+__device__ __forceinline__ unsigned load_group_bytes(const GroupShape& c, const uint8_t* exps, unsigned g0, unsigned u, int nv) {
     if (!c.gb || nv <= 0) return 0x7F7F7F7Fu;
     const unsigned gi = (unsigned)(((u64)UNIT * u) >> c.lg) - g0; /* the unit's first group, in the range */
     if (c.G >= UNIT) return 0x01010101u * (unsigned)exps[gi];

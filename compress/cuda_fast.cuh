@@ -32,27 +32,31 @@
 
 namespace {
 
-/* the codecs the straight-line encode serves (uniform over a launch): TACO's
- * shape with one group per unit, with the Hadamard or without it (the fused
- * recompress encodes the rotated sum with the transform off) */
-__device__ __forceinline__ bool fast_codec(const Codec& c) {
-    return c.fam == FAM_FP8 && !c.cast && c.adaptive && c.dual && c.G == UNIT && c.tpg == 1;
-}
+/* the codecs the straight-line path serves: those of the kernel shapes
+ * SHAPE_GROUP64 (TACO's shape with one group per unit, with the Hadamard or
+ * without it: the fused recompress encodes the rotated sum with the
+ * transform off) and SHAPE_TENSOR (fp8_tensor: no group exponent, e_u = 0,
+ * no transform), a compile-time constant (cuda_codec.cuh's shape_codec) */
+__device__ __forceinline__ bool fast_codec(const Codec& c) { return c.fast != 0; }
 
 /* 1 if this lane's unit takes fast_prepare, with *e its adaptive exponent
- * e_u: the warp's units all full (so the unit's one group is full), no inf
- * or NaN (nfmask: every group rotates, no slot is zeroed), and, with the
- * Hadamard, e_u <= fold_max (the prescale folds into the multiplier:
- * fp8_prepare's proof; without it, fast_finish's bound on k decides) */
+ * e_u (0 without one, as fp8_prepare): the warp's units all full (so the
+ * unit's one group is full), no inf or NaN (nfmask: every group rotates, no
+ * slot is zeroed), and, with the Hadamard, e_u <= fold_max (the prescale
+ * folds into the multiplier: fp8_prepare's proof; without it, fast_finish's
+ * bound on k decides) */
 __device__ __forceinline__ bool fast_unit(const Codec& c, const Scan& sc, const WarpUnits& w, int fold_max, int* e) {
     if (!fast_codec(c) || !w.full || sc.nfmask) return false; /* scan_resolve has run: the masks are exact */
-    *e = -pow2_fit_dev(max4f(sc.amax), 1.0f);
+    *e = c.adaptive ? -pow2_fit_dev(max4f(sc.amax), 1.0f) : 0;
     return !c.hadamard || *e <= fold_max;
 }
 
 /* fp8_prepare for a fast_unit: v becomes H_un(x), unscaled (folded), and p
  * what fp8_prepare returns for it (every sub-block holds the group's
- * values). Without the Hadamard v stays x and max |x| is the scan's. */
+ * values). Without the Hadamard v stays x and max |x| is the scan's. Without
+ * the adaptive exponent (e = 0) p.folded is set where fp8_prepare leaves it
+ * clear: with nothing to fold, both mean "v times M" and give the same
+ * multiplier (fast_finish_ok, fp8_finish_unit). */
 __device__ __forceinline__ void fast_prepare(const Codec& c, float (&v)[UNIT], const Scan& sc, int e, Prep& p) {
     unsigned m = max4f_bits(sc.amax);
     if (c.hadamard) {
@@ -109,7 +113,7 @@ template <int FMT, bool SR>
 __device__ __forceinline__ void fast_finish(const Codec& c, float (&v)[UNIT], const Prep& p, unsigned u, float Mv,
                                             const GOut& go, u64 stream, Row<1>& out, TStats& ts) {
     ts.amax = fmaxf(ts.amax, c.stats_amax_r ? __fmul_rn(__uint_as_float(p.amax_h[0]), p.ng[0]) : p.amax_x);
-    if (go.exps) go.exps[u - go.g0] = (uint8_t)(p.e_u[0] + 127); /* G = UNIT: group index = unit index */
+    if (c.gb && go.exps) go.exps[u - go.g0] = (uint8_t)(p.e_u[0] + 127); /* G = UNIT: group index = unit index */
 #pragma unroll
     for (int j = 0; j < UNIT; j++) v[j] = __fmul_rn(v[j], Mv);
     quantize<FMT, SR>(c, v, u, stream, out);
@@ -124,7 +128,9 @@ enum FastSum { FAST_NO = 0, FAST_DONE = 1, FAST_REDO = 2 };
  * rotated, folded into the constant after the transform (fold_const). Then
  * the sum is fp8_sum_unit's: the copies dequantised and added in order (its
  * start from -0.0f is the identity), one inverse transform, one multiply by
- * norm (or C); with ci.keep the sum stays as R. FAST_NO when the warp's
+ * norm (or C); with ci.keep the sum stays as R; without the Hadamard
+ * (fp8_tensor, TACO with it off) the sum of the dequantised copies is all,
+ * and a NaN code reaches the output as the general path's NaN does. FAST_NO when the warp's
  * units are not eligible (the rows untouched; warp-uniform, since the rows
  * are taken by the whole warp), FAST_REDO when this lane's numbers are not
  * the common case (the rows are taken: the caller redoes the sum from
@@ -170,9 +176,14 @@ __device__ __forceinline__ bool fast_copy(const Codec& ci, Rows& rows, unsigned 
 template <int FMT, class Rows>
 __device__ __forceinline__ int fast_sum(const Codec& ci, Rows& rows, unsigned t, const WarpUnits& w, int nin,
                                         float (&acc)[UNIT], unsigned* stay) {
-    if (!fast_codec(ci) || !ci.hadamard || !w.full) return FAST_NO;
+    if (!fast_codec(ci) || !w.full) return FAST_NO;
     float C = ci.norm;
     bool ok;
+    if (!ci.hadamard) { /* no transform (and no kept sum): the dequantised copies added in order */
+        ok = fast_copy<FMT, true, false>(ci, rows, t, 0, w, acc, &C);
+        for (int i = 1; i < nin; i++) ok = fast_copy<FMT, false, false>(ci, rows, t, i, w, acc, &C) && ok;
+        return ok ? FAST_DONE : FAST_REDO;
+    }
     if (nin == 1 && !ci.keep) ok = fast_copy<FMT, true, true>(ci, rows, t, 0, w, acc, &C);
     else ok = fast_copy<FMT, true, false>(ci, rows, t, 0, w, acc, &C);
     for (int i = 1; i < nin; i++) ok = fast_copy<FMT, false, false>(ci, rows, t, i, w, acc, &C) && ok;

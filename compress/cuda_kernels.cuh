@@ -215,7 +215,7 @@ __device__ __forceinline__ void reload_copy(const Codec& ci, const DLaunch& L, c
     const unsigned g0 = (unsigned)(((u64)UNIT * J.sp.u0) >> ci.lg);
     const DIn in = L.in[J.in_first + i];
     load_row_slow<1>(in.codes + (size_t)UNIT * (w.lu0 + (threadIdx.x & 31)), w.nv, r);
-    *eb = load_group_bytes(ci, in.exps, g0, w.u, w.nv);
+    *eb = load_group_bytes(group_shape(ci), in.exps, g0, w.u, w.nv);
     *sc = in.scale ? load_u32_any(in.scale + (ci.tiled ? 4 * (size_t)(w.lu0 / TILE_UNITS) : 0)) : 0x3F800000u;
 }
 
@@ -353,7 +353,7 @@ __device__ __forceinline__ void fp8_sum_unit(const Codec& ci, const DLaunch& L, 
  * constant indices, so that this rare path costs the common one neither
  * registers nor code (inlined, it put the kernel's values into local memory). */
 template <int FMT>
-__device__ __noinline__ void fp8_sum_redo_lane(const Codec& ci, const DLaunch& L, const DJob& J, WarpUnits w, int lane,
+__device__ __noinline__ void fp8_sum_redo_lane(const Codec ci, const DLaunch& L, const DJob& J, WarpUnits w, int lane,
                                                float* out, unsigned* stay) {
     DRows<1> none; /* not read: RELOAD takes every copy from memory */
     float acc[UNIT];
@@ -479,7 +479,7 @@ __device__ __forceinline__ CRows<BF16 ? 2 : 4> compress_rows(unsigned char* smem
     rows.area0 = reinterpret_cast<uint4*>(smem + (size_t)warp * warp_smem_bytes<EBI, EBO, COMPRESS_STAGES>());
     rows.bytes = xb;
     rows.gbytes = nullptr;
-    rows.gcodec = nullptr;
+    rows.gshape = GroupShape{UNIT, 6, 0};
     rows.gscales = nullptr;
     rows.tiled = false;
     rows.P = 1;
@@ -563,13 +563,13 @@ __global__ void __launch_bounds__(THREADS, COMPRESS_MIN_BLOCKS) k_amax(const Cod
     flush_scale_amax(tam, J.st);
 }
 
-template <int FAM, int FMT, bool SR, bool BF16>
+template <int FAM, int FMT, bool SR, bool BF16, int SHAPE>
 __global__ void __launch_bounds__(THREADS, SR ? COMPRESS_SR_MIN_BLOCKS : COMPRESS_MIN_BLOCKS)
     k_compress(const Codec c0, const __grid_constant__ CLaunch L) {
     DYNAMIC_SMEM(smem);
     constexpr int EBO = FAM == FAM_NONE ? 4 : 1;
     const CJob& J = L.job[blockIdx.y];
-    const Codec c = job_codec(c0, J.damax);
+    const Codec c = shape_codec<SHAPE>(job_codec(c0, J.damax));
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const Span sp = J.sp;
     const int kc = chunk_kc(c, J.st);
@@ -591,17 +591,19 @@ __global__ void __launch_bounds__(THREADS, SR ? COMPRESS_SR_MIN_BLOCKS : COMPRES
     flush_stats(ts, J.st);
 }
 
-/* Sum the job's inputs over its range, then OUT. */
-template <int IN, int OUT, int FMT_OUT, bool SR>
+/* Sum the job's inputs over its range, then OUT. SHAPE is the input
+ * codec's, and the output's too for OUT_RECOMP (compress_cuda.cu). */
+template <int IN, int OUT, int FMT_OUT, bool SR, int SHAPE>
 __global__ void __launch_bounds__(THREADS, SR ? DECOMPRESS_SR_MIN_BLOCKS : DECOMPRESS_MIN_BLOCKS)
-    k_decompress(const Codec ci, const Codec co0, const __grid_constant__ DLaunch L) {
+    k_decompress(const Codec ci0, const Codec co0, const __grid_constant__ DLaunch L) {
     DYNAMIC_SMEM(smem);
     constexpr int EBI = in_bytes(IN), EBO = decompress_out_bytes<IN, OUT>();
     __shared__ const uint8_t* s_codes[MAX_IN];
     __shared__ const uint8_t* s_exps[MAX_IN];
     __shared__ const uint8_t* s_scales[MAX_IN];
     const DJob& J = L.job[blockIdx.y];
-    const Codec co = job_codec(co0, OUT == OUT_RECOMP ? J.damax : nullptr);
+    const Codec ci = shape_codec<SHAPE>(ci0);
+    const Codec co = shape_codec<OUT == OUT_RECOMP ? SHAPE : SHAPE_ANY>(job_codec(co0, OUT == OUT_RECOMP ? J.damax : nullptr));
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const Span sp = J.sp;
     if ((int)threadIdx.x < J.nin) {
@@ -624,7 +626,8 @@ __global__ void __launch_bounds__(THREADS, SR ? DECOMPRESS_SR_MIN_BLOCKS : DECOM
     rows.area0 = reinterpret_cast<uint4*>(smem + (size_t)warp * warp_smem_bytes<EBI, EBO, DECOMPRESS_STAGES>());
     rows.bytes = s_codes;
     rows.gbytes = s_exps;
-    rows.gcodec = ((IN == IN_E4M3 || IN == IN_E5M2) && ci.gb) ? &ci : nullptr;
+    rows.gshape = group_shape(ci);
+    if (!(IN == IN_E4M3 || IN == IN_E5M2)) rows.gshape.gb = 0; /* int8_group's steps are read by sum_unit */
     rows.gscales = (IN == IN_E4M3 || IN == IN_E5M2) ? s_scales : nullptr;
     rows.tiled = ci.tiled != 0;
     rows.P = J.nin;

@@ -65,12 +65,12 @@ static_assert(DECOMPRESS_STAGES >= 2 && DECOMPRESS_STAGES <= 4, "DECOMPRESS_STAG
  * byte alone and replicates it in group_bytes_word, when the take needs it;
  * the smaller groups (two or four bytes) are combined at once, as
  * load_group_bytes does (the rare shapes). */
-__device__ __forceinline__ unsigned group_bytes_load(const Codec& c, const uint8_t* exps, unsigned g0, unsigned u,
+__device__ __forceinline__ unsigned group_bytes_load(const GroupShape& c, const uint8_t* exps, unsigned g0, unsigned u,
                                                      int nv) {
     if (c.G >= UNIT) return (c.gb && nv > 0) ? (unsigned)exps[(unsigned)(((u64)UNIT * u) >> c.lg) - g0] : 0x7Fu;
     return load_group_bytes(c, exps, g0, u, nv);
 }
-__device__ __forceinline__ unsigned group_bytes_word(const Codec& c, unsigned loaded) {
+__device__ __forceinline__ unsigned group_bytes_word(const GroupShape& c, unsigned loaded) {
     return c.G >= UNIT ? 0x01010101u * (loaded & 0xFFu) : loaded;
 }
 
@@ -91,13 +91,13 @@ struct InRows {
     unsigned it; /* the next step to issue: (it, ii) */
     int ii;
     int a_issue, a_take; /* their areas */
-    /* the copies' group bytes (FP8 inputs with a group byte: gcodec set) and
+    /* the copies' group bytes (FP8 inputs with a group byte: gshape.gb set) and
      * second scales (gscales set; NULL entry: 1.0f; one per tile when tiled,
      * else per chunk), loaded with the rows as group_bytes_load leaves them:
      * q_eb[0] / q_sc[0] belong to the oldest step in flight; eb / sc are the
      * taken step's */
     const uint8_t* const* gbytes;
-    const Codec* gcodec;
+    GroupShape gshape;
     const uint8_t* const* gscales;
     bool tiled;
     unsigned q_eb[S - 1], q_sc[S - 1];
@@ -115,9 +115,9 @@ struct InRows {
         const int i = ii;
         rows_issue<EB>(area(a_issue), fast_src(t, i), lane);
         unsigned e = 0x7F7F7F7Fu, c = 0x3F800000u;
-        if (gcodec && ws.has(t)) {
+        if (gshape.gb && ws.has(t)) {
             const WarpUnits w = warp_units(sp, ws.lu(t), lane);
-            e = group_bytes_load(*gcodec, gbytes[i], (unsigned)(((u64)UNIT * sp.u0) >> gcodec->lg), w.u, w.nv);
+            e = group_bytes_load(gshape, gbytes[i], (unsigned)(((u64)UNIT * sp.u0) >> gshape.lg), w.u, w.nv);
         }
         if (gscales && ws.has(t) && gscales[i]) c = load_u32_any(gscales[i] + (tiled ? 4 * (size_t)(ws.lu(t) / TILE_UNITS) : 0));
         q_eb[S - 2] = e;
@@ -154,7 +154,7 @@ struct InRows {
         issue();
         rows_take<EB, S - 1>(area(a_take), fast_src(t, i) != nullptr,
                              bytes[i] + (size_t)EB * UNIT * (w.lu0 + (unsigned)lane), w.nv, lane, r);
-        eb = gcodec ? group_bytes_word(*gcodec, e) : e; /* after the wait: the load has long landed */
+        eb = gshape.gb ? group_bytes_word(gshape, e) : e; /* after the wait: the load has long landed */
         a_take = a_take + 1 == S ? 0 : a_take + 1;
     }
 };
