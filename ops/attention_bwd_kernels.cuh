@@ -189,29 +189,14 @@ attn_bwd_dkdv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float*
             }
         /* P^T as bf16 A fragments (half the registers of fp32): used by dV and dS */
         uint32_t pp[BQ / 16][4];
-#pragma unroll
-        for (int kk = 0; kk < BQ / 16; kk++) {
-            pp[kk][0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
-            pp[kk][1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
-            pp[kk][2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-            pp[kk][3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-        }
+        pack_a(pp, s);
         /* dV += P^T dO; then dP^T = V dO^T (WG: its wait) */
         if constexpr (WG) {
             wg_pb(dv, pp, cO);
             wg_wait<1>();
             wg_hold(dpt);
         } else {
-#pragma unroll
-            for (int kk = 0; kk < BQ / 16; kk++) {
-#pragma unroll
-                for (int dp = 0; dp < HS / 16; dp++) {
-                    uint32_t ob[4];
-                    load_b_kmajor<STR>(ob, cO, kk * 16, dp * 16, lane);
-                    mma16816(dv[2 * dp], pp[kk], ob[0], ob[1]);
-                    mma16816(dv[2 * dp + 1], pp[kk], ob[2], ob[3]);
-                }
-            }
+            mma_pb<STR>(dv, pp, cO, lane);
 #pragma unroll
             for (int ks = 0; ks < KS; ks++) {
                 uint32_t va[4];
@@ -234,29 +219,15 @@ attn_bwd_dkdv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float*
                 dpt[i][e] = packed_get(pp[i / 2], i, e) * (dpt[i][e] - cD[ql]);
             }
         /* dK += dS^T Q */
+        uint32_t da[BQ / 16][4];
+        pack_a(da, dpt);
         if constexpr (WG) {
-            uint32_t da[4][4];
-            pack_a(da, dpt);
             wg_pb(dk, da, cQ);
             wg_wait<0>(); /* dV's and dK's products: the stages they read are reloaded two steps on */
             wg_hold(dk);
             wg_hold(dv);
         } else {
-#pragma unroll
-            for (int kk = 0; kk < BQ / 16; kk++) {
-                uint32_t da[4];
-                da[0] = pack_bf16(dpt[2 * kk][0], dpt[2 * kk][1]);
-                da[1] = pack_bf16(dpt[2 * kk][2], dpt[2 * kk][3]);
-                da[2] = pack_bf16(dpt[2 * kk + 1][0], dpt[2 * kk + 1][1]);
-                da[3] = pack_bf16(dpt[2 * kk + 1][2], dpt[2 * kk + 1][3]);
-#pragma unroll
-                for (int dp = 0; dp < HS / 16; dp++) {
-                    uint32_t qb[4];
-                    load_b_kmajor<STR>(qb, cQ, kk * 16, dp * 16, lane);
-                    mma16816(dk[2 * dp], da, qb[0], qb[1]);
-                    mma16816(dk[2 * dp + 1], da, qb[2], qb[3]);
-                }
-            }
+            mma_pb<STR>(dk, da, cQ, lane);
         }
         if (NS == 2) __syncthreads(); /* this stage is overwritten by the next step's prefetch */
     }
@@ -423,28 +394,14 @@ attn_bwd_dq_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* l
 #pragma unroll
             for (int e = 0; e < 4; e++) dp[i][e] = packed_get(pp[i / 2], i, e) * (dp[i][e] - Dr[e >> 1]);
         /* dQ += dS K */
+        uint32_t da[BN / 16][4];
+        pack_a(da, dp);
         if constexpr (WG) {
-            uint32_t da[4][4];
-            pack_a(da, dp);
             wg_pb(dq, da, cK);
             wg_wait<0>();
             wg_hold(dq);
         } else {
-#pragma unroll
-            for (int kk = 0; kk < BN / 16; kk++) {
-                uint32_t da[4];
-                da[0] = pack_bf16(dp[2 * kk][0], dp[2 * kk][1]);
-                da[1] = pack_bf16(dp[2 * kk][2], dp[2 * kk][3]);
-                da[2] = pack_bf16(dp[2 * kk + 1][0], dp[2 * kk + 1][1]);
-                da[3] = pack_bf16(dp[2 * kk + 1][2], dp[2 * kk + 1][3]);
-#pragma unroll
-                for (int d = 0; d < HS / 16; d++) {
-                    uint32_t kb[4];
-                    load_b_kmajor<STR>(kb, cK, kk * 16, d * 16, lane);
-                    mma16816(dq[2 * d], da, kb[0], kb[1]);
-                    mma16816(dq[2 * d + 1], da, kb[2], kb[3]);
-                }
-            }
+            mma_pb<STR>(dq, da, cK, lane);
         }
         if (NS == 2) __syncthreads(); /* this stage is overwritten by the next step's prefetch */
     }

@@ -191,14 +191,32 @@ __device__ __forceinline__ void wg_pb(float (&acc)[8][4], const uint32_t (&pa)[4
     for (int kk = 0; kk < 4; kk++) wg_mma_rs<1>(acc, pa[kk], wg_desc(sB + kk * 16 * 64));
     wg_commit();
 }
-/* C fragments of 64 columns -> bf16 A fragments of 16 columns each (P for O = P V) */
-__device__ __forceinline__ void pack_a(uint32_t (&pa)[4][4], const float (&c)[8][4]) {
+/* C fragments of 8 columns each -> bf16 A fragments of 16 columns each (P for O = P V) */
+template <int KT>
+__device__ __forceinline__ void pack_a(uint32_t (&pa)[KT][4], const float (&c)[2 * KT][4]) {
 #pragma unroll
-    for (int kk = 0; kk < 4; kk++) {
+    for (int kk = 0; kk < KT; kk++) {
         pa[kk][0] = pack_bf16(c[2 * kk][0], c[2 * kk][1]);
         pa[kk][1] = pack_bf16(c[2 * kk][2], c[2 * kk][3]);
         pa[kk][2] = pack_bf16(c[2 * kk + 1][0], c[2 * kk + 1][1]);
         pa[kk][3] = pack_bf16(c[2 * kk + 1][2], c[2 * kk + 1][3]);
+    }
+}
+
+/* mma_pb: wg_pb's product with mma.sync: acc (NT n-tiles of 8 columns) += P B,
+ * P as this warp's bf16 A fragments of 16 columns each (pa[kk]: k = 16kk..16kk+15),
+ * B = the tile sB stored k-major (row = k) */
+template <int STR, int KT, int NT>
+__device__ __forceinline__ void mma_pb(float (&acc)[NT][4], const uint32_t (&pa)[KT][4], const bf16* sB, int lane) {
+#pragma unroll
+    for (int kk = 0; kk < KT; kk++) {
+#pragma unroll
+        for (int np = 0; np < NT / 2; np++) {
+            uint32_t b[4];
+            load_b_kmajor<STR>(b, sB, kk * 16, np * 16, lane);
+            mma16816(acc[2 * np], pa[kk], b[0], b[1]);
+            mma16816(acc[2 * np + 1], pa[kk], b[2], b[3]);
+        }
     }
 }
 
@@ -333,28 +351,14 @@ attn_fwd_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH, int NKV, 
             l_run[r] += rsum;
         }
         /* O += P V: P's C fragments re-packed as A fragments, 16 keys at a time */
+        uint32_t pa[BN / 16][4];
+        pack_a(pa, s);
         if constexpr (WG) {
-            uint32_t pa[4][4];
-            pack_a(pa, s);
             wg_pb(o, pa, cV);
             wg_wait<0>();
             wg_hold(o);
         } else {
-#pragma unroll
-            for (int kk = 0; kk < BN / 16; kk++) {
-                uint32_t pa[4];
-                pa[0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
-                pa[1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
-                pa[2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-                pa[3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-#pragma unroll
-                for (int dp = 0; dp < HS / 16; dp++) {
-                    uint32_t vb[4];
-                    load_b_kmajor<STR>(vb, cV, kk * 16, dp * 16, lane);
-                    mma16816(o[2 * dp], pa, vb[0], vb[1]);
-                    mma16816(o[2 * dp + 1], pa, vb[2], vb[3]);
-                }
-            }
+            mma_pb<STR>(o, pa, cV, lane);
         }
         if (NS == 2) __syncthreads(); /* this stage is overwritten by the next step's prefetch */
     }
