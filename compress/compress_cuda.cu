@@ -104,8 +104,9 @@ struct Kernel {
  * (one device per process). The first use also raises the kernel's dynamic
  * shared memory limit, which starts at 48 KB. */
 static int blocks_per_sm(const Kernel& k) {
-    static const void* keys[64];
-    static int vals[64];
+    constexpr int MAX_KERNELS = 256; /* above the number of kernels this file builds (87 with the shapes, 2026-12-03) */
+    static const void* keys[MAX_KERNELS];
+    static int vals[MAX_KERNELS];
     static int used = 0;
     for (int i = 0; i < used; i++)
         if (keys[i] == k.fn) return vals[i];
@@ -113,13 +114,10 @@ static int blocks_per_sm(const Kernel& k) {
     int nb = 0;
     CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, k.fn, THREADS, (size_t)k.smem));
     if (nb < 1) nb = 1;
-    if (used < 64) {
-        keys[used] = k.fn;
-        vals[used] = nb;
-        used++;
-    } else {
-        FATAL("compress_cuda: more than 64 kernels in the occupancy cache");
-    }
+    if (used == MAX_KERNELS) FATAL("compress_cuda: more than %d kernels in the occupancy cache (raise MAX_KERNELS)", MAX_KERNELS);
+    keys[used] = k.fn;
+    vals[used] = nb;
+    used++;
     return nb;
 }
 
@@ -204,20 +202,30 @@ static Kernel compress_kernel_in(int bf16) {
     if (bf16) return Kernel{(const void*)k_compress<FAM, FMT, SR, true, SHAPE>, compress_smem_bytes<true, FAM>()};
     return Kernel{(const void*)k_compress<FAM, FMT, SR, false, SHAPE>, compress_smem_bytes<false, FAM>()};
 }
-/* an FP8 encode: one kernel per shape (cuda_codec.cuh) */
-template <int FMT, bool SR>
-static Kernel compress_kernel_fp8(const Codec& c, int bf16) {
+/* the kernel of the codec's shape (cuda_codec.cuh); the shapes that do not
+ * fit the family are never built */
+template <int FAM, int FMT, bool SR, int SHAPE>
+static Kernel compress_kernel_fit(int bf16) {
+    if constexpr (shape_fits(FAM, SHAPE)) return compress_kernel_in<FAM, FMT, SR, SHAPE>(bf16);
+    else return compress_kernel_in<FAM, FMT, SR, SHAPE_ANY>(bf16);
+}
+template <int FAM, int FMT, bool SR>
+static Kernel compress_kernel_shaped(const Codec& c, int bf16) {
     switch (shape_of(c)) {
-    case SHAPE_GROUP64: return compress_kernel_in<FAM_FP8, FMT, SR, SHAPE_GROUP64>(bf16);
-    case SHAPE_TENSOR: return compress_kernel_in<FAM_FP8, FMT, SR, SHAPE_TENSOR>(bf16);
-    default: return compress_kernel_in<FAM_FP8, FMT, SR, SHAPE_ANY>(bf16);
+    case SHAPE_GROUP64: return compress_kernel_fit<FAM, FMT, SR, SHAPE_GROUP64>(bf16);
+    case SHAPE_TENSOR: return compress_kernel_fit<FAM, FMT, SR, SHAPE_TENSOR>(bf16);
+    case SHAPE_GROUP128: return compress_kernel_fit<FAM, FMT, SR, SHAPE_GROUP128>(bf16);
+    case SHAPE_WIDE128: return compress_kernel_fit<FAM, FMT, SR, SHAPE_WIDE128>(bf16);
+    case SHAPE_INT8_64: return compress_kernel_fit<FAM, FMT, SR, SHAPE_INT8_64>(bf16);
+    default: return compress_kernel_in<FAM, FMT, SR, SHAPE_ANY>(bf16);
     }
 }
 static Kernel compress_kernel(const Codec& c, int bf16) {
     if (c.fam == FAM_NONE) return compress_kernel_in<FAM_NONE, 0, false, SHAPE_ANY>(bf16);
-    if (c.fam == FAM_INT8) return compress_kernel_in<FAM_INT8, 0, false, SHAPE_ANY>(bf16); /* SR is a run-time branch there */
-    if (c.fmt == FP8_E4M3) return c.stochastic ? compress_kernel_fp8<FP8_E4M3, true>(c, bf16) : compress_kernel_fp8<FP8_E4M3, false>(c, bf16);
-    return c.stochastic ? compress_kernel_fp8<FP8_E5M2, true>(c, bf16) : compress_kernel_fp8<FP8_E5M2, false>(c, bf16);
+    if (c.fam == FAM_INT8) return compress_kernel_shaped<FAM_INT8, 0, false>(c, bf16); /* SR is a run-time branch there */
+    if (c.fmt == FP8_E4M3)
+        return c.stochastic ? compress_kernel_shaped<FAM_FP8, FP8_E4M3, true>(c, bf16) : compress_kernel_shaped<FAM_FP8, FP8_E4M3, false>(c, bf16);
+    return c.stochastic ? compress_kernel_shaped<FAM_FP8, FP8_E5M2, true>(c, bf16) : compress_kernel_shaped<FAM_FP8, FP8_E5M2, false>(c, bf16);
 }
 static Kernel amax_kernel(int bf16) {
     if (bf16) return Kernel{(const void*)k_amax<true>, compress_smem_bytes<true, FAM_FP8>()};
@@ -264,29 +272,31 @@ template <int IN, int OUT, int FMT_OUT, bool SR, int SHAPE = SHAPE_ANY>
 static Kernel dkernel() {
     return Kernel{(const void*)k_decompress<IN, OUT, FMT_OUT, SR, SHAPE>, decompress_smem_bytes<IN, OUT>()};
 }
-/* an FP8 input's kernel for OUT, one per shape of the input codec (and, for
- * OUT_RECOMP, of the output's: `shape` is SHAPE_ANY unless both have it) */
+/* the kernel for OUT of the input codec's shape (and, for OUT_RECOMP, the
+ * output's: `shape` is SHAPE_ANY unless both have it); the shapes that do not
+ * fit the input's family are never built */
+template <int IN, int OUT, int FMT_OUT, bool SR, int SHAPE>
+static Kernel dkernel_fit() {
+    constexpr int FAM = IN == IN_E4M3 || IN == IN_E5M2 ? FAM_FP8 : IN == IN_INT8 ? FAM_INT8 : FAM_NONE;
+    if constexpr (shape_fits(FAM, SHAPE)) return dkernel<IN, OUT, FMT_OUT, SR, SHAPE>();
+    else return dkernel<IN, OUT, FMT_OUT, SR, SHAPE_ANY>();
+}
 template <int IN, int OUT, int FMT_OUT, bool SR>
-static Kernel dkernel_fp8(int shape) {
+static Kernel dkernel_shaped(int shape) {
     switch (shape) {
-    case SHAPE_GROUP64: return dkernel<IN, OUT, FMT_OUT, SR, SHAPE_GROUP64>();
-    case SHAPE_TENSOR: return dkernel<IN, OUT, FMT_OUT, SR, SHAPE_TENSOR>();
+    case SHAPE_GROUP64: return dkernel_fit<IN, OUT, FMT_OUT, SR, SHAPE_GROUP64>();
+    case SHAPE_TENSOR: return dkernel_fit<IN, OUT, FMT_OUT, SR, SHAPE_TENSOR>();
+    case SHAPE_GROUP128: return dkernel_fit<IN, OUT, FMT_OUT, SR, SHAPE_GROUP128>();
+    case SHAPE_WIDE128: return dkernel_fit<IN, OUT, FMT_OUT, SR, SHAPE_WIDE128>();
+    case SHAPE_INT8_64: return dkernel_fit<IN, OUT, FMT_OUT, SR, SHAPE_INT8_64>();
     default: return dkernel<IN, OUT, FMT_OUT, SR, SHAPE_ANY>();
     }
 }
 template <int IN>
-static Kernel decompress_kernel_in(int out) {
+static Kernel decompress_kernel_in(int out, int shape) {
     switch (out) {
-    case OUT_F32: return dkernel<IN, OUT_F32, 0, false>();
-    case OUT_BF16: return dkernel<IN, OUT_BF16, 0, false>();
-    default: return dkernel<IN, OUT_AMAX, 0, false>();
-    }
-}
-template <int IN>
-static Kernel decompress_kernel_fp8(int out, int shape) {
-    switch (out) {
-    case OUT_F32: return dkernel_fp8<IN, OUT_F32, 0, false>(shape);
-    case OUT_BF16: return dkernel_fp8<IN, OUT_BF16, 0, false>(shape);
+    case OUT_F32: return dkernel_shaped<IN, OUT_F32, 0, false>(shape);
+    case OUT_BF16: return dkernel_shaped<IN, OUT_BF16, 0, false>(shape);
     default: return dkernel<IN, OUT_AMAX, 0, false>(); /* the amax pass of fp8_tensor's current scaling: rare */
     }
 }
@@ -295,17 +305,17 @@ static Kernel decompress_kernel(int out, const Codec& ci, const Codec& co) {
     if (out == OUT_RECOMP) { /* can_fuse(ci, co) holds */
         const bool sr = co.fam == FAM_FP8 && co.stochastic;
         const int shape = shape_of(ci) == shape_of(co) ? shape_of(ci) : SHAPE_ANY;
-        if (in == IN_E4M3) return sr ? dkernel_fp8<IN_E4M3, OUT_RECOMP, FP8_E4M3, true>(shape) : dkernel_fp8<IN_E4M3, OUT_RECOMP, FP8_E4M3, false>(shape);
-        if (in == IN_E5M2) return sr ? dkernel_fp8<IN_E5M2, OUT_RECOMP, FP8_E5M2, true>(shape) : dkernel_fp8<IN_E5M2, OUT_RECOMP, FP8_E5M2, false>(shape);
+        if (in == IN_E4M3) return sr ? dkernel_shaped<IN_E4M3, OUT_RECOMP, FP8_E4M3, true>(shape) : dkernel_shaped<IN_E4M3, OUT_RECOMP, FP8_E4M3, false>(shape);
+        if (in == IN_E5M2) return sr ? dkernel_shaped<IN_E5M2, OUT_RECOMP, FP8_E5M2, true>(shape) : dkernel_shaped<IN_E5M2, OUT_RECOMP, FP8_E5M2, false>(shape);
         if (in == IN_BF16) return dkernel<IN_BF16, OUT_RECOMP, 0, false>();
         return dkernel<IN_F32, OUT_RECOMP, 0, false>();
     }
     switch (in) {
-    case IN_E4M3: return decompress_kernel_fp8<IN_E4M3>(out, shape_of(ci));
-    case IN_E5M2: return decompress_kernel_fp8<IN_E5M2>(out, shape_of(ci));
-    case IN_INT8: return decompress_kernel_in<IN_INT8>(out);
-    case IN_BF16: return decompress_kernel_in<IN_BF16>(out);
-    default: return decompress_kernel_in<IN_F32>(out);
+    case IN_E4M3: return decompress_kernel_in<IN_E4M3>(out, shape_of(ci));
+    case IN_E5M2: return decompress_kernel_in<IN_E5M2>(out, shape_of(ci));
+    case IN_INT8: return decompress_kernel_in<IN_INT8>(out, shape_of(ci));
+    case IN_BF16: return decompress_kernel_in<IN_BF16>(out, SHAPE_ANY);
+    default: return decompress_kernel_in<IN_F32>(out, SHAPE_ANY);
     }
 }
 

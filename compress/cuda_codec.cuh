@@ -68,30 +68,58 @@ struct Codec {
  * kernel is the smaller for what it need not do (the kernels holding both
  * paths for every method cost fp8_group and int8_group 0-12%, H200,
  * 2026-12-02).
- *   SHAPE_ANY     any codec; no straight-line path
- *   SHAPE_GROUP64 FP8 with an adaptive group exponent per 64-element unit
- *                 and a second (dual) scale: TACO G = 64, its Hadamard on
- *                 or off (the fused recompress encodes with it off)
- *   SHAPE_TENSOR  FP8 with one chunk scale and nothing else: fp8_tensor */
-enum Shape { SHAPE_ANY = 0, SHAPE_GROUP64 = 1, SHAPE_TENSOR = 2 };
+ *   SHAPE_ANY      any codec; no straight-line path
+ *   SHAPE_GROUP64  FP8 with an adaptive group exponent per 64-element unit
+ *                  and a second (dual) scale: TACO G = 64, its Hadamard on
+ *                  or off (the fused recompress encodes with it off)
+ *   SHAPE_TENSOR   FP8 with one chunk scale and nothing else: fp8_tensor
+ *   SHAPE_GROUP128 FP8 with an adaptive group exponent per 128 elements (two
+ *                  lanes) and nothing else: fp8_group at G = 128
+ *   SHAPE_WIDE128  the same groups with the Hadamard or the dual scale, which
+ *                  the straight-line path does not take across lanes: TACO
+ *                  at G = 128 (general path only)
+ *   SHAPE_INT8_64  int8_group at G = 64 (general path only) */
+enum Shape { SHAPE_ANY = 0, SHAPE_GROUP64 = 1, SHAPE_TENSOR = 2, SHAPE_GROUP128 = 3, SHAPE_WIDE128 = 4, SHAPE_INT8_64 = 5 };
 inline int shape_of(const Codec& c) {
-    if (c.fam != FAM_FP8 || c.cast || !c.dual || c.G != UNIT || c.tpg != 1) return SHAPE_ANY;
+    if (c.fam == FAM_INT8) return c.G == UNIT && c.tpg == 1 ? SHAPE_INT8_64 : SHAPE_ANY;
+    if (c.fam != FAM_FP8 || c.cast) return SHAPE_ANY;
+    if (c.adaptive && c.gb == 1 && c.G == 2 * UNIT && c.tpg == 2) return c.dual || c.hadamard ? SHAPE_WIDE128 : SHAPE_GROUP128;
+    if (!c.dual || c.G != UNIT || c.tpg != 1) return SHAPE_ANY;
     if (c.adaptive && c.gb == 1) return SHAPE_GROUP64;
     if (!c.adaptive && !c.hadamard && c.gb == 0) return SHAPE_TENSOR;
     return SHAPE_ANY;
 }
+/* the shapes a family's kernels are built for */
+__host__ __device__ constexpr bool shape_fits(int fam, int shape) {
+    return shape == SHAPE_ANY || (fam == FAM_FP8 ? shape != SHAPE_INT8_64 : fam == FAM_INT8 && shape == SHAPE_INT8_64);
+}
 template <int SHAPE>
 __device__ __forceinline__ Codec shape_codec(Codec c) {
-    c.fast = SHAPE != SHAPE_ANY;
+    c.fast = SHAPE == SHAPE_GROUP64 || SHAPE == SHAPE_TENSOR || SHAPE == SHAPE_GROUP128;
     if (SHAPE == SHAPE_ANY) return c;
+    if (SHAPE == SHAPE_INT8_64) {
+        c.fam = FAM_INT8;
+        c.G = UNIT;
+        c.lg = 6;
+        c.tpg = 1;
+        c.gb = 4;
+        return c;
+    }
     c.fam = FAM_FP8;
     c.cast = 0;
+    c.adaptive = SHAPE != SHAPE_TENSOR;
+    c.gb = SHAPE == SHAPE_TENSOR ? 0 : 1;
+    if (SHAPE == SHAPE_GROUP128 || SHAPE == SHAPE_WIDE128) {
+        c.G = 2 * UNIT;
+        c.lg = 7;
+        c.tpg = 2;
+        if (SHAPE == SHAPE_GROUP128) c.dual = c.hadamard = 0;
+        return c;
+    }
     c.dual = 1;
     c.G = UNIT;
     c.lg = 6;
     c.tpg = 1;
-    c.adaptive = SHAPE == SHAPE_GROUP64;
-    c.gb = SHAPE == SHAPE_GROUP64 ? 1 : 0;
     if (SHAPE == SHAPE_TENSOR) c.hadamard = 0;
     return c;
 }

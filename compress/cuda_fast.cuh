@@ -40,14 +40,26 @@ namespace {
 __device__ __forceinline__ bool fast_codec(const Codec& c) { return c.fast != 0; }
 
 /* 1 if this lane's unit takes fast_prepare, with *e its adaptive exponent
- * e_u (0 without one, as fp8_prepare): the warp's units all full (so the
- * unit's one group is full), no inf or NaN (nfmask: every group rotates, no
- * slot is zeroed), and, with the Hadamard, e_u <= fold_max (the prescale
- * folds into the multiplier: fp8_prepare's proof; without it, fast_finish's
- * bound on k decides) */
-__device__ __forceinline__ bool fast_unit(const Codec& c, const Scan& sc, const WarpUnits& w, int fold_max, int* e) {
-    if (!fast_codec(c) || !w.full || sc.nfmask) return false; /* scan_resolve has run: the masks are exact */
-    *e = c.adaptive ? -pow2_fit_dev(max4f(sc.amax), 1.0f) : 0;
+ * e_u (0 without one, as fp8_prepare) and *m its group's max |x| (float
+ * bits): the warp's units all full (so the unit's group is full), no inf or
+ * NaN in the group (nfmask: every group rotates, no slot is zeroed), and,
+ * with the Hadamard, e_u <= fold_max (the prescale folds into the
+ * multiplier: fp8_prepare's proof; without it, fast_finish's bound on k
+ * decides). A G = 128 group spans two lanes (tpg = 2, no Hadamard on this
+ * path): both decide together. Every lane of the warp calls. */
+__device__ __forceinline__ bool fast_unit(const Codec& c, const Scan& sc, const WarpUnits& w, int fold_max, int* e,
+                                          unsigned* m) {
+    if (!fast_codec(c) || !w.full) return false; /* warp-uniform */
+    unsigned a = max4f_bits(sc.amax);
+    bool ok = !sc.nfmask; /* scan_resolve has run: the masks are exact */
+    if (c.tpg == 2) {
+        a = max(a, __shfl_xor_sync(FULL, a, 1));
+        const int partner_ok = __shfl_xor_sync(FULL, ok ? 1 : 0, 1); /* outside any condition: every lane */
+        ok = ok && partner_ok;
+    }
+    if (!ok) return false;
+    *m = a;
+    *e = c.adaptive ? -pow2_fit_dev(__uint_as_float(a), 1.0f) : 0;
     return !c.hadamard || *e <= fold_max;
 }
 
@@ -57,8 +69,8 @@ __device__ __forceinline__ bool fast_unit(const Codec& c, const Scan& sc, const 
  * the adaptive exponent (e = 0) p.folded is set where fp8_prepare leaves it
  * clear: with nothing to fold, both mean "v times M" and give the same
  * multiplier (fast_finish_ok, fp8_finish_unit). */
-__device__ __forceinline__ void fast_prepare(const Codec& c, float (&v)[UNIT], const Scan& sc, int e, Prep& p) {
-    unsigned m = max4f_bits(sc.amax);
+__device__ __forceinline__ void fast_prepare(const Codec& c, float (&v)[UNIT], const Scan& sc, int e, unsigned m,
+                                             Prep& p) {
     if (c.hadamard) {
         bfly_local_all(v, UNIT);
         m = max(max(absmax16(v, 0), absmax16(v, 1)), max(absmax16(v, 2), absmax16(v, 3)));
@@ -84,11 +96,12 @@ __device__ __forceinline__ void fast_unfold(float (&v)[UNIT], const Prep& p) {
 }
 
 /* fp8_finish_unit for a fast_prepare'd unit when its conditions hold: the
- * group exponent byte b = e_u and k_m = k (dual scale), one multiplier
+ * group's byte b and k_m from group_km (dual scale: b = e_u, k_m = k; a
+ * group scale alone: k_m maps the group onto the fp8 range), one multiplier
  * M 2^-e_u, a normal float (one multiply per element), and max |h| M <= L
  * (nothing saturates: no count, no clamp, and |v| <= L as SR's sr_cut
- * needs): fast_finish_ok tests them and gives the multiplier; when they do
- * not hold, the caller runs fp8_finish_unit instead.
+ * needs): fast_finish_ok tests them and gives the multiplier and b; when they
+ * do not hold, the caller runs fp8_finish_unit instead.
  *
  * Without the Hadamard and with e_u > 0, fp8_finish_unit multiplies twice,
  * by 2^-e_u and then by M = 2^k: where x 2^-e_u is a normal float (or 0) that
@@ -97,9 +110,10 @@ __device__ __forceinline__ void fast_unfold(float (&v)[UNIT], const Prep& p) {
  * and for k <= 126 - (BIAS + MB) that is at most half the smallest fp8
  * subnormal: both encode to the same signed zero. */
 template <int FMT>
-__device__ __forceinline__ bool fast_finish_ok(const Codec& c, const Prep& p, int k, float* Mv) {
+__device__ __forceinline__ bool fast_finish_ok(const Codec& c, const Prep& p, int kc, float* Mv, int* b) {
     const int e = p.e_u[0];
     const float ng = p.ng[0];
+    const int k = group_km(c, p, 0, kc, b);
     if (!p.folded && k > 126 - (Fp8T<FMT>::BIAS + Fp8T<FMT>::MB)) return false;
     const float M = __fmul_rn(ng, pow2f_dev(k));
     if (!(__fmul_rn(__uint_as_float(p.amax_h[0]), M) <= c.L)) return false;
@@ -110,10 +124,11 @@ __device__ __forceinline__ bool fast_finish_ok(const Codec& c, const Prep& p, in
 /* ... and the unit's codes, group byte and statistics with that multiplier
  * (stochastic rounding: every lane of the warp calls) */
 template <int FMT, bool SR>
-__device__ __forceinline__ void fast_finish(const Codec& c, float (&v)[UNIT], const Prep& p, unsigned u, float Mv,
-                                            const GOut& go, u64 stream, Row<1>& out, TStats& ts) {
+__device__ __forceinline__ void fast_finish(const Codec& c, float (&v)[UNIT], const Prep& p, unsigned u, float Mv, int b,
+                                            int lane, const GOut& go, u64 stream, Row<1>& out, TStats& ts) {
     ts.amax = fmaxf(ts.amax, c.stats_amax_r ? __fmul_rn(__uint_as_float(p.amax_h[0]), p.ng[0]) : p.amax_x);
-    if (c.gb && go.exps) go.exps[u - go.g0] = (uint8_t)(p.e_u[0] + 127); /* G = UNIT: group index = unit index */
+    /* the group's byte, from the lane that starts it (G >= UNIT: one group per unit or per tpg units) */
+    if (c.gb && go.exps && (lane & (c.tpg - 1)) == 0) go.exps[(unsigned)(((u64)UNIT * u) >> c.lg) - go.g0] = (uint8_t)(b + 127);
 #pragma unroll
     for (int j = 0; j < UNIT; j++) v[j] = __fmul_rn(v[j], Mv);
     quantize<FMT, SR>(c, v, u, stream, out);

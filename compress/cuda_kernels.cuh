@@ -513,19 +513,24 @@ __device__ __forceinline__ void fp8_tile_encode(const Codec& c, float (&v)[UNIT]
                                                 TStats& ts, int fold_max) {
     /* the common case as straight-line code (cuda_fast.cuh), else the general path */
     int e = 0;
-    bool fast = fast_unit(c, sc, w, fold_max, &e);
-    if (SR) fast = __ballot_sync(FULL, fast) == FULL; /* SR's quantize is warp-wide: the warp decides together */
+    unsigned m = 0u;
+    bool fast = fast_unit(c, sc, w, fold_max, &e, &m);
+    /* SR's quantize is warp-wide, and so is the general path of groups across
+     * lanes (its shuffles): then the warp decides together */
+    const bool together = fast_codec(c) && (SR || c.tpg > 1); /* a compile-time false for the general shapes */
+    if (together) fast = __ballot_sync(FULL, fast) == FULL;
     Prep p;
-    if (fast) fast_prepare(c, v, sc, e, p);
+    if (fast) fast_prepare(c, v, sc, e, m, p);
     else p = fp8_prepare(c, v, sc, w.u, sp, lane, fold_max);
     const int k = tile_current(c) ? block_tile_kc(prep_amax_r(p), c) : kc;
     if (c.tiled && threadIdx.x == 0) store_u32_any(scales + tile_scale_offset(t), __float_as_uint(pow2f_dev(k)));
     Row<1> r;
     float Mv = 0.0f;
-    bool fin = fast && fast_finish_ok<FMT>(c, p, k, &Mv);
-    if (SR && fast) fin = __ballot_sync(FULL, fin) == FULL;
+    int b = 0;
+    bool fin = fast && fast_finish_ok<FMT>(c, p, k, &Mv, &b);
+    if (together && fast) fin = __ballot_sync(FULL, fin) == FULL;
     if (fin) {
-        fast_finish<FMT, SR>(c, v, p, w.u, Mv, go, stream, r, ts);
+        fast_finish<FMT, SR>(c, v, p, w.u, Mv, b, lane, go, stream, r, ts);
     } else {
         if (fast) fast_unfold(v, p);
         fp8_finish_unit<FMT, SR>(c, v, sc, p, w.u, w.nv, k, lane, go, stream, r, ts);

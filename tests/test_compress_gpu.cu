@@ -400,12 +400,12 @@ static void check_case(const Cfg& c, int G, int dist, size_t n, int bf16, int al
 static void test_compress_sweep(void) {
     const size_t small[] = {0, 1, 7, 1000, 12345};
     const size_t quick[] = {1, 7, 1000, 4099};
-    const int Gs[] = {16, 32, 64, 128, 256}, Gq[] = {16, 64, 256};
+    const int Gs[] = {16, 32, 64, 128, 256}, Gq[] = {16, 64, 128, 256}; /* 128: two lanes per group */
     const int dq[] = {D_GAUSS, D_OUTLIERS, D_NONFINITE, D_TINY, D_HUGE, D_NEG_ZERO, D_WIDE};
     long cases = 0;
     for (const Cfg& c : g_cfgs) {
         if (!selected(c.name)) continue;
-        const int nG = c.groups ? (g_quick ? 3 : 5) : 1;
+        const int nG = c.groups ? (g_quick ? 4 : 5) : 1;
         for (int gi = 0; gi < nG; gi++) {
             int G = c.groups ? (g_quick ? Gq[gi] : Gs[gi]) : 64;
             const int nd = g_quick ? (int)(sizeof(dq) / sizeof(dq[0])) : NUM_DISTS;
