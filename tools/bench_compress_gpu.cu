@@ -196,6 +196,34 @@ __global__ void k_ref_cast(const uint4* x, uint2* y, size_t n8, float scale) {
     }
 }
 
+/* The floor under every decode, as k_ref_cast is under every encode:
+ * e4m3 -> bf16 times one fixed scale and nothing else, 8-byte loads and
+ * 16-byte stores, four in flight per thread: 1 byte read and 2 written per
+ * element, the decode's mix. (16-byte loads with two 16-byte stores each
+ * reached 0.57 of the copy instead of 0.90: consecutive threads' stores 32
+ * bytes apart; H200, 2026-12-03.) Not bit-checked: a yardstick. */
+__global__ void k_ref_decode(const uint2* x, uint4* y, size_t n8, float scale) {
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i0 < n8; i0 += 4 * stride) {
+        uint2 c[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++) c[k] = i0 + k * stride < n8 ? __ldcs(x + i0 + k * stride) : make_uint2(0, 0);
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            unsigned o[4];
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                const unsigned word = q < 2 ? c[k].x : c[k].y;
+                const __half2 h(__nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(word >> (16 * (q & 1))), __NV_E4M3));
+                const float2 f = __half22float2(h);
+                const __nv_bfloat162 b = __floats2bfloat162_rn(f.x * scale, f.y * scale);
+                memcpy(&o[q], &b, sizeof(unsigned));
+            }
+            if (i0 + k * stride < n8) __stcs(y + i0 + k * stride, make_uint4(o[0], o[1], o[2], o[3]));
+        }
+    }
+}
+
 /* ---- kernel mode ---------------------------------------------------------------------- */
 
 static int bench_kernels(std::vector<int> sizes, int reps, const char* csv, const char* only) {
@@ -257,6 +285,15 @@ static int bench_kernels(std::vector<int> sizes, int reps, const char* csv, cons
             printf("%6d  %-22s %-13s %10.1f %9.1f %8.2f\n", mb, "plain cast (yardstick)", "compress", cast_ms * 1e3, cast_gbps,
                    cast_gbps / copy_gbps);
             if (fc) fprintf(fc, "%d,plain cast,compress,%.2f,%.1f,%.3f\n", mb, cast_ms * 1e3, cast_gbps, cast_gbps / copy_gbps);
+            const double dec_ms = time_ms([&](int i) {
+                /* the first n bytes of an input buffer read as e4m3 codes */
+                k_ref_decode<<<nsm * 8, 256, 0, s>>>((const uint2*)x[(i + 1) % R], (uint4*)y[i % R], n / 8, 0.5f);
+                CUDA_CHECK_LAUNCH("k_ref_decode");
+            }, reps, 3, s);
+            const double dec_gbps = 3.0 * n / (dec_ms * 1e6);
+            printf("%6d  %-22s %-13s %10.1f %9.1f %8.2f\n", mb, "plain cast (yardstick)", "decompress", dec_ms * 1e3, dec_gbps,
+                   dec_gbps / copy_gbps);
+            if (fc) fprintf(fc, "%d,plain cast,decompress,%.2f,%.1f,%.3f\n", mb, dec_ms * 1e3, dec_gbps, dec_gbps / copy_gbps);
         }
         for (const Method& m : methods) {
             if (only && !strstr(m.name, only)) continue;
