@@ -96,6 +96,22 @@ struct DLaunch {
 #ifndef DECOMPRESS_SR_MIN_BLOCKS
 #define DECOMPRESS_SR_MIN_BLOCKS DECOMPRESS_MIN_BLOCKS
 #endif
+/* The decoders to bf16 (decode and decompress-reduce) of fp8_group, TACO at
+ * G=128 and int8_group run 4 blocks (128 registers; up to 152 bytes of
+ * spill): measured on the H200 against 3 (2026-12-03, 256 MB / 64 MB,
+ * fraction of copy): fp8_group reduce P=2 0.80 -> 0.87 / 0.69 -> 0.73
+ * (decode 0.84 -> 0.83 / 0.72 -> 0.74), TACO G=128 decode 0.67 -> 0.71 /
+ * 0.56 -> 0.56, reduce 0.62 -> 0.68, int8_group decode 0.80 -> 0.85 / 0.68
+ * -> 0.69, reduce 0.74 -> 0.80 / 0.63 -> 0.67. TACO G=64 was measured at 4
+ * only together with a change not kept (cuda_fast.cuh, fast_sum's tail
+ * warps): 0.01-0.04 above the kept kernels at 256 MB, 0.03-0.07 below at
+ * 64 MB; fp8_tensor moved within noise; the
+ * raw wires lost (fp32 0.87 -> 0.70), and so did fp8_group's recompress
+ * (0.63 -> 0.45, 296 bytes of spill): they keep DECOMPRESS_MIN_BLOCKS, as
+ * do the fp32 outputs, which were not measured. */
+#ifndef DECOMPRESS_WIDE_MIN_BLOCKS
+#define DECOMPRESS_WIDE_MIN_BLOCKS 4
+#endif
 
 /* what k_decompress does with the sum */
 enum OutKind { OUT_F32 = 0, OUT_BF16 = 1, OUT_AMAX = 2, OUT_RECOMP = 3 };
@@ -357,6 +373,11 @@ __device__ __noinline__ void fp8_sum_redo_lane(const Codec ci, const DLaunch& L,
                                                float* out, unsigned* stay) {
     DRows<1> none; /* not read: RELOAD takes every copy from memory */
     float acc[UNIT];
+    if (w.nv <= 0 && ci.tpg == 1) { /* a unit past the range's end (a tail warp's): nothing to load or store */
+        for (int j = 0; j < UNIT; j++) out[j] = 0.0f;
+        *stay = 0u;
+        return;
+    }
     fp8_sum_unit<FMT, true>(ci, L, J, w, none, 0u, lane, acc, stay);
     for (int j = 0; j < UNIT; j++) out[j] = acc[j];
 }
@@ -407,8 +428,13 @@ __device__ __forceinline__ void sum_unit(const Codec& ci, const DLaunch& L, cons
         /* the common case straight (cuda_fast.cuh); a lane whose numbers it
          * does not take redoes the sum from memory */
         const int fs = fast_sum<FMT>(ci, rows, t, w, J.nin, acc, stay);
-        if (fs == FAST_NO) fp8_sum_unit<FMT, false>(ci, L, J, w, rows, t, lane, acc, stay);
-        else if (fs == FAST_REDO) fp8_sum_redo<FMT>(ci, L, J, w, lane, acc, stay);
+        if (fs == FAST_NO) {
+            fp8_sum_unit<FMT, false>(ci, L, J, w, rows, t, lane, acc, stay);
+        } else {
+            /* groups across lanes are redone by the whole warp: the general path's shuffles need every lane */
+            const bool redo = ci.tpg > 1 ? __ballot_sync(FULL, fs == FAST_REDO) != 0u : fs == FAST_REDO;
+            if (redo) fp8_sum_redo<FMT>(ci, L, J, w, lane, acc, stay);
+        }
     } else {
         const unsigned g0 = (unsigned)(((u64)UNIT * J.sp.u0) >> ci.lg);
 #pragma unroll
@@ -596,10 +622,20 @@ __global__ void __launch_bounds__(THREADS, SR ? COMPRESS_SR_MIN_BLOCKS : COMPRES
     flush_stats(ts, J.st);
 }
 
+/* the resident blocks per SM a decompress kernel is compiled for (above) */
+template <int IN, int OUT, bool SR, int SHAPE>
+__host__ __device__ constexpr int decompress_min_blocks() {
+    if (SR) return DECOMPRESS_SR_MIN_BLOCKS;
+    const bool coded = IN == IN_E4M3 || IN == IN_E5M2 || IN == IN_INT8;
+    const bool wide = SHAPE == SHAPE_GROUP128 || SHAPE == SHAPE_WIDE128 || SHAPE == SHAPE_INT8_64;
+    if (coded && wide && OUT == OUT_BF16) return DECOMPRESS_WIDE_MIN_BLOCKS;
+    return DECOMPRESS_MIN_BLOCKS;
+}
+
 /* Sum the job's inputs over its range, then OUT. SHAPE is the input
  * codec's, and the output's too for OUT_RECOMP (compress_cuda.cu). */
 template <int IN, int OUT, int FMT_OUT, bool SR, int SHAPE>
-__global__ void __launch_bounds__(THREADS, SR ? DECOMPRESS_SR_MIN_BLOCKS : DECOMPRESS_MIN_BLOCKS)
+__global__ void __launch_bounds__(THREADS, decompress_min_blocks<IN, OUT, SR, SHAPE>())
     k_decompress(const Codec ci0, const Codec co0, const __grid_constant__ DLaunch L) {
     DYNAMIC_SMEM(smem);
     constexpr int EBI = in_bytes(IN), EBO = decompress_out_bytes<IN, OUT>();
