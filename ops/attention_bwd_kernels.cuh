@@ -340,16 +340,7 @@ attn_bwd_dq_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* l
             wg_wait<1>();
             wg_hold(s);
         } else {
-#pragma unroll
-            for (int ks = 0; ks < KS; ks++) {
-#pragma unroll
-                for (int np = 0; np < NT / 2; np++) {
-                    uint32_t kb[4];
-                    load_b_nmajor<STR>(kb, cK, np * 16, ks * 16, lane);
-                    mma16816(s[2 * np], qf[ks], kb[0], kb[1]);
-                    mma16816(s[2 * np + 1], qf[ks], kb[2], kb[3]);
-                }
-            }
+            mma_abt<STR>(s, qf, cK, lane);
         }
         /* P = exp(s*scale - lse), masked, kept as packed bf16 (fewer registers) */
         const bool need_mask = (k0 + BN > q0) || (k0 + BN > T);
@@ -378,16 +369,7 @@ attn_bwd_dq_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* l
             wg_wait<0>();
             wg_hold(dp);
         } else {
-#pragma unroll
-            for (int ks = 0; ks < KS; ks++) {
-#pragma unroll
-                for (int np = 0; np < NT / 2; np++) {
-                    uint32_t vb[4];
-                    load_b_nmajor<STR>(vb, cV, np * 16, ks * 16, lane);
-                    mma16816(dp[2 * np], of[ks], vb[0], vb[1]);
-                    mma16816(dp[2 * np + 1], of[ks], vb[2], vb[3]);
-                }
-            }
+            mma_abt<STR>(dp, of, cV, lane);
         }
 #pragma unroll
         for (int i = 0; i < NT; i++)

@@ -203,6 +203,22 @@ __device__ __forceinline__ void pack_a(uint32_t (&pa)[KT][4], const float (&c)[2
     }
 }
 
+/* mma_abt: wg_abt's product with mma.sync: acc (NT n-tiles of 8 columns) += A B^T over
+ * the head dimension, A as this warp's bf16 A fragments a[ks] (columns 16ks..16ks+15),
+ * B = the tile sB stored n-major (row = n) */
+template <int STR, int KS, int NT>
+__device__ __forceinline__ void mma_abt(float (&acc)[NT][4], const uint32_t (&a)[KS][4], const bf16* sB, int lane) {
+#pragma unroll
+    for (int ks = 0; ks < KS; ks++) {
+#pragma unroll
+        for (int np = 0; np < NT / 2; np++) {
+            uint32_t b[4];
+            load_b_nmajor<STR>(b, sB, np * 16, ks * 16, lane);
+            mma16816(acc[2 * np], a[ks], b[0], b[1]);
+            mma16816(acc[2 * np + 1], a[ks], b[2], b[3]);
+        }
+    }
+}
 /* mma_pb: wg_pb's product with mma.sync: acc (NT n-tiles of 8 columns) += P B,
  * P as this warp's bf16 A fragments of 16 columns each (pa[kk]: k = 16kk..16kk+15),
  * B = the tile sB stored k-major (row = k) */
@@ -296,16 +312,7 @@ attn_fwd_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH, int NKV, 
             wg_wait<0>();
             wg_hold(s);
         } else {
-#pragma unroll
-            for (int ks = 0; ks < KS; ks++) {
-#pragma unroll
-                for (int np = 0; np < NT / 2; np++) {
-                    uint32_t kb[4];
-                    load_b_nmajor<STR>(kb, cK, np * 16, ks * 16, lane);
-                    mma16816(s[2 * np], qf[ks], kb[0], kb[1]);
-                    mma16816(s[2 * np + 1], qf[ks], kb[2], kb[3]);
-                }
-            }
+            mma_abt<STR>(s, qf, cK, lane);
         }
         /* causal + length mask, only on tiles that can need it */
         const int k0 = j * BN;
