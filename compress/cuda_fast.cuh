@@ -35,8 +35,10 @@ namespace {
 /* the codecs the straight-line path serves: those of the kernel shapes
  * SHAPE_GROUP64 (TACO's shape with one group per unit, with the Hadamard or
  * without it: the fused recompress encodes the rotated sum with the
- * transform off) and SHAPE_TENSOR (fp8_tensor: no group exponent, e_u = 0,
- * no transform), a compile-time constant (cuda_codec.cuh's shape_codec) */
+ * transform off), SHAPE_TENSOR (fp8_tensor: no group exponent, e_u = 0, no
+ * transform) and SHAPE_GROUP128 (fp8_group: a group exponent across two
+ * lanes, no transform), a compile-time constant (cuda_codec.cuh's
+ * shape_codec) */
 __device__ __forceinline__ bool fast_codec(const Codec& c) { return c.fast != 0; }
 
 /* 1 if this lane's unit takes fast_prepare, with *e its adaptive exponent
