@@ -392,6 +392,7 @@ void gpt_backward(GPT* m, Comm* c) {
         layernorm_backward(m->dres, LAYER(G, P_LN1W, l), LAYER(G, P_LN1B, l), l > 0 ? LAYER(G, P_FCPROJB, l - 1) : NULL,
                            dl, x, LAYER(P, P_LN1W, l), a->ln1_mean, a->ln1_rstd, R, C);
     }
+    norm_backward_finish(); /* the last norm's dw, db, dsum (ops.h) */
     /* embeddings: the gradient wrt x0 feeds wpe (replicated) and this rank's wte rows */
     positions(m, c, NULL, NULL, TENSOR(G, P_WPE), m->dres);
     encoder_backward(TENSOR(G, P_WTE), gpt_grad_in(m, c, SITE_EMBED_RS_BWD, -1), m->plan, N, C, m->Vr);

@@ -96,6 +96,7 @@ void qwen2_backward(GPT* m, Comm* c) {
                                  a->ln1, LAYER(P, Q_QKVW, l), m->QKVr);
         rmsnorm_backward(m->dres, LAYER(G, Q_LN1W, l), dl, x, LAYER(P, Q_LN1W, l), a->ln1_rstd, R, C);
     }
+    norm_backward_finish(); /* the last norm's dw (ops.h) */
     encoder_backward(TENSOR(G, Q_WTE), gpt_grad_in(m, c, SITE_EMBED_RS_BWD, -1), m->plan, N, C, m->Vr);
     gpt_replicated_grads(m, c);
 }

@@ -9,7 +9,7 @@
  *   encoder_cuda.cu       token and position embeddings
  *   bias_cuda.cu          bias, and the deterministic column sums
  *   layernorm_cuda.cu     layernorm and RMSNorm (kernels in layernorm_kernels.cuh,
- *                         the in-kernel finish of their dw / db in colsum_tail.cuh)
+ *                         the deferred finish of their dw / db in colsum_deferred.cuh)
  *   rope_cuda.cu          rotate-half RoPE
  *   swiglu_cuda.cu        SwiGLU
  *   crossentropy_cuda.cu  vocab-parallel cross-entropy
@@ -66,18 +66,15 @@ int cuda_num_sms(void);
  * demand (never shrunk). Each op uses its own slot so that a buffer is never
  * shared between two ops of one step. Contents are undefined on return. */
 enum ScratchSlot {
-    SCRATCH_LN_PARTIAL = 0,  /* layernorm_backward: per-block dw/db partial sums */
+    SCRATCH_LN_PARTIAL = 0,  /* layernorm_backward: per-block dw/db partial sums (and the next slot: */
+    SCRATCH_LN_PARTIAL2,     /*   the C <= 1024 launches alternate, colsum_deferred.cuh) */
     SCRATCH_COLSUM,          /* bias_backward: per-row-chunk partial column sums */
     SCRATCH_ATTN_D,          /* attention_backward: D = rowsum(dout * out) */
     SCRATCH_REDUCE,          /* the reductions of reduce_cuda.cu */
     SCRATCH_ROPE,            /* rope_forward / rope_backward: the cos / sin table */
-    SCRATCH_LN_COUNTERS,     /* layernorm_backward: colsum_tail's tickets (zeroed) */
     SCRATCH_NSLOTS
 };
 void* cuda_scratch(int slot, size_t bytes);
-/* the same, zero-filled when (re)allocated: for counters that every kernel
- * using them leaves at zero, so they are never cleared per call */
-void* cuda_scratch_zeroed(int slot, size_t bytes);
 /* host-pinned staging, also per slot (the reductions' results for the host) */
 void* cuda_pinned(int slot, size_t bytes);
 

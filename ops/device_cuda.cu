@@ -60,7 +60,7 @@ cudaStream_t cuda_stream(void) {
 int cuda_num_sms(void) { return g_num_sms; }
 void* ops_cuda_stream(void) { return (void*)cuda_stream(); }
 
-static void* scratch_get(int slot, size_t bytes, bool zeroed) {
+void* cuda_scratch(int slot, size_t bytes) {
     if (slot < 0 || slot >= SCRATCH_NSLOTS) FATAL("bad scratch slot %d", slot);
     if (bytes > g_scratch_bytes[slot]) {
         scratch_may_grow("scratch", slot, bytes);
@@ -72,13 +72,10 @@ static void* scratch_get(int slot, size_t bytes, bool zeroed) {
         if (e != cudaSuccess)
             FATAL("out of device memory for %zu bytes of scratch (slot %d): %s; use a smaller batch",
                   want, slot, cudaGetErrorString(e));
-        if (zeroed) CUDA_CHECK(cudaMemset(g_scratch[slot], 0, want));
         g_scratch_bytes[slot] = want;
     }
     return g_scratch[slot];
 }
-void* cuda_scratch(int slot, size_t bytes) { return scratch_get(slot, bytes, false); }
-void* cuda_scratch_zeroed(int slot, size_t bytes) { return scratch_get(slot, bytes, true); }
 
 void* cuda_pinned(int slot, size_t bytes) {
     if (slot < 0 || slot >= SCRATCH_NSLOTS) FATAL("bad pinned slot %d", slot);

@@ -90,31 +90,52 @@ static void layernorm_forward_wide_launch(bool vec, floatX* out, float* mean, fl
  * its 132), and fewer blocks mean fewer partial rows to add. */
 #define LN_BWD_MAX_BLOCKS 256
 
-/* n zeroed counters for colsum_tail: the backward's launches run in stream
- * order and each leaves them zero */
-static unsigned* colsum_tail_counters(size_t n) {
-    return (unsigned*)cuda_scratch_zeroed(SCRATCH_LN_COUNTERS, n * sizeof(unsigned));
-}
+static_assert(LN_BWD_MAX_BLOCKS <= COLSUM_MAX_PARTS, "colsum_deferred adds at most COLSUM_MAX_PARTS partial rows");
+
+/* The column sums the last C <= 1024 backward launch left (its partial rows
+ * of dw, db, ds): the next such launch adds them at its start, or
+ * norm_backward_finish does (ops/colsum_deferred.cuh says why). The rows sit
+ * in one of two scratch slots and each launch writes the other, so a launch
+ * never overwrites the rows it is adding. */
+static ColsumPending g_pending = {};
+static int g_pending_slot = SCRATCH_LN_PARTIAL;
 
 /* The grid of the C <= 1024 backward kernels, a function of N only: blocks
- * of whole warps' worth of rows, at most LN_BWD_MAX_BLOCKS; the scratch of
- * their partial rows and colsum_tail's group rows, and its counters. */
+ * of whole warps' worth of rows, at most LN_BWD_MAX_BLOCKS; where they write
+ * their partial rows, and the sums they add first (the previous launch's).
+ * Records this launch's rows as the pending ones. */
 struct LnBwdGrid {
     int rpb, grid;
-    float *partial, *gpart;
-    unsigned* counters;
+    float* partial;
+    ColsumPending prev;
 };
-static LnBwdGrid ln_bwd_grid(int N, int C, int npart) {
+static LnBwdGrid ln_bwd_grid(int N, int C, int npart, float* dw, float* db, float* ds) {
     LnBwdGrid g;
     g.rpb = (int)ceil_div_u(N, LN_BWD_MAX_BLOCKS);
     g.rpb = (g.rpb + LN_WARPS - 1) / LN_WARPS * LN_WARPS;
     g.grid = (int)ceil_div_u(N, g.rpb);
-    const int ngroups = colsum_tail_groups(g.grid);
-    const size_t pstride = (size_t)npart * C;
-    g.partial = (float*)cuda_scratch(SCRATCH_LN_PARTIAL, (size_t)(g.grid + ngroups) * pstride * sizeof(float));
-    g.gpart = g.partial + (size_t)g.grid * pstride;
-    g.counters = colsum_tail_counters((size_t)ngroups + 1);
+    const int slot = g_pending.partial && g_pending_slot == SCRATCH_LN_PARTIAL ? SCRATCH_LN_PARTIAL2 : SCRATCH_LN_PARTIAL;
+    g.partial = (float*)cuda_scratch(slot, (size_t)g.grid * npart * C * sizeof(float));
+    g.prev = g_pending;
+    g_pending = ColsumPending{g.partial, {dw, db, ds}, g.grid, C, npart * C};
+    g_pending_slot = slot;
     return g;
+}
+
+void norm_backward_finish(void) {
+    if (!g_pending.partial) return;
+    const int units = g_pending.C % 4 == 0 ? g_pending.ncols / 4 : g_pending.ncols; /* colsum_deferred's */
+    ln_colsums_kernel<<<ceil_div_u(units, 2 * LN_WARPS), LN_WARPS * 32, 0, cuda_stream()>>>(g_pending);
+    CUDA_CHECK_LAUNCH("ln_colsums_kernel");
+    g_pending = ColsumPending{};
+}
+
+/* the forward of a step must not start with the last backward's sums still pending */
+static void ln_check_finished(const char* who) {
+    if (g_pending.partial)
+        FATAL("%s: the column sums (dw, db) of the last layernorm_backward / rmsnorm_backward are still pending: "
+              "call norm_backward_finish() at the end of the backward, before its gradients are read (ops.h)",
+              who);
 }
 
 /* raise kernel's dynamic shared memory limit to smem if `raised` (the
@@ -133,14 +154,13 @@ static void layernorm_backward_launch(floatX* dinp, float* dw, float* db, float*
                                       const floatX* inp, const floatX* w, const float* mean, const float* rstd, int N,
                                       int C) {
     constexpr int NPART = ln_nparts(RMS, DSUM);
-    const LnBwdGrid g = ln_bwd_grid(N, C, NPART);
+    const LnBwdGrid g = ln_bwd_grid(N, C, NPART, dw, db, ds);
     auto kernel = layernorm_backward_kernel<NCH, RMS, DSUM>;
     const size_t smem = ((size_t)LN_WARPS * NPART * NCH * 256 + 2 * (size_t)g.rpb) * sizeof(float);
     static size_t raised = 0; /* rpb, and so smem, grows with N */
     ln_smem_limit(kernel, smem, raised);
-    kernel<<<g.grid, LN_WARPS * 32, smem, cuda_stream()>>>((bf16*)dinp, g.partial, g.gpart, g.counters, dw, db, ds,
-                                                           (const bf16*)dout, (const bf16*)inp, (const bf16*)w, mean,
-                                                           rstd, N, C, g.rpb);
+    kernel<<<g.grid, LN_WARPS * 32, smem, cuda_stream()>>>((bf16*)dinp, g.partial, g.prev, (const bf16*)dout,
+                                                           (const bf16*)inp, (const bf16*)w, mean, rstd, N, C, g.rpb);
     CUDA_CHECK_LAUNCH(RMS ? "layernorm_backward_kernel<RMS>" : "layernorm_backward_kernel");
 }
 
@@ -150,18 +170,18 @@ static void layernorm_backward_guarded_launch(floatX* dinp, float* dw, float* db
                                               const floatX* inp, const floatX* w, const float* mean,
                                               const float* rstd, int N, int C) {
     constexpr int NPART = ln_nparts(RMS, DSUM);
-    const LnBwdGrid g = ln_bwd_grid(N, C, NPART);
+    const LnBwdGrid g = ln_bwd_grid(N, C, NPART, dw, db, ds);
     auto kernel = layernorm_backward_guarded_kernel<NCH, VEC, RMS, DSUM>;
     const size_t smem = (size_t)LN_WARPS * NPART * NCH * 256 * sizeof(float);
     static size_t raised = 0;
     ln_smem_limit(kernel, smem, raised);
-    kernel<<<g.grid, LN_WARPS * 32, smem, cuda_stream()>>>((bf16*)dinp, g.partial, g.gpart, g.counters, dw, db, ds,
-                                                           (const bf16*)dout, (const bf16*)inp, (const bf16*)w, mean,
-                                                           rstd, N, C, g.rpb);
+    kernel<<<g.grid, LN_WARPS * 32, smem, cuda_stream()>>>((bf16*)dinp, g.partial, g.prev, (const bf16*)dout,
+                                                           (const bf16*)inp, (const bf16*)w, mean, rstd, N, C, g.rpb);
     CUDA_CHECK_LAUNCH(RMS ? "layernorm_backward_guarded_kernel<RMS>" : "layernorm_backward_guarded_kernel");
 }
 
-/* C > 1024: the block partials to scratch, then colsum_finish adds them */
+/* C > 1024: the block partials to scratch, then colsum_finish adds them
+ * (after any sums still pending, so that dw's additions keep their order) */
 template <int NCH, bool RMS>
 static void layernorm_backward_wide_launch(bool vec, floatX* dinp, float* dw, float* db, const floatX* dout,
                                            const floatX* inp, const floatX* w, const float* mean, const float* rstd,
@@ -169,6 +189,7 @@ static void layernorm_backward_wide_launch(bool vec, floatX* dinp, float* dw, fl
     int rpb = (int)ceil_div_u(N, LN_BWD_MAX_BLOCKS);
     if (rpb < LN_WARPS) rpb = LN_WARPS;
     const unsigned grid = ceil_div_u(N, rpb);
+    norm_backward_finish();
     const int npart = RMS ? 1 : 2; /* dw (and db) per block */
     float* partial = (float*)cuda_scratch(SCRATCH_LN_PARTIAL, (size_t)grid * npart * C * sizeof(float));
     if (vec)
@@ -207,6 +228,7 @@ static void ln_with_nch(int nch, F&& f) {
 template <bool RMS, bool RES>
 static void norm_forward(const char* who, floatX* out, float* mean, float* rstd, const floatX* inp, const floatX* w,
                          const floatX* b, int N, int C, float eps, LnRes r) {
+    ln_check_finished(who);
     if (N <= 0) return;
     const int nch = ln_nch(who, C);
     const bool vec = rows_vec_ok(C) && is_aligned16(out) && is_aligned16(inp) && is_aligned16(w) &&

@@ -11,8 +11,8 @@
  *    loaded before the current one's reductions, so a load is always in
  *    flight. layernorm_forward_kernel; layernorm_backward_kernel for rows of
  *    whole 256-column chunks with 16-byte accesses, _guarded_kernel for the
- *    rest. The backward's block partials of dw / db are added inside the
- *    same kernel (ops/colsum_tail.cuh).
+ *    rest. The backward's block partials of dw / db are added by the next
+ *    norm backward on the stream, at its start (ops/colsum_deferred.cuh).
  *  - wider rows (GPT-2 XL's 1600, Qwen2-1.5B's 1536), which would not fit
  *    those registers: one row per warp (_wide_kernel), the backward's dw / db
  *    accumulated in registers and finished by colsum_finish (bias_cuda.cu).
@@ -30,7 +30,7 @@
 #define OPS_LAYERNORM_KERNELS_CUH
 
 #include "common/cuda_async.cuh"
-#include "ops/colsum_tail.cuh"
+#include "ops/colsum_deferred.cuh"
 #include "ops/cuda_common.cuh"
 
 #ifdef CUDA_EMU
@@ -192,8 +192,8 @@ layernorm_forward_kernel(bf16* out, float* mean, float* rstd, const bf16* inp, c
  * its two colsum_finish launches 4-5 us each of a 58 us call. So here dw / db
  * accumulate in the warp's own slice of shared memory instead of registers,
  * w is packed in registers, the next row's x, dout and dinp are loaded before
- * the current row's reductions, and the block partials are added in the same
- * kernel by colsum_tail. */
+ * the current row's reductions, and the block partials are left to the next
+ * launch (colsum_deferred). */
 
 /* one row's backward inputs, packed, for this lane's chunks (zero past C) */
 template <int NCH, bool VEC, bool RMS>
@@ -242,12 +242,10 @@ __device__ __forceinline__ void ln_acc_zero(float4* acc, int warp, int lane) {
             for (int h = 0; h < 2; h++) acc[ln_acc_index<NCH, NPART>(warp, a, i, h, lane)] = make_float4(0.f, 0.f, 0.f, 0.f);
 }
 /* the block's end: its warps' sums, in warp order, to its partial row
- * partial[block][0..NPART C) (dw, then db, then ds), then colsum_tail adds
- * the blocks' rows into dw / db / ds (UNR rows of two columns in flight per
- * thread: what the caller's register cap allows) */
-template <int UNR, int NCH, int NPART>
-__device__ __forceinline__ void ln_acc_finish(const float4* acc, float* partial, float* gpart, unsigned* counters,
-                                              float* dw, float* db, float* ds, int C) {
+ * partial[block][0..NPART C) (dw, then db, then ds), which the next launch
+ * adds into dw / db / ds (colsum_deferred) */
+template <int NCH, int NPART>
+__device__ __forceinline__ void ln_acc_finish(const float4* acc, float* partial, int C) {
     __syncthreads();
     const float* accf = reinterpret_cast<const float*>(acc);
     float* pb = partial + (size_t)blockIdx.x * NPART * C;
@@ -259,8 +257,12 @@ __device__ __forceinline__ void ln_acc_finish(const float4* acc, float* partial,
             t += accf[ln_acc_index<NCH, NPART>(wi, a, ch >> 5, k >> 2, ch & 31) * 4 + (k & 3)];
         pb[c] = t;
     }
-    colsum_tail<UNR>(partial, gpart, counters, blockIdx.x, gridDim.x, NPART * C, (size_t)NPART * C,
-                     [&](int c) { return c < C ? dw + c : c < 2 * C ? db + (c - C) : ds + (c - 2 * C); });
+}
+
+/* a backward kernel's first act: the previous launch's column sums, spread
+ * over every warp of the grid (the warps with no share go straight on) */
+__device__ __forceinline__ void ln_prev_colsums(const ColsumPending& prev, int warp, int lane) {
+    colsum_deferred(prev, warp * (int)gridDim.x + (int)blockIdx.x, (int)gridDim.x * LN_WARPS, lane);
 }
 
 /* Rows of whole 256-column chunks with 16-byte accesses (GPT-2's C = 768).
@@ -365,15 +367,15 @@ __device__ __forceinline__ void layernorm_backward_row(const LnBwdRow<NCH, true,
 /* dynamic shared memory: the accumulators, then 2 rows_per_block floats (mean, rstd) */
 template <int NCH, bool RMS, bool DSUM>
 __global__ void __launch_bounds__(LN_WARPS * 32, ln_minblocks(NCH, true))
-layernorm_backward_kernel(bf16* dinp, float* partial, float* gpart, unsigned* counters, float* dw, float* db,
-                          float* ds, const bf16* dout, const bf16* inp, const bf16* w, const float* mean,
-                          const float* rstd, int N, int C, int rows_per_block) {
+layernorm_backward_kernel(bf16* dinp, float* partial, const ColsumPending prev, const bf16* dout, const bf16* inp,
+                          const bf16* w, const float* mean, const float* rstd, int N, int C, int rows_per_block) {
     constexpr int NPART = ln_nparts(RMS, DSUM);
     DYNAMIC_SMEM(smem_raw);
     float4* acc = reinterpret_cast<float4*>(smem_raw);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int nch8 = C / 8; /* = 32 * NCH */
     ln_acc_zero<NCH, NPART>(acc, warp, lane);
+    ln_prev_colsums(prev, warp, lane);
     uint4 wp[NCH];
 #pragma unroll
     for (int i = 0; i < NCH; i++) wp[i] = ldu4<true>(w, (lane + 32 * i) * 8, C);
@@ -400,7 +402,7 @@ layernorm_backward_kernel(bf16* dinp, float* partial, float* gpart, unsigned* co
         layernorm_backward_row<NCH, RMS, DSUM>(rb, sms[2 * (row_b - r0)], sms[2 * (row_b - r0) + 1], wp, acc, warp, lane,
                                          dinp + (size_t)row_b * C, C);
     }
-    ln_acc_finish<6, NCH, NPART>(acc, partial, gpart, counters, dw, db, ds, C);
+    ln_acc_finish<NCH, NPART>(acc, partial, C);
 }
 
 /* Any other C <= 1024 (not whole 256-column chunks, or scalar accesses):
@@ -408,15 +410,16 @@ layernorm_backward_kernel(bf16* dinp, float* partial, float* gpart, unsigned* co
  * other, xhat formed in both passes. dynamic shared memory: the accumulators */
 template <int NCH, bool VEC, bool RMS, bool DSUM>
 __global__ void __launch_bounds__(LN_WARPS * 32, ln_minblocks(NCH, VEC))
-layernorm_backward_guarded_kernel(bf16* dinp, float* partial, float* gpart, unsigned* counters, float* dw, float* db,
-                                  float* ds, const bf16* dout, const bf16* inp, const bf16* w, const float* mean,
-                                  const float* rstd, int N, int C, int rows_per_block) {
+layernorm_backward_guarded_kernel(bf16* dinp, float* partial, const ColsumPending prev, const bf16* dout,
+                                  const bf16* inp, const bf16* w, const float* mean, const float* rstd, int N, int C,
+                                  int rows_per_block) {
     constexpr int NPART = ln_nparts(RMS, DSUM);
     DYNAMIC_SMEM(smem_raw);
     float4* acc = reinterpret_cast<float4*>(smem_raw);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int nch8 = (C + 7) / 8;
     ln_acc_zero<NCH, NPART>(acc, warp, lane);
+    ln_prev_colsums(prev, warp, lane);
     uint4 wp[NCH];
 #pragma unroll
     for (int i = 0; i < NCH; i++) {
@@ -503,7 +506,13 @@ layernorm_backward_guarded_kernel(bf16* dinp, float* partial, float* gpart, unsi
         }
         if (next < r1) cur = nxt;
     }
-    ln_acc_finish<8, NCH, NPART>(acc, partial, gpart, counters, dw, db, ds, C);
+    ln_acc_finish<NCH, NPART>(acc, partial, C);
+}
+
+/* norm_backward_finish's kernel: the last launch's column sums on their own */
+__global__ void __launch_bounds__(LN_WARPS * 32) ln_colsums_kernel(const ColsumPending p) {
+    colsum_deferred(p, (int)blockIdx.x * LN_WARPS + (int)(threadIdx.x >> 5), (int)gridDim.x * LN_WARPS,
+                    (int)(threadIdx.x & 31));
 }
 
 /* ---- C > 1024: one row per warp ----------------------------------------------

@@ -90,6 +90,14 @@ void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp,
  * the rows are at hand instead of read again by bias_backward. */
 void layernorm_backward(floatX* dinp, float* dw, float* db, float* dsum, const floatX* dout, const floatX* inp,
                         const floatX* w, const float* mean, const float* rstd, int N, int C);
+/* Completes the parameter sums (dw, db, dsum) of the layernorm_backward and
+ * rmsnorm_backward calls made since the last call of it. Call it once at the
+ * end of a backward, before those gradients are read. The GPU adds a call's
+ * per-block partial sums at the start of the next norm backward, spread
+ * over the whole grid, instead of at the end of its own (ops/colsum_deferred.cuh);
+ * this adds the last call's. A norm forward while sums are pending is a
+ * fatal error. The CPU's sums are always complete (a no-op there). */
+void norm_backward_finish(void);
 
 /* ---- matmul: out[N,OC] = inp[N,IC] @ w[OC,IC]^T (+ bias[OC]) ------------ */
 void matmul_forward(floatX* out, const floatX* inp, const floatX* w, const floatX* bias,

@@ -224,6 +224,7 @@ static void test_layernorm(int N, int C) {
         const vecf now = get_bf(ddinp, n);
         for (size_t i = 0; i < n; i++) ref_ds[i % C] += now[i];
     }
+    norm_backward_finish();
     /* dinp: two bf16 roundings of a running sum, measured on the increment */
     check_inc("layernorm_backward", "  dinp (accumulated x2)", get_bf(ddinp, n), cdinp, dinit, TOL_RED);
     check_inc("layernorm_backward", "  dw (accumulated x2)", get_f32(ddw, C), cdw, dwinit, TOL_F32);
@@ -235,6 +236,7 @@ static void test_layernorm(int N, int C) {
     float *ddw2 = dev_f32(dwinit), *ddb2 = dev_f32(dbinit), *dds2 = dev_f32(dsinit);
     layernorm_backward(ddinp2, ddw2, ddb2, dds2, dg, dx, dw, dmean, drstd, N, C);
     layernorm_backward(ddinp2, ddw2, ddb2, dds2, dg, dx, dw, dmean, drstd, N, C);
+    norm_backward_finish();
     check_bits("layernorm_backward", "determinism: dw", get_bytes(ddw, C * 4), get_bytes(ddw2, C * 4));
     check_bits("layernorm_backward", "determinism: dsum", get_bytes(dds, C * 4), get_bytes(dds2, C * 4));
     check_bits("layernorm_backward", "determinism: dinp", get_bytes(ddinp, n * 2), get_bytes(ddinp2, n * 2));

@@ -47,12 +47,14 @@ static void test_rmsnorm(int N, int C, float eps) {
     floatX* ddinp = dev_bf(dinit);
     float* ddw = dev_f32(dwinit);
     for (int k = 0; k < 2; k++) rmsnorm_backward(ddinp, ddw, dg, dx, dw, drstd, N, C);
+    norm_backward_finish();
     /* dinp: two bf16 roundings of a running sum, measured on the increment */
     check_inc("rmsnorm_backward", "  dinp (accumulated x2)", get_bf(ddinp, n), cdinp, dinit, TOL_RED);
     check_inc("rmsnorm_backward", "  dw (accumulated x2)", get_f32(ddw, C), cdw, dwinit, TOL_F32);
     floatX* ddinp2 = dev_bf(dinit);
     float* ddw2 = dev_f32(dwinit);
     for (int k = 0; k < 2; k++) rmsnorm_backward(ddinp2, ddw2, dg, dx, dw, drstd, N, C);
+    norm_backward_finish();
     check_bits("rmsnorm_backward", "determinism: dw", get_bytes(ddw, C * 4), get_bytes(ddw2, C * 4));
     check_bits("rmsnorm_backward", "determinism: dinp", get_bytes(ddinp, n * 2), get_bytes(ddinp2, n * 2));
     free_all({ddinp2, ddw2, ddinp, ddw, dg, drstd, dout, dw, dx});

@@ -305,6 +305,8 @@ static double train_step(Model& M) {
         ds = g_fused && l > 0 ? G(M, FPB, l - 1) : nullptr;
         TIMED("layernorm_backward", 0, ln_bwd_b, layernorm_backward(M.dres, G(M, LN1W, l), G(M, LN1B, l), ds, M.dln, x, W(M, LN1W, l), a.ln1_mean, a.ln1_rstd, N, C));
     }
+    /* the last norm's dw / db / dsum (each earlier norm's are added by the next norm backward) */
+    TIMED("norm_backward_finish", 0, 0, norm_backward_finish());
     TIMED("position_backward", 0, 2.0 * nc, position_backward(G(M, WPE), M.dres, B, T, C));
     TIMED("encoder_backward", 0, 6.0 * nc, encoder_backward(G(M, WTE), M.dres, M.plan, N, C, Vp));
     TIMED("ops_zero", 0, 8.0, ops_zero(&M.step->sumsq, sizeof(double)));
