@@ -9,9 +9,8 @@
  * on one SM while the others idle). So the kernel only writes its partial
  * rows, and the next norm backward on the stream (or norm_backward_finish,
  * ops.h) adds them at its start, spread over all its warps: half a warp per
- * column, a lane per group of COLSUM_GROUP parts, every load of a column in
- * flight at once. That costs one round trip, overlapped with the other
- * warps' first rows.
+ * column pair, a lane per group of COLSUM_GROUP parts, every load of a
+ * column in flight at once, issued while the warp's first row is in flight.
  *
  * The order is fixed by nparts: column c's sum is
  *   dst(c) + ((0 + G_0) + G_1) + ... ,  G_g = (0 + part 16g) + part 16g+1 + ...
@@ -36,17 +35,15 @@ struct ColsumPending {
     int nparts, C, ncols;
 };
 
-__device__ __forceinline__ void colsum_add(float4& s, const float4& v) {
+__device__ __forceinline__ void colsum_add(float2& s, const float2& v) {
     s.x += v.x;
     s.y += v.y;
-    s.z += v.z;
-    s.w += v.w;
 }
 __device__ __forceinline__ void colsum_add(float& s, float v) { s += v; }
-__device__ __forceinline__ float colsum_part(const float4& v, int k) { return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w; }
+__device__ __forceinline__ float colsum_part(const float2& v, int k) { return k == 0 ? v.x : v.y; }
 __device__ __forceinline__ float colsum_part(float v, int) { return v; }
 
-/* Columns of W floats (T = float4 or float) of p: warp gwarp of nwarps takes
+/* Columns of W floats (T = float2 or float) of p: warp gwarp of nwarps takes
  * column units 2 gwarp + h (h = lane / 16) and on in steps of 2 nwarps. */
 template <typename T>
 __device__ __forceinline__ void colsum_deferred_units(const ColsumPending& p, int gwarp, int nwarps, int lane) {
@@ -83,11 +80,12 @@ __device__ __forceinline__ void colsum_deferred_units(const ColsumPending& p, in
 }
 
 /* Adds p's parts into its destinations (every thread of the calling warps;
- * warp gwarp of nwarps takes its share). Float4 columns when C % 4 == 0, so
- * that no float4 straddles two destinations. */
+ * warp gwarp of nwarps takes its share). Pairs of columns when C is even, so
+ * that no pair straddles two destinations: 16 float2 loads in flight per lane,
+ * few enough registers to sit beside a norm kernel's first row. */
 __device__ __forceinline__ void colsum_deferred(const ColsumPending& p, int gwarp, int nwarps, int lane) {
     if (!p.partial) return;
-    if (p.C % 4 == 0) colsum_deferred_units<float4>(p, gwarp, nwarps, lane);
+    if (p.C % 2 == 0) colsum_deferred_units<float2>(p, gwarp, nwarps, lane);
     else colsum_deferred_units<float>(p, gwarp, nwarps, lane);
 }
 

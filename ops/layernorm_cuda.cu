@@ -124,7 +124,7 @@ static LnBwdGrid ln_bwd_grid(int N, int C, int npart, float* dw, float* db, floa
 
 void norm_backward_finish(void) {
     if (!g_pending.partial) return;
-    const int units = g_pending.C % 4 == 0 ? g_pending.ncols / 4 : g_pending.ncols; /* colsum_deferred's */
+    const int units = g_pending.C % 2 == 0 ? g_pending.ncols / 2 : g_pending.ncols; /* colsum_deferred's */
     ln_colsums_kernel<<<ceil_div_u(units, 2 * LN_WARPS), LN_WARPS * 32, 0, cuda_stream()>>>(g_pending);
     CUDA_CHECK_LAUNCH("ln_colsums_kernel");
     g_pending = ColsumPending{};

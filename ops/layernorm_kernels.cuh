@@ -375,7 +375,6 @@ layernorm_backward_kernel(bf16* dinp, float* partial, const ColsumPending prev, 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int nch8 = C / 8; /* = 32 * NCH */
     ln_acc_zero<NCH, NPART>(acc, warp, lane);
-    ln_prev_colsums(prev, warp, lane);
     uint4 wp[NCH];
 #pragma unroll
     for (int i = 0; i < NCH; i++) wp[i] = ldu4<true>(w, (lane + 32 * i) * 8, C);
@@ -387,7 +386,21 @@ layernorm_backward_kernel(bf16* dinp, float* partial, const ColsumPending prev, 
     /* mean / rstd from shared memory: two registers fewer per row buffer and
      * two loads fewer per row */
     float* sms = reinterpret_cast<float*>(acc + LN_WARPS * NPART * NCH * 64);
-    for (int t = threadIdx.x; t < r1 - r0; t += blockDim.x) {
+    const int t0 = threadIdx.x, nrows = r1 - r0;
+    float m0 = 0.0f, s0 = 0.0f;
+    if (t0 < nrows) {
+        m0 = RMS ? 0.0f : mean[r0 + t0];
+        s0 = rstd[r0 + t0];
+    }
+    /* the previous launch's sums, their loads in flight with this warp's
+     * first row and its mean / rstd (so the barrier below waits for their
+     * arithmetic only) */
+    ln_prev_colsums(prev, warp, lane);
+    if (t0 < nrows) {
+        sms[2 * t0] = m0;
+        sms[2 * t0 + 1] = s0;
+    }
+    for (int t = t0 + (int)blockDim.x; t < nrows; t += blockDim.x) {
         sms[2 * t] = RMS ? 0.0f : mean[r0 + t];
         sms[2 * t + 1] = rstd[r0 + t];
     }
@@ -419,7 +432,6 @@ layernorm_backward_guarded_kernel(bf16* dinp, float* partial, const ColsumPendin
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int nch8 = (C + 7) / 8;
     ln_acc_zero<NCH, NPART>(acc, warp, lane);
-    ln_prev_colsums(prev, warp, lane);
     uint4 wp[NCH];
 #pragma unroll
     for (int i = 0; i < NCH; i++) {
@@ -432,6 +444,7 @@ layernorm_backward_guarded_kernel(bf16* dinp, float* partial, const ColsumPendin
     int row = r0 + warp;
     LnBwdRow<NCH, VEC, RMS> cur;
     if (row < r1) cur.load(inp, dout, dinp, mean, rstd, row, lane, nch8, C);
+    ln_prev_colsums(prev, warp, lane); /* its loads in flight with the first row's */
     for (; row < r1; row += LN_WARPS) {
         const int next = row + LN_WARPS;
         LnBwdRow<NCH, VEC, RMS> nxt;
