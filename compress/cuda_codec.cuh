@@ -457,15 +457,23 @@ __device__ __forceinline__ void quantize(const Codec& c, const float (&v)[UNIT],
         for (int i = 0; i < UNIT / 4; i++)
             row_set_word(out, i, fp8x2_rne<FMT>(v[4 * i], v[4 * i + 1]) | (fp8x2_rne<FMT>(v[4 * i + 2], v[4 * i + 3]) << 16));
     } else {
+        /* the four Philox calls and tests first, then the branches: calls
+         * separated by branches ran one after another (each a chain of 10
+         * dependent rounds), and fp8_group's SR encode was 6% slower that way */
+        unsigned w[SB][4];
+        unsigned tiny = 0u;
 #pragma unroll
         for (int sb = 0; sb < SB; sb++) {
-            unsigned w[4];
-            sr_words(c, stream, u, sb, w);
+            sr_words(c, stream, u, sb, w[sb]);
             float m = fabsf(v[16 * sb]);
 #pragma unroll
             for (int j = 16 * sb + 1; j < 16 * sb + 16; j++) m = fminf(m, fabsf(v[j]));
-            if (__ballot_sync(0xFFFFFFFFu, !(m >= Fp8T<FMT>::MIN_NORMAL))) quantize_sr_sb<FMT, true>(v, sb, w, out);
-            else quantize_sr_sb<FMT, false>(v, sb, w, out);
+            if (__ballot_sync(0xFFFFFFFFu, !(m >= Fp8T<FMT>::MIN_NORMAL))) tiny |= 1u << sb;
+        }
+#pragma unroll
+        for (int sb = 0; sb < SB; sb++) {
+            if ((tiny >> sb) & 1u) quantize_sr_sb<FMT, true>(v, sb, w[sb], out);
+            else quantize_sr_sb<FMT, false>(v, sb, w[sb], out);
         }
     }
 }
