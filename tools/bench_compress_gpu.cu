@@ -165,91 +165,77 @@ static CompressParams mk(CompressMethod m, int G, int delayed, int sr) {
     return p;
 }
 
-/* The floor under every encode: bf16 -> e4m3 with one fixed scale and
- * nothing else (no groups, no transform, no statistics), 16-byte loads, four
- * in flight per thread. It reads and writes what an FP8 encode must, so its
- * fraction of the copy is the most such a kernel can reach on this card
- * with this read/write mix. Not bit-checked: a yardstick, not a method. */
-__global__ void k_ref_cast(const uint4* x, uint2* y, size_t n8, float scale) {
+/* The yardsticks: kernels that only stream n8 items of In to n8 of Out,
+ * y[i] = op(x[i]), four loads in flight per thread (streaming hints), so
+ * that each measures one traffic mix and one conversion and nothing else.
+ * Not bit-checked: yardsticks, not methods. */
+template <typename In, typename Out, typename Op>
+__global__ void k_ref_stream(const In* x, Out* y, size_t n8, Op op) {
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i0 < n8; i0 += 4 * stride) {
-        uint4 v[4];
+        In v[4];
 #pragma unroll
-        for (int k = 0; k < 4; k++) v[k] = i0 + k * stride < n8 ? __ldcs(x + i0 + k * stride) : make_uint4(0, 0, 0, 0);
+        for (int k = 0; k < 4; k++) v[k] = i0 + k * stride < n8 ? __ldcs(x + i0 + k * stride) : In{};
 #pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const unsigned w[4] = {v[k].x, v[k].y, v[k].z, v[k].w};
-            unsigned o[2];
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                unsigned c = 0;
-#pragma unroll
-                for (int q = 0; q < 2; q++) {
-                    const unsigned b = w[2 * h + q];
-                    const float2 f = make_float2(__uint_as_float(b << 16) * scale, __uint_as_float(b & 0xFFFF0000u) * scale);
-                    c |= (unsigned)__nv_cvt_float2_to_fp8x2(f, __NV_SATFINITE, __NV_E4M3) << (16 * q);
-                }
-                o[h] = c;
-            }
-            if (i0 + k * stride < n8) __stcs(y + i0 + k * stride, make_uint2(o[0], o[1]));
-        }
+        for (int k = 0; k < 4; k++)
+            if (i0 + k * stride < n8) __stcs(y + i0 + k * stride, op(v[k]));
     }
 }
 
-/* The floor under every decode, as k_ref_cast is under every encode:
- * e4m3 -> bf16 times one fixed scale and nothing else, 8-byte loads and
- * 16-byte stores, four in flight per thread: 1 byte read and 2 written per
- * element, the decode's mix. (16-byte loads with two 16-byte stores each
- * reached 0.57 of the copy instead of 0.90: consecutive threads' stores 32
- * bytes apart; H200, 2026-12-03.) Not bit-checked: a yardstick. */
-__global__ void k_ref_decode(const uint2* x, uint4* y, size_t n8, float scale) {
-    const size_t stride = (size_t)gridDim.x * blockDim.x;
-    for (size_t i0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i0 < n8; i0 += 4 * stride) {
-        uint2 c[4];
+/* The floor under every encode: 8 bf16 -> 8 e4m3 with one fixed scale and
+ * nothing else (no groups, no transform, no statistics), 16-byte loads. It
+ * reads and writes what an FP8 encode must, so its fraction of the copy is
+ * the most such a kernel can reach on this card with this read/write mix. */
+struct RefCast {
+    float scale;
+    __device__ uint2 operator()(const uint4& v) const {
+        const unsigned w[4] = {v.x, v.y, v.z, v.w};
+        unsigned o[2];
 #pragma unroll
-        for (int k = 0; k < 4; k++) c[k] = i0 + k * stride < n8 ? __ldcs(x + i0 + k * stride) : make_uint2(0, 0);
+        for (int h = 0; h < 2; h++) {
+            unsigned c = 0;
 #pragma unroll
-        for (int k = 0; k < 4; k++) {
-            unsigned o[4];
-#pragma unroll
-            for (int q = 0; q < 4; q++) {
-                const unsigned word = q < 2 ? c[k].x : c[k].y;
-                const __half2 h(__nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(word >> (16 * (q & 1))), __NV_E4M3));
-                const float2 f = __half22float2(h);
-                const __nv_bfloat162 b = __floats2bfloat162_rn(f.x * scale, f.y * scale);
-                memcpy(&o[q], &b, sizeof(unsigned));
+            for (int q = 0; q < 2; q++) {
+                const unsigned b = w[2 * h + q];
+                const float2 f = make_float2(__uint_as_float(b << 16) * scale, __uint_as_float(b & 0xFFFF0000u) * scale);
+                c |= (unsigned)__nv_cvt_float2_to_fp8x2(f, __NV_SATFINITE, __NV_E4M3) << (16 * q);
             }
-            if (i0 + k * stride < n8) __stcs(y + i0 + k * stride, make_uint4(o[0], o[1], o[2], o[3]));
+            o[h] = c;
         }
+        return make_uint2(o[0], o[1]);
     }
-}
+};
 
-/* The memory traffic of an encode (16 bytes in, 8 out) and of a decode (8 in,
- * 16 out) with no arithmetic but an xor or a copy, the same access pattern
- * as k_ref_cast / k_ref_decode: what the card gives each mix of reads and
- * writes, the ceiling of any kernel that moves those bytes. */
-__global__ void k_ref_shrink(const uint4* x, uint2* y, size_t n8) {
-    const size_t stride = (size_t)gridDim.x * blockDim.x;
-    for (size_t i0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i0 < n8; i0 += 4 * stride) {
-        uint4 v[4];
+/* The floor under every decode, as RefCast is under every encode: 8 e4m3 ->
+ * 8 bf16 times one fixed scale and nothing else, 8-byte loads and 16-byte
+ * stores: 1 byte read and 2 written per element, the decode's mix. (16-byte
+ * loads with two 16-byte stores each reached 0.57 of the copy instead of
+ * 0.90: consecutive threads' stores 32 bytes apart; H200, 2026-12-03.) */
+struct RefDecode {
+    float scale;
+    __device__ uint4 operator()(const uint2& c) const {
+        unsigned o[4];
 #pragma unroll
-        for (int k = 0; k < 4; k++) v[k] = i0 + k * stride < n8 ? __ldcs(x + i0 + k * stride) : make_uint4(0, 0, 0, 0);
-#pragma unroll
-        for (int k = 0; k < 4; k++)
-            if (i0 + k * stride < n8) __stcs(y + i0 + k * stride, make_uint2(v[k].x ^ v[k].z, v[k].y ^ v[k].w));
+        for (int q = 0; q < 4; q++) {
+            const unsigned word = q < 2 ? c.x : c.y;
+            const __half2 h(__nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(word >> (16 * (q & 1))), __NV_E4M3));
+            const float2 f = __half22float2(h);
+            const __nv_bfloat162 b = __floats2bfloat162_rn(f.x * scale, f.y * scale);
+            memcpy(&o[q], &b, sizeof(unsigned));
+        }
+        return make_uint4(o[0], o[1], o[2], o[3]);
     }
-}
-__global__ void k_ref_expand(const uint2* x, uint4* y, size_t n8) {
-    const size_t stride = (size_t)gridDim.x * blockDim.x;
-    for (size_t i0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i0 < n8; i0 += 4 * stride) {
-        uint2 c[4];
-#pragma unroll
-        for (int k = 0; k < 4; k++) c[k] = i0 + k * stride < n8 ? __ldcs(x + i0 + k * stride) : make_uint2(0, 0);
-#pragma unroll
-        for (int k = 0; k < 4; k++)
-            if (i0 + k * stride < n8) __stcs(y + i0 + k * stride, make_uint4(c[k].x, c[k].y, c[k].y, c[k].x));
-    }
-}
+};
+
+/* The same traffic with no arithmetic but an xor or a copy: what the card
+ * gives each mix of reads and writes, the ceiling of any kernel that moves
+ * an encode's (16 bytes in, 8 out) or a decode's (8 in, 16 out) bytes. */
+struct RefShrink {
+    __device__ uint2 operator()(const uint4& v) const { return make_uint2(v.x ^ v.z, v.y ^ v.w); }
+};
+struct RefExpand {
+    __device__ uint4 operator()(const uint2& c) const { return make_uint4(c.x, c.y, c.y, c.x); }
+};
 
 /* ---- kernel mode ---------------------------------------------------------------------- */
 
@@ -313,20 +299,20 @@ static int bench_kernels(std::vector<int> sizes, int reps, const char* csv, cons
                 if (fc) fprintf(fc, "%d,%s,%s,%.2f,%.1f,%.3f\n", mb, name, op, ms * 1e3, gbps, gbps / copy_gbps);
             };
             yardstick("plain cast (yardstick)", "compress", [&](int i) {
-                k_ref_cast<<<nsm * 8, 256, 0, s>>>((const uint4*)x[(i + 1) % R], (uint2*)y[i % R], n / 8, 0.5f);
-                CUDA_CHECK_LAUNCH("k_ref_cast");
+                k_ref_stream<<<nsm * 8, 256, 0, s>>>((const uint4*)x[(i + 1) % R], (uint2*)y[i % R], n / 8, RefCast{0.5f});
+                CUDA_CHECK_LAUNCH("k_ref_stream (cast)");
             });
             yardstick("plain cast (yardstick)", "decompress", [&](int i) {
-                k_ref_decode<<<nsm * 8, 256, 0, s>>>((const uint2*)x[(i + 1) % R], (uint4*)y[i % R], n / 8, 0.5f);
-                CUDA_CHECK_LAUNCH("k_ref_decode");
+                k_ref_stream<<<nsm * 8, 256, 0, s>>>((const uint2*)x[(i + 1) % R], (uint4*)y[i % R], n / 8, RefDecode{0.5f});
+                CUDA_CHECK_LAUNCH("k_ref_stream (decode)");
             });
             yardstick("bytes only (yardstick)", "compress", [&](int i) {
-                k_ref_shrink<<<nsm * 8, 256, 0, s>>>((const uint4*)x[(i + 1) % R], (uint2*)y[i % R], n / 8);
-                CUDA_CHECK_LAUNCH("k_ref_shrink");
+                k_ref_stream<<<nsm * 8, 256, 0, s>>>((const uint4*)x[(i + 1) % R], (uint2*)y[i % R], n / 8, RefShrink{});
+                CUDA_CHECK_LAUNCH("k_ref_stream (shrink)");
             });
             yardstick("bytes only (yardstick)", "decompress", [&](int i) {
-                k_ref_expand<<<nsm * 8, 256, 0, s>>>((const uint2*)x[(i + 1) % R], (uint4*)y[i % R], n / 8);
-                CUDA_CHECK_LAUNCH("k_ref_expand");
+                k_ref_stream<<<nsm * 8, 256, 0, s>>>((const uint2*)x[(i + 1) % R], (uint4*)y[i % R], n / 8, RefExpand{});
+                CUDA_CHECK_LAUNCH("k_ref_stream (expand)");
             });
         }
         for (const Method& m : methods) {
