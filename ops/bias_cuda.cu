@@ -3,8 +3,8 @@
  * += column sums of dout, also matmul_backward's dbias), and the two-stage
  * deterministic column sum behind it, whose second stage (colsum_finish,
  * declared in cuda_common.cuh) layernorm_backward also uses for the dw / db
- * of rows wider than 1024 (narrower rows finish theirs in the kernel:
- * ops/colsum_tail.cuh).
+ * of rows wider than 1024 (narrower rows leave theirs to the next launch:
+ * ops/colsum_deferred.cuh).
  *
  * Determinism: no float atomics; the row chunking depends only on (N, C), so
  * the partial sums and the order they are added in are the same on every run

@@ -22,7 +22,7 @@
  *   - shapes: GPT-2-like (C = 768) and awkward ones (N not a multiple of any
  *     tile, C not a multiple of 8 -> scalar paths, vocab slices with padding;
  *     for the norms, every kind of kernel of ops/layernorm_kernels.cuh and
- *     grids that cut colsum_tail's groups unevenly).
+ *     grids that cut colsum_deferred's groups unevenly).
  *
  * Tolerances: tests/ops_gpu_testing.h (TOL_*), with their reasons.
  *
@@ -676,8 +676,8 @@ int main(int argc, char** argv) {
         test_layernorm(37, 768);   /* whole 256-column chunks: the unguarded backward */
         test_layernorm(64, 1600);  /* GPT-2 XL width, 7 chunks per lane: the wide kernels */
         test_layernorm(19, 36);    /* scalar path */
-        test_layernorm(4100, 200); /* the guarded backward: 171 blocks, 11 groups of colsum_tail, the last of 11 */
-        test_layernorm(3000, 768); /* 188 blocks, 12 groups of colsum_tail, the last of 12 */
+        test_layernorm(4100, 200); /* the guarded backward: 171 blocks, 11 groups of colsum_deferred, the last of 11 */
+        test_layernorm(3000, 768); /* 188 blocks, 12 groups of colsum_deferred, the last of 12 */
         test_layernorm(70, 1024);  /* the widest row of the register-resident kernels (4 chunks per lane) */
     }
     GROUP("matmul") {

@@ -137,7 +137,7 @@ void test_ops_gpu_qwen2(const char* only) {
 #define GROUP(name) if (!only || strstr(name, only))
     GROUP("rmsnorm") {
         test_rmsnorm(37, 896, 1e-6f);  /* Qwen2-0.5B width, odd N: the guarded backward */
-        test_rmsnorm(300, 768, 1e-6f); /* whole 256-column chunks: the unguarded backward, 3 groups of colsum_tail */
+        test_rmsnorm(300, 768, 1e-6f); /* whole 256-column chunks: the unguarded backward, 3 groups of colsum_deferred */
         test_rmsnorm(64, 1536, 1e-6f); /* Qwen2-1.5B width, 6 chunks per lane: the wide kernels */
         test_rmsnorm(19, 36, 1e-5f);   /* scalar path */
     }
