@@ -507,7 +507,6 @@ __device__ __forceinline__ CRows<BF16 ? 2 : 4> compress_rows(unsigned char* smem
     rows.gbytes = nullptr;
     rows.gshape = GroupShape{UNIT, 6, 0};
     rows.gscales = nullptr;
-    rows.gscale_vals = nullptr;
     rows.tiled = false;
     rows.P = 1;
     rows.ws = warp_steps(sp, warp);
@@ -643,7 +642,6 @@ __global__ void __launch_bounds__(THREADS, decompress_min_blocks<IN, OUT, SR, SH
     __shared__ const uint8_t* s_codes[MAX_IN];
     __shared__ const uint8_t* s_exps[MAX_IN];
     __shared__ const uint8_t* s_scales[MAX_IN];
-    __shared__ unsigned s_scale_vals[MAX_IN]; /* an untiled copy's scale (InRows) */
     const DJob& J = L.job[blockIdx.y];
     const Codec ci = shape_codec<SHAPE>(ci0);
     const Codec co = shape_codec<OUT == OUT_RECOMP ? SHAPE : SHAPE_ANY>(job_codec(co0, OUT == OUT_RECOMP ? J.damax : nullptr));
@@ -654,7 +652,6 @@ __global__ void __launch_bounds__(THREADS, decompress_min_blocks<IN, OUT, SR, SH
         s_codes[threadIdx.x] = in.codes;
         s_exps[threadIdx.x] = in.exps;
         s_scales[threadIdx.x] = in.scale;
-        s_scale_vals[threadIdx.x] = in.scale && !ci.tiled ? load_u32_any(in.scale) : 0x3F800000u;
     }
     __syncthreads();
     int kc = 0;
@@ -673,7 +670,6 @@ __global__ void __launch_bounds__(THREADS, decompress_min_blocks<IN, OUT, SR, SH
     rows.gshape = group_shape(ci);
     if (!(IN == IN_E4M3 || IN == IN_E5M2)) rows.gshape.gb = 0; /* int8_group's steps are read by sum_unit */
     rows.gscales = (IN == IN_E4M3 || IN == IN_E5M2) ? s_scales : nullptr;
-    rows.gscale_vals = s_scale_vals;
     rows.tiled = ci.tiled != 0;
     rows.P = J.nin;
     rows.ws = warp_steps(sp, warp);

@@ -95,13 +95,10 @@ struct InRows {
      * second scales (gscales set; NULL entry: 1.0f; one per tile when tiled,
      * else per chunk), loaded with the rows as group_bytes_load leaves them:
      * q_eb[0] / q_sc[0] belong to the oldest step in flight; eb / sc are the
-     * taken step's. An untiled copy's one scale is read once, as the kernel
-     * starts, into gscale_vals (shared memory): reloading it from the wire
-     * at every step cost ~0.3 instructions per element of the TACO decode. */
+     * taken step's */
     const uint8_t* const* gbytes;
     GroupShape gshape;
     const uint8_t* const* gscales;
-    const unsigned* gscale_vals;
     bool tiled;
     unsigned q_eb[S - 1], q_sc[S - 1];
     unsigned eb, sc;
@@ -122,10 +119,7 @@ struct InRows {
             const WarpUnits w = warp_units(sp, ws.lu(t), lane);
             e = group_bytes_load(gshape, gbytes[i], (unsigned)(((u64)UNIT * sp.u0) >> gshape.lg), w.u, w.nv);
         }
-        if (gscales && ws.has(t)) {
-            if (!tiled) c = gscale_vals[i];
-            else if (gscales[i]) c = load_u32_any(gscales[i] + 4 * (size_t)(ws.lu(t) / TILE_UNITS));
-        }
+        if (gscales && ws.has(t) && gscales[i]) c = load_u32_any(gscales[i] + (tiled ? 4 * (size_t)(ws.lu(t) / TILE_UNITS) : 0));
         q_eb[S - 2] = e;
         q_sc[S - 2] = c;
         a_issue = a_issue + 1 == S ? 0 : a_issue + 1;
