@@ -386,25 +386,16 @@ layernorm_backward_kernel(bf16* dinp, float* partial, const ColsumPending prev, 
     /* mean / rstd from shared memory: two registers fewer per row buffer and
      * two loads fewer per row */
     float* sms = reinterpret_cast<float*>(acc + LN_WARPS * NPART * NCH * 64);
-    const int t0 = threadIdx.x, nrows = r1 - r0;
-    float m0 = 0.0f, s0 = 0.0f;
-    if (t0 < nrows) {
-        m0 = RMS ? 0.0f : mean[r0 + t0];
-        s0 = rstd[r0 + t0];
-    }
-    /* the previous launch's sums, their loads in flight with this warp's
-     * first row and its mean / rstd (so the barrier below waits for their
-     * arithmetic only) */
-    ln_prev_colsums(prev, warp, lane);
-    if (t0 < nrows) {
-        sms[2 * t0] = m0;
-        sms[2 * t0 + 1] = s0;
-    }
-    for (int t = t0 + (int)blockDim.x; t < nrows; t += blockDim.x) {
+    for (int t = threadIdx.x; t < r1 - r0; t += blockDim.x) {
         sms[2 * t] = RMS ? 0.0f : mean[r0 + t];
         sms[2 * t + 1] = rstd[r0 + t];
     }
     __syncthreads();
+    /* the previous launch's sums, after the barrier (the block's other warps
+     * go on with their rows meanwhile; before it, every block waited for
+     * them: 0.89 ms against 0.79 without them) and with this warp's first
+     * row in flight */
+    ln_prev_colsums(prev, warp, lane);
     for (; row < r1; row += 2 * LN_WARPS) {
         const int row_b = row + LN_WARPS, row_c = row_b + LN_WARPS;
         if (row_b < r1) rb.template load<true, false>(inp, dout, dinp, mean, rstd, row_b, lane, nch8, C);
