@@ -15,6 +15,12 @@ echo "unit tests"
 for t in test_fp8 test_hadamard test_compress test_ops test_ops_grad test_ops_qwen2 test_data test_config test_params test_safetensors; do
     run "$t" "build/$t"
 done
+# a norm forward while a norm backward's column sums are pending (no
+# norm_backward_finish) must stop with an error that names the fix
+norm_sums_pending_is_fatal() {
+    local o=$LOGDIR/norm_sums_pending.out
+    ! build/emu/test_ops_gpu_emu --pending-sums > "$o" 2>&1 && grep -q "norm_backward_finish" "$o" && cat "$o"
+}
 if [ -d "${CUDA_HOME:-/usr/local/cuda}/include" ]; then
     # the CUDA code run thread by thread under the CPU emulator of the GPU
     # (tests/emu, built by tests/emu/emu.mk): catches indexing, barrier,
@@ -24,6 +30,7 @@ if [ -d "${CUDA_HOME:-/usr/local/cuda}/include" ]; then
     echo "CUDA kernels under CPU emulation"
     run build_cuda_emulation make -s -j"$(nproc)" -f tests/emu/emu.mk
     OMP_NUM_THREADS=2 run test_ops_gpu_emulated build/emu/test_ops_gpu_emu
+    run norm_sums_pending_is_fatal norm_sums_pending_is_fatal
     run test_compress_gpu_emulated build/emu/test_compress_gpu_emu --quick
     run test_coll_gpu_emulated_np2 $MPIRUN -np 2 build/emu/test_coll_gpu_emu --quick
     run test_coll_gpu_emulated_nccl_np3 $MPIRUN -np 3 build/emu/test_coll_gpu_emu --quick --nccl

@@ -652,11 +652,29 @@ static void test_norm_shapes(void) {
     }
 }
 
+/* --pending-sums: a norm forward while a backward's column sums are pending
+ * must end the process with a clear fatal error (tests/run_tests.sh checks
+ * the exit status and the message); reaching the end is the failure. */
+static int test_pending_sums_fatal() {
+    const int N = 8, C = 64;
+    const size_t n = (size_t)N * C;
+    floatX *x = dev_bf(randn_bf(n)), *dout = dev_bf(randn_bf(n)), *dinp = dev_bf(randn_bf(n));
+    floatX *w = dev_bf(randn_bf(C)), *b = dev_bf(randn_bf(C)), *out = dev_bf(randn_bf(n));
+    float *dw = dev_f32(randn_f32(C)), *db = dev_f32(randn_f32(C));
+    float *mean = (float*)ops_malloc(N * 4), *rstd = (float*)ops_malloc(N * 4);
+    layernorm_forward(out, mean, rstd, x, w, b, N, C);
+    layernorm_backward(dinp, dw, db, nullptr, dout, x, w, mean, rstd, N, C);
+    layernorm_forward(out, mean, rstd, x, w, b, N, C); /* no norm_backward_finish: fatal */
+    printf("FAIL: a norm forward ran with column sums pending\n");
+    return 1;
+}
+
 int main(int argc, char** argv) {
     /* optional argument: run only the groups whose name contains it (e.g. "attention") */
     const char* only = argc > 1 ? argv[1] : nullptr;
 #define GROUP(name) if (!only || strstr(name, only))
     ops_init(0);
+    if (only && strcmp(only, "--pending-sums") == 0) return test_pending_sums_fatal();
     printf("test_ops_gpu: %s vs %s\n\n", ops_backend_name(), cpu_ops_backend_name());
     printf("%-22s %-40s %11s %9s  %s\n", "op", "case", "rel err", "tol", "result");
     printf("%.*s\n", 96, "-----------------------------------------------------------------------------------------------------");
