@@ -123,18 +123,34 @@ __device__ __forceinline__ void stage_out(uint4* g, uint4* area, int lane, const
     __syncwarp();
 }
 
-/* The row at p (EB-byte elements), the first nv of them, byte by byte (p
- * may have any alignment: a wire's element bytes can start at any byte); the
- * rest of the row reads as 0. The rare path: a small loop over a local
- * buffer, copied into the row's registers with constant indices, so the
- * fast path keeps its registers. */
+/* The row at p (EB-byte elements), the first nv of them (p may have any
+ * alignment: a wire's element bytes can start at any byte); the rest of the
+ * row reads as 0. The path of a warp whose units are not all full or not
+ * aligned. A full row at a 16-byte address comes in vector loads, one at a
+ * 4-byte address in word loads, all in flight at once (compile-time indices:
+ * registers), and only the other cases byte by byte through a local buffer.
+ * (Byte by byte alone, one load waited for at a time, the one tail warp of a
+ * chunk took ~38k cycles: at 64 MB its SM ran 75% longer than the others,
+ * the kernel with it; H200, ncu sm__cycles_active max / avg, 2026-12-03.) */
 template <int EB>
 __device__ __forceinline__ void load_row_slow(const uint8_t* p, int nv, Row<EB>& r) {
     constexpr int W = EB * UNIT / 4;
+    const int nb = EB * nv;
+    if (nb == EB * UNIT && ((uintptr_t)p & 15u) == 0) {
+        const uint4* q = reinterpret_cast<const uint4*>(p);
+#pragma unroll
+        for (int k = 0; k < W / 4; k++) r.q[k] = q[k];
+        return;
+    }
+    if (((uintptr_t)p & 3u) == 0 && (nb & 3) == 0) {
+        const unsigned* q = reinterpret_cast<const unsigned*>(p);
+#pragma unroll
+        for (int i = 0; i < W; i++) row_set_word(r, i, 4 * i < nb ? q[i] : 0u);
+        return;
+    }
     unsigned t[W];
 #pragma unroll
     for (int i = 0; i < W; i++) t[i] = 0u;
-    const int nb = EB * nv;
 #pragma unroll 1
     for (int j = 0; j < nb; j++) t[j >> 2] |= (unsigned)p[j] << (8 * (j & 3));
 #pragma unroll
