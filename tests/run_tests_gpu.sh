@@ -11,7 +11,8 @@
 #                       resume with the graph on, a diverging run stopped at the captured step
 #   test_init_gpu       the device weight init: TP degrees bit-identical, distribution rules
 #   gpu_memory_refusal  a model that cannot fit the GPU: one error before allocating
-#   gpu_sigterm_resume, gpu_watchdog_stopped_rank  tests/test_stop.sh on the GPU build
+#   gpu_sigterm_resume, gpu_sigterm_mpirun, gpu_watchdog_stopped_rank  tests/test_stop.sh
+#                       on the GPU build
 #   gpu_init_device     model.init=device end to end: TP=1 and TP=2 track; "auto" picks the
 #                       device for a GPT-2 350M-shaped model
 #   qwen2_gpu_vs_cpu    model.arch=qwen2 (GQA, RMSNorm, RoPE, SwiGLU): build/train_gpu vs
@@ -298,6 +299,7 @@ STOP_CFG=(configs/default.json --set model.n_layer=2 --set model.d_model=128 --s
 STOP_DIR=$T/stop; mkdir -p $STOP_DIR
 source tests/test_stop.sh
 run gpu_sigterm_resume t_sigterm_resume
+run gpu_sigterm_mpirun t_sigterm_mpirun
 run gpu_watchdog_stopped_rank t_watchdog_stopped_rank
 run qwen2_gpu_vs_cpu t_qwen2_gpu_vs_cpu
 run qwen2_gpu_tp t_qwen2_gpu_tp

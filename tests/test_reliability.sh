@@ -1,6 +1,6 @@
 # tests/test_reliability.sh - the failure classes of a training run, end to end on
 # build/train: checksummed checkpoints, checked writes, rotation, the log
-# on resume, the messages, a stop on SIGTERM / SIGINT / SIGUSR1, the watchdog on a stopped
+# on resume, the messages, a stop on SIGTERM / SIGINT / SIGUSR1 (to a rank and to mpirun), the watchdog on a stopped
 # rank, the memory check and the size checks. Sourced by tests/run_tests.sh
 # after tests/test_train.sh (lib.sh provides `run`, $MPIRUN and $LOGDIR).
 #
@@ -168,5 +168,6 @@ STOP_CFG=("${TINY[@]}")
 STOP_DIR=$R
 source tests/test_stop.sh
 run sigterm_resume t_sigterm_resume
+run sigterm_mpirun t_sigterm_mpirun
 run watchdog_stopped_rank t_watchdog_stopped_rank
 run memory_and_sizes t_memory_and_sizes

@@ -21,39 +21,78 @@ mpirun_pid() { ps --ppid "$1" -o pid= | head -1 | tr -d ' '; }
 # wait until log $1 has at least $2 lines (at most 60 s)
 wait_lines() { local i; for i in $(seq 600); do [ -f "$1" ] && [ "$(wc -l < "$1")" -ge "$2" ] && return 0; sleep 0.1; done; return 1; }
 
-# SIGTERM to one rank and to mpirun, SIGINT and SIGUSR1 to a rank: every rank stops after the same step
-# with a checkpoint; the resumed run equals an uninterrupted one bit for bit
+# SIGTERM, SIGINT and SIGUSR1 to a rank: every rank stops after the same step with a
+# checkpoint; the resumed run equals an uninterrupted one bit for bit
 t_sigterm_resume() {
     local base=("${STOP_CFG[@]}" --set train.steps=300 --set compress.method=taco --set compress.scale=delayed)
     $RUN -np 2 $STOP_TRAIN "${base[@]}" --set log.dir=$STOP_DIR/sig_ref > /dev/null || return 1
-    local case target sig
-    # SIGTERM (Slurm's preemption and time limit) to a rank and to mpirun; SIGINT and SIGUSR1 to a rank
-    for case in rank:TERM mpirun:TERM rank:INT rank:USR1; do
-        target=${case%%:*}; sig=${case#*:}
-        local d=$STOP_DIR/sig_${target}_$sig
+    local sig
+    for sig in TERM INT USR1; do
+        local d=$STOP_DIR/sig_rank_$sig
         $RUN -np 2 $STOP_TRAIN "${base[@]}" --set log.dir=$d > $d.out 2>&1 &
         local job=$!
         wait_lines $d/log.jsonl 20 || { echo "the run did not start"; kill $job; return 1; }
         local pid
-        if [ $target = rank ]; then pid=$(rank_pid $job 1); else pid=$(mpirun_pid $job); fi
-        [ -n "$pid" ] || { echo "no pid for $target"; kill $job; return 1; }
+        pid=$(rank_pid $job 1)
+        [ -n "$pid" ] || { echo "no pid for rank 1"; kill $job; return 1; }
         kill -$sig "$pid"
-        wait $job
-        local rc=$?
-        # a rank signalled directly exits 0; Open MPI's mpirun exits 1 after it forwarded the signal
-        [ $target = mpirun ] || [ $rc -eq 0 ] || { echo "rc $rc after SIG$sig to a rank"; cat $d.out; return 1; }
+        wait $job || { echo "rc $? after SIG$sig to a rank"; cat $d.out; return 1; }
         local step
-        step=$(sed -n "s/^stopped by SIG$sig after step \([0-9]*\) of 300; checkpoint written to .*resume=true\$/\1/p" $d.out)
-        [ -n "$step" ] || { echo "no stop message:"; grep -v "^step" $d.out; return 1; }
-        [ -e $d/ckpt/done_$(printf %08d $step) ] || { echo "no checkpoint of step $step"; return 1; }
+        step=$(stop_step $d.out $sig 300) || return 1
         [ "$step" -lt 300 ] || { echo "the signal came too late to test anything"; return 1; }
         $RUN -np 2 $STOP_TRAIN "${base[@]}" --set log.dir=$d --set checkpoint.resume=true > $d.resume.out 2>&1 || return 1
         grep -q "resumed from $d/ckpt at step $step" $d.resume.out || return 1
         python3 tests/compare_logs.py $d/log.jsonl $STOP_DIR/sig_ref/log.jsonl --exact || return 1
         python3 -c "import sys; n=sum(1 for _ in open(sys.argv[1])); sys.exit(0 if n == 300 else 1)" $d/log.jsonl \
             || { echo "the log does not hold 300 steps once each"; return 1; }
-        echo "SIG$sig to $target: stopped after step $step, resumed bit-identically"
+        echo "SIG$sig to a rank: stopped after step $step, resumed bit-identically"
     done
+}
+
+# the step named by "stopped by SIG$2 after step N of $3; ..." in output $1, once its checkpoint exists
+stop_step() {
+    local step d=${1%.out}
+    step=$(sed -n "s/^stopped by SIG$2 after step \([0-9]*\) of $3; checkpoint written to .*resume=true\$/\1/p" $1)
+    [ -n "$step" ] || { echo "no stop message:" >&2; grep -v "^step" $1 >&2; return 1; }
+    [ -e $d/ckpt/done_$(printf %08d $step) ] || { echo "no checkpoint of step $step" >&2; return 1; }
+    echo $step
+}
+
+# SIGTERM to mpirun. Open MPI 4.1's mpirun does not forward it: it stops reading the ranks'
+# output, sends them SIGCONT, SIGTERM odls_base_sigkill_timeout seconds later (default 1)
+# and SIGKILL as long again after that, so the checkpoint must fit in that window
+# (README.md says how to widen it) and the ranks must not block on the output nobody reads.
+# The stop message may be lost with that output; the checkpoint and the log name the step.
+# The run is long enough that the SIGTERM, 3 s after mpirun's, finds it running.
+t_sigterm_mpirun() {
+    local d=$STOP_DIR/sig_mpirun
+    local cfg=("${STOP_CFG[@]}" --set train.steps=100000 --set log.dir=$d)
+    $RUN --mca odls_base_sigkill_timeout 3 -np 2 $STOP_TRAIN "${cfg[@]}" > $d.out 2>&1 &
+    local job=$!
+    wait_lines $d/log.jsonl 20 || { echo "the run did not start"; kill $job; return 1; }
+    local pid
+    pid=$(mpirun_pid $job)
+    [ -n "$pid" ] || { echo "no pid for mpirun"; kill $job; return 1; }
+    kill -TERM "$pid"
+    wait $job
+    local rc=$? step
+    # mpirun exits 1 after a signal of its own
+    [ $rc -eq 1 ] || { echo "mpirun exited $rc"; grep -v "^step" $d.out; return 1; }
+    step=$(ls $d/ckpt 2> /dev/null | sed -n 's/^done_0*\([0-9][0-9]*\)$/\1/p' | sort -n | tail -1)
+    [ -n "$step" ] || { echo "no checkpoint:"; grep -v "^step" $d.out; return 1; }
+    [ "$(wc -l < $d/log.jsonl)" -eq "$step" ] || { echo "log.jsonl does not end at the checkpoint's step $step"; return 1; }
+    if grep -q "^stopped by" $d.out; then
+        grep -q "^stopped by SIGTERM after step $step of 100000; checkpoint written to" $d.out \
+            || { echo "the stop message names another step than $step:"; grep "^stopped" $d.out; return 1; }
+    fi
+    $RUN -np 2 $STOP_TRAIN "${cfg[@]}" --set checkpoint.resume=true > $d.resume.out 2>&1 &
+    job=$!
+    wait_lines $d/log.jsonl $((step + 5)) || { echo "the resumed run did not go on"; kill $job; return 1; }
+    grep -q "resumed from $d/ckpt at step $step" $d.resume.out || { echo "no resume message"; kill $job; return 1; }
+    pid=$(rank_pid $job 0)
+    kill -TERM "$pid"
+    wait $job || { echo "the resumed run did not stop on SIGTERM"; return 1; }
+    echo "SIGTERM to mpirun: stopped after step $step (message $(grep -c '^stopped by' $d.out) time(s) on stdout), the checkpoint resumes"
 }
 
 # a stopped rank: the ranks still running name the step, the site and the

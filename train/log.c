@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include "common/check.h"
+#include "train/signals.h"
 
 /* mkdir -p */
 static int make_dirs(const char* dir, char* err, size_t errlen) {
@@ -144,6 +145,7 @@ void log_step(Logger* lg, const StepRecord* r, const Comm* c) {
     int done = r->step - lg->first_step;
     char eta[32];
     format_eta(eta, sizeof(eta), done > 0 ? elapsed / done * (r->steps - r->step) : 0);
+    if (!signals_stdout_ready()) return;   /* stopping, and nobody reads stdout */
     printf("step %5d/%d | loss %.4f | lr %.2e | norm %6.3f | %7.1f ms | %8.0f tok/s | tp comm %7.2f MB | ETA %s",
            r->step, r->steps, r->loss, r->lr, r->grad_norm, r->ms, r->tok_per_s, r->comm_bytes / 1e6, eta);
     if (r->val_loss >= 0) printf(" | val %.4f", r->val_loss);
@@ -156,6 +158,7 @@ void log_eval(Logger* lg, int step, int steps, float val_loss) {
     char line[128];
     snprintf(line, sizeof(line), "{\"step\":%d,\"val_loss\":%.9g}\n", step, val_loss);
     log_write(lg, line);
+    if (!signals_stdout_ready()) return;
     printf("step %5d/%d | val %.4f\n", step, steps, val_loss);
     fflush(stdout);
 }

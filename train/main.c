@@ -102,7 +102,7 @@ static void generate(GPT* m, Comm* c, const Config* cfg, const Tokenizer* tok, c
         ctx[P + i] = sample_token(logits, V, ((unsigned long long)cfg->train.seed << 32) ^ ((unsigned long long)step << 12) ^ (unsigned)i);
     }
     c->train_mode = 1;
-    if (c->world_rank == 0) {
+    if (c->world_rank == 0 && signals_stdout_ready()) {
         printf("---- sample at step %d: [", step);
         tokenizer_print(tok, ctx, P, stdout);
         printf("]");
@@ -392,7 +392,7 @@ int main(int argc, char** argv) {
                     return 1;
                 }
             }
-            if (world_rank == 0) {
+            if (world_rank == 0 && signals_stdout_ready()) {
                 printf("stopped by %s after step %d of %d; checkpoint written to %s. To continue, run the same "
                        "command with --set checkpoint.resume=true\n", signals_name(all[0]), done, cfg.train.steps, ckpt_dir);
                 fflush(stdout);

@@ -5,8 +5,11 @@
 
 #include "train/signals.h"
 
+#include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/check.h"
 
@@ -30,6 +33,17 @@ void signals_install(void) {
 }
 
 int signals_pending(void) { return (int)pending; }
+
+int signals_stdout_ready(void) {
+    struct pollfd p = {.fd = STDOUT_FILENO, .events = POLLOUT};
+    for (;;) {
+        /* 100 ms slices: a signal that lands between the check and poll() is seen within one */
+        int n = poll(&p, 1, 100);
+        if (n > 0) return 1;   /* room, or an error that the write itself will report */
+        if (n < 0 && errno != EINTR) return 1;
+        if (pending) return 0;
+    }
+}
 
 const char* signals_name(int sig) {
     return sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : sig == SIGUSR1 ? "SIGUSR1" : "a signal";
