@@ -149,7 +149,10 @@ enum FastSum { FAST_NO = 0, FAST_DONE = 1, FAST_REDO = 2 };
  * (fp8_tensor, TACO with it off) the sum of the dequantised copies is all,
  * and a NaN code reaches the output as the general path's NaN does.
  * Without the transform, a tail warp's units take this path too (the
- * arithmetic per element is the general path's, short unit or not).
+ * arithmetic per element is the general path's, short unit or not); with
+ * it, a tail warp without a short unit does (the last warp of a chunk whose
+ * length is a multiple of UNIT: at 64 MB that one warp, on the general path,
+ * kept its SM busy after the others were done).
  * (Sending TACO's tail warps back whole as well, so that its kernels hold no
  * inlined general sum, made its decode slower: 0.63 -> 0.58 of the copy at
  * 64 MB, 0.78 -> 0.76 at 256 MB; H200, 2026-12-03.) FAST_NO when the warp's
@@ -198,8 +201,11 @@ __device__ __forceinline__ bool fast_copy(const Codec& ci, Rows& rows, unsigned 
 template <int FMT, class Rows>
 __device__ __forceinline__ int fast_sum(const Codec& ci, Rows& rows, unsigned t, const WarpUnits& w, int nin,
                                         float (&acc)[UNIT], unsigned* stay) {
-    /* a tail warp with the transform (its groups may be short): the general path */
-    if (!fast_codec(ci) || (ci.hadamard && !w.full)) return FAST_NO;
+    if (!fast_codec(ci)) return FAST_NO;
+    /* With the transform, a tail warp comes here only when each of its units
+     * is full or wholly past the end (a short group needs the general path's
+     * padding); a unit past the end reads as zeros and stores nothing. */
+    if (ci.hadamard && !w.full && __ballot_sync(FULL, w.nv != UNIT && w.nv != 0) != 0u) return FAST_NO;
     float C = ci.norm;
     bool ok;
     if (!ci.hadamard) { /* no transform (and no kept sum): the dequantised copies added in order, full units or not */

@@ -156,13 +156,30 @@ __device__ __forceinline__ void load_row_slow(const uint8_t* p, int nv, Row<EB>&
 #pragma unroll
     for (int i = 0; i < W; i++) row_set_word(r, i, t[i]);
 }
+/* The first nv elements of r to p, any alignment: the mirror of load_row_slow
+ * (vector stores for a full aligned row, word stores at a 4-byte address,
+ * bytes only otherwise), so a tail warp's full units store as fast as a fast
+ * warp's and only a partial or odd-aligned row goes byte by byte. */
 template <int EB>
 __device__ __forceinline__ void store_row_slow(uint8_t* p, int nv, const Row<EB>& r) {
     constexpr int W = EB * UNIT / 4;
+    const int nb = EB * nv;
+    if (nb == EB * UNIT && ((uintptr_t)p & 15u) == 0) {
+        uint4* q = reinterpret_cast<uint4*>(p);
+#pragma unroll
+        for (int k = 0; k < W / 4; k++) q[k] = r.q[k];
+        return;
+    }
+    if (((uintptr_t)p & 3u) == 0 && (nb & 3) == 0) {
+        unsigned* q = reinterpret_cast<unsigned*>(p);
+#pragma unroll
+        for (int i = 0; i < W; i++)
+            if (4 * i < nb) q[i] = row_word(r, i);
+        return;
+    }
     unsigned t[W];
 #pragma unroll
     for (int i = 0; i < W; i++) t[i] = row_word(r, i);
-    const int nb = EB * nv;
 #pragma unroll 1
     for (int j = 0; j < nb; j++) p[j] = (uint8_t)(t[j >> 2] >> (8 * (j & 3)));
 }

@@ -12,7 +12,7 @@
  *               RNE and SR, G = 16..256, on Gaussian, outlier, near-zero,
  *               tiny (1e-30), subnormal, huge (overflowing the transform),
  *               all-zero, negative-zero, constant, NaN/inf and wide-range data, sizes
- *               0, 1, 7, 1000, 12345, 2^20 + 3, bf16 and fp32 inputs, output
+ *               0, 1, 7, 1000, 2560, 12345, 2^20 + 3, bf16 and fp32 inputs, output
  *               and input buffers at every alignment
  *   decompress  decompress_dev (fp32 and bf16 out) == decompress() (NaN
  *               compares equal to NaN; bf16 = round-to-nearest-even of it)
@@ -398,8 +398,9 @@ static void check_case(const Cfg& c, int G, int dist, size_t n, int bf16, int al
 }
 
 static void test_compress_sweep(void) {
-    const size_t small[] = {0, 1, 7, 1000, 12345};
-    const size_t quick[] = {1, 7, 1000, 4099};
+    /* 2560 = 40 full units: a last warp of full units and units past the end */
+    const size_t small[] = {0, 1, 7, 1000, 2560, 12345};
+    const size_t quick[] = {1, 7, 1000, 2560, 4099};
     const int Gs[] = {16, 32, 64, 128, 256}, Gq[] = {16, 64, 128, 256}; /* 128: two lanes per group */
     const int dq[] = {D_GAUSS, D_OUTLIERS, D_NONFINITE, D_TINY, D_HUGE, D_NEG_ZERO, D_WIDE};
     long cases = 0;
@@ -411,7 +412,7 @@ static void test_compress_sweep(void) {
             const int nd = g_quick ? (int)(sizeof(dq) / sizeof(dq[0])) : NUM_DISTS;
             for (int di = 0; di < nd; di++) {
                 int dist = g_quick ? dq[di] : di;
-                const int ns = g_quick ? 4 : 5;
+                const int ns = g_quick ? 5 : 6;
                 for (int si = 0; si < ns; si++) {
                     size_t n = g_quick ? quick[si] : small[si];
                     int align = (int)(cases % 16);
@@ -523,7 +524,8 @@ static void check_reduce(const Cfg& c, int G, int dist, size_t n, int P, uint64_
 static void test_reduce(void) {
     const char* names[] = {"none", "cast", "fp8_tensor", "fp8_group", "int8_group", "taco", "taco_e5m2", "taco_sr",
                            "taco-had", "taco-dual", "taco-ada-dual", "taco_delayed_low"};
-    const size_t sizes[] = {1, 1000, 12345, (1u << 18) + 5};
+    /* 2560: a last warp of full units and units past the end (cuda_fast.cuh's fast_sum) */
+    const size_t sizes[] = {1, 1000, 2560, 12345, (1u << 18) + 5};
     const int Ps[] = {1, 2, 3, 4, 8};
     long k = 0;
     for (const char* nm : names) {
@@ -531,15 +533,15 @@ static void test_reduce(void) {
         const Cfg* c = find_cfg(nm);
         const int Gs[] = {16, 64, 256};
         for (int gi = 0; gi < (c->groups ? 3 : 1); gi++)
-            for (int si = 0; si < (g_quick ? 3 : 4); si++)
+            for (int si = 0; si < (g_quick ? 4 : 5); si++)
                 for (int pi = 0; pi < (g_quick ? 4 : 5); pi++) {
                     /* negative zeros: 0.0f + (-0.0f) is +0, so they show whether the sum starts at 0.0f */
                     /* huge: the rotated-domain sum overflows (stays rotated no longer); wide: the
                      * prescale's fold bounds */
                     const int dists[6] = {D_GAUSS, D_OUTLIERS, D_NONFINITE, D_NEG_ZERO, D_HUGE, D_WIDE};
                     int dist = dists[k % 6];
-                    if (si == 3 && pi != 2) continue; /* the big size once */
-                    check_reduce(*c, Gs[gi], dist, g_quick && si == 2 ? 4099 : sizes[si], Ps[pi], (uint64_t)k);
+                    if (si == 4 && pi != 2) continue; /* the big size once */
+                    check_reduce(*c, Gs[gi], dist, g_quick && si == 3 ? 4099 : sizes[si], Ps[pi], (uint64_t)k);
                     k++;
                 }
     }
