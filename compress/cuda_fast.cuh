@@ -164,7 +164,13 @@ enum FastSum { FAST_NO = 0, FAST_DONE = 1, FAST_REDO = 2 };
  * and both go to the general path; kept sums have no butterflies, so their
  * codes are scanned. */
 /* fast_sum's copy i: taken, its numbers tested, dequantised (or, FOLD, not:
- * the constant C after the transform takes its scale) and added to acc */
+ * the constant C after the transform takes its scale) and added to acc.
+ * A copy after the first is added by one fused multiply-add: the product of
+ * an fp8 value (its lowest bit at least 2^-16) and a power of two in
+ * [2^-126, 2^(127 - LIM)] is an exact float (at least 2^-142, no overflow),
+ * so the fma's one rounding of f m + acc is the general path's rounding of
+ * acc + (f m): the same bits, one instruction per element fewer. A scale
+ * beyond that bound goes back to the general path. */
 template <int FMT, bool FIRST, bool FOLD, class Rows>
 __device__ __forceinline__ bool fast_copy(const Codec& ci, Rows& rows, unsigned t, int i, const WarpUnits& w,
                                           float (&acc)[UNIT], float* C) {
@@ -178,7 +184,7 @@ __device__ __forceinline__ bool fast_copy(const Codec& ci, Rows& rows, unsigned 
         ok = fold_const(ci, b, is, C);
     } else {
         const int e = b - is.k;
-        ok = !is.foreign && e >= -126 && e <= 127;
+        ok = !is.foreign && e >= -126 && e <= (FIRST ? 127 : 127 - Fp8T<FMT>::LIM);
         m = pow2f_dev(e);
     }
     if (ci.keep) {
@@ -192,8 +198,8 @@ __device__ __forceinline__ bool fast_copy(const Codec& ci, Rows& rows, unsigned 
         fp8_sb_values<FMT>(r, sb, f);
 #pragma unroll
         for (int j = 0; j < 16; j++) {
-            const float d = FOLD ? f[j] : __fmul_rn(f[j], m);
-            acc[16 * sb + j] = FIRST ? d : __fadd_rn(acc[16 * sb + j], d);
+            if (FIRST) acc[16 * sb + j] = FOLD ? f[j] : __fmul_rn(f[j], m);
+            else acc[16 * sb + j] = __fmaf_rn(f[j], m, acc[16 * sb + j]); /* FOLD is FIRST's alone */
         }
     }
     return ok;

@@ -432,11 +432,17 @@ static void test_compress_sweep(void) {
 }
 
 /* P copies summed: F32, BF16, and the fused recompress */
-static void check_reduce(const Cfg& c, int G, int dist, size_t n, int P, uint64_t seed) {
+/* K > 0: every copy's second scales (chunk header and tile words) replaced
+ * by 2^-K after encoding, so that the copies decode to values near and past
+ * FLT_MAX: a copy's scaled code overflows, or nearly, and the sums of copies
+ * of both signs show whether a copy is added with the general path's two
+ * roundings (cuda_fast.cuh's fast_copy) */
+static void check_reduce(const Cfg& c, int G, int dist, size_t n, int P, uint64_t seed, int K = 0) {
     CompressParams p = c.p;
     p.group_size = G;
     char what[200];
-    snprintf(what, sizeof(what), "%s G=%d %s n=%zu P=%d", c.name, G, DIST_NAMES[dist], n, P);
+    snprintf(what, sizeof(what), "%s G=%d %s n=%zu P=%d%s", c.name, G, DIST_NAMES[dist], n, P, K ? " rescaled" : "");
+    const CompressWireLayout lw = compress_wire_layout(&p);
     const size_t bound = compress_bound(&p, n);
     std::vector<std::vector<uint8_t>> wires(P, std::vector<uint8_t>(bound + 1));
     std::vector<float> x(n ? n : 1), sum(n ? n : 1, 0.0f);
@@ -447,6 +453,11 @@ static void check_reduce(const Cfg& c, int G, int dist, size_t n, int P, uint64_
     for (int i = 0; i < P; i++) {
         fill(x.data(), n, dist, seed * 16 + (uint64_t)i);
         compress(&p, x.data(), n, 100 + (uint64_t)i, wires[i].data(), NULL);
+        if (K > 0) {
+            const uint32_t sbits = (uint32_t)(127 - K) << 23; /* 2^-K */
+            const size_t words = (lw.hdr ? 1 : 0) + (lw.tbytes ? compress_wire_tiles(&lw, 0, n) : 0);
+            for (size_t wi = 0; wi < words; wi++) memcpy(wires[i].data() + 4 * wi, &sbits, 4);
+        }
         hptr[i] = wires[i].data();
         off += (size_t)(3 * i + 1); /* every copy at another alignment */
         dptr[i] = base + off;
@@ -544,6 +555,19 @@ static void test_reduce(void) {
                     check_reduce(*c, Gs[gi], dist, g_quick && si == 3 ? 4099 : sizes[si], Ps[pi], (uint64_t)k);
                     k++;
                 }
+    }
+    /* copies decoding to values near FLT_MAX (check_reduce's K): past 2^(127 - 9)
+     * (E4M3) or 2^(127 - 16) (E5M2) a copy's scaled code may overflow */
+    const char* fp8_names[] = {"fp8_tensor", "fp8_group", "taco", "taco_e5m2", "taco-had"};
+    for (const char* nm : fp8_names) {
+        if (!selected(nm)) continue;
+        const Cfg* c = find_cfg(nm);
+        const int K = c->p.format == FP8_E5M2 ? 114 : 121;
+        for (int G : {64, 128}) {
+            if (G == 128 && !c->groups) continue;
+            for (int P = 2; P <= 3; P++)
+                for (size_t n : {(size_t)2560, (size_t)12345}) check_reduce(*c, G, D_GAUSS, n, P, (uint64_t)(k++), K);
+        }
     }
 }
 
