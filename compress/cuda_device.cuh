@@ -56,12 +56,14 @@ template <> struct Fp8T<FP8_E4M3> {
     static constexpr int BA = 120;   /* 127 - BIAS */
     static constexpr unsigned MAXC = 0x7Eu;
     static constexpr int LIM = 9; /* every finite value is below 2^LIM in magnitude (448) */
+    static constexpr int LOW = 9; /* the smallest subnormal: 2^-LOW */
 };
 template <> struct Fp8T<FP8_E5M2> {
     static constexpr int MB = 2, BIAS = 15, SHIFT = 21, BA = 112;
     static constexpr float MIN_NORMAL = 0x1p-14f;
     static constexpr unsigned MAXC = 0x7Bu;
     static constexpr int LIM = 16; /* 57344 < 2^16 */
+    static constexpr int LOW = 16;
 };
 
 /* ========================================================================== */

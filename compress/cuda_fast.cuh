@@ -25,6 +25,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "compress/compress_cuda.h"
 #include "compress/cuda_codec.cuh"
 #include "compress/cuda_decode.cuh"
 #include "compress/cuda_device.cuh"
@@ -141,8 +142,10 @@ enum FastSum { FAST_NO = 0, FAST_DONE = 1, FAST_REDO = 2 };
 
 /* fp8_sum_unit in the common case: the unit's one group full and rotated in
  * every copy, each copy's dequantisation one multiply by a normal power of
- * two (dequant16's first branch), or, for a single copy that is not kept
- * rotated, folded into the constant after the transform (fold_const). Then
+ * two (dequant16's first branch); where the sum is transformed (not kept
+ * rotated), the first copy's scale folds into the constant after the
+ * transform (fold_const) and the others are added relative to it
+ * (fold_many_ok says when that gives the same bits). Then
  * the sum is fp8_sum_unit's: the copies dequantised and added in order (its
  * start from -0.0f is the identity), one inverse transform, one multiply by
  * norm (or C); with ci.keep the sum stays as R; without the Hadamard
@@ -163,8 +166,9 @@ enum FastSum { FAST_NO = 0, FAST_DONE = 1, FAST_REDO = 2 };
  * output of the butterflies NaN, as does an inf - inf of overflowing sums,
  * and both go to the general path; kept sums have no butterflies, so their
  * codes are scanned. */
-/* fast_sum's copy i: taken, its numbers tested, dequantised (or, FOLD, not:
- * the constant C after the transform takes its scale) and added to acc.
+/* fast_sum's copy i: taken, its numbers tested, dequantised relative to
+ * 2^e0 (or, FOLD, not: the constant C after the transform takes the first
+ * copy's scale) and added to acc; *eo is the copy's exponent e = b - k.
  * A copy after the first is added by one fused multiply-add: the product of
  * an fp8 value (its lowest bit at least 2^-16) and a power of two in
  * [2^-126, 2^(127 - LIM)] is an exact float (at least 2^-142, no overflow),
@@ -173,19 +177,21 @@ enum FastSum { FAST_NO = 0, FAST_DONE = 1, FAST_REDO = 2 };
  * beyond that bound goes back to the general path. */
 template <int FMT, bool FIRST, bool FOLD, class Rows>
 __device__ __forceinline__ bool fast_copy(const Codec& ci, Rows& rows, unsigned t, int i, const WarpUnits& w,
-                                          float (&acc)[UNIT], float* C) {
+                                          float (&acc)[UNIT], float* C, int e0, int* eo) {
     Row<1> r;
     rows.take(t, i, w, r);
     const InScale is = in_scale(rows.sc);
     const int b = (int)(rows.eb & 0xFFu) - 127; /* G = UNIT: one group byte */
+    const int e = b - is.k;
+    *eo = e;
     bool ok;
     float m = 1.0f;
     if (FOLD) {
         ok = fold_const(ci, b, is, C);
     } else {
-        const int e = b - is.k;
-        ok = !is.foreign && e >= -126 && e <= (FIRST ? 127 : 127 - Fp8T<FMT>::LIM);
-        m = pow2f_dev(e);
+        const int rel = e - e0;
+        ok = !is.foreign && e >= -126 && e <= 127 && rel >= -126 && rel <= (FIRST ? 127 : 127 - Fp8T<FMT>::LIM);
+        m = pow2f_dev(rel);
     }
     if (ci.keep) {
         unsigned nan[SB];
@@ -204,9 +210,26 @@ __device__ __forceinline__ bool fast_copy(const Codec& ci, Rows& rows, unsigned 
     }
     return ok;
 }
+
+/* Several rotated copies summed relative to the first one's scale 2^e0
+ * (fast_sum): the general path's sum U (every copy dequantised, added,
+ * transformed, times norm) and this one, S = U 2^-e0 times C = norm 2^e0, give
+ * the same bits when no intermediate of either loses bits to the subnormal
+ * range or overflows (fold_const's and fp8_prepare's argument on a grid).
+ * Every intermediate of U is a multiple of 2^q, q = min e_i - LOW (an fp8
+ * value's lowest bit), and of S of 2^(q - e0); fast_copy's bounds (e_i and
+ * e_i - e0 >= -126) keep both grids at 2^-142 or above, so a value below
+ * the normal range is exact in both. What is left is overflow: no value
+ * exceeds P 2^(max e_i + LIM) G in U, nor that times 2^-e0 in S (P <= 16). */
+template <int FMT>
+__device__ __forceinline__ bool fold_many_ok(const Codec& ci, int e0, int emax) {
+    const int hi = emax - (e0 < 0 ? e0 : 0);
+    return hi + Fp8T<FMT>::LIM + ci.lg + 4 <= 126;
+}
 template <int FMT, class Rows>
 __device__ __forceinline__ int fast_sum(const Codec& ci, Rows& rows, unsigned t, const WarpUnits& w, int nin,
                                         float (&acc)[UNIT], unsigned* stay) {
+    static_assert(COMPRESS_DEV_MAX_IN <= 16, "fold_many_ok bounds P by 16");
     if (!fast_codec(ci)) return FAST_NO;
     /* With the transform, a tail warp comes here only when each of its units
      * is full or wholly past the end (a short group needs the general path's
@@ -214,18 +237,23 @@ __device__ __forceinline__ int fast_sum(const Codec& ci, Rows& rows, unsigned t,
     if (ci.hadamard && !w.full && __ballot_sync(FULL, w.nv != UNIT && w.nv != 0) != 0u) return FAST_NO;
     float C = ci.norm;
     bool ok;
-    if (!ci.hadamard) { /* no transform (and no kept sum): the dequantised copies added in order, full units or not */
-        ok = fast_copy<FMT, true, false>(ci, rows, t, 0, w, acc, &C);
-        for (int i = 1; i < nin; i++) ok = fast_copy<FMT, false, false>(ci, rows, t, i, w, acc, &C) && ok;
+    int e0, e;
+    if (!ci.hadamard || ci.keep) {
+        /* no transform, or the sum kept rotated: the dequantised copies added in
+         * order (without the transform full units or not) */
+        ok = fast_copy<FMT, true, false>(ci, rows, t, 0, w, acc, &C, 0, &e0);
+        for (int i = 1; i < nin; i++) ok = fast_copy<FMT, false, false>(ci, rows, t, i, w, acc, &C, 0, &e) && ok;
+        if (ci.hadamard && ci.keep) *stay = 0xFu;
         return ok ? FAST_DONE : FAST_REDO;
     }
-    if (nin == 1 && !ci.keep) ok = fast_copy<FMT, true, true>(ci, rows, t, 0, w, acc, &C);
-    else ok = fast_copy<FMT, true, false>(ci, rows, t, 0, w, acc, &C);
-    for (int i = 1; i < nin; i++) ok = fast_copy<FMT, false, false>(ci, rows, t, i, w, acc, &C) && ok;
-    if (ci.keep) {
-        *stay = 0xFu;
-        return ok ? FAST_DONE : FAST_REDO;
+    /* the first copy's scale joins C; the others are added relative to it */
+    ok = fast_copy<FMT, true, true>(ci, rows, t, 0, w, acc, &C, 0, &e0);
+    int emax = e0;
+    for (int i = 1; i < nin; i++) {
+        ok = fast_copy<FMT, false, false>(ci, rows, t, i, w, acc, &C, e0, &e) && ok;
+        emax = max(emax, e);
     }
+    if (nin > 1) ok = ok && fold_many_ok<FMT>(ci, e0, emax);
     bfly_local_all(acc, UNIT);
 #pragma unroll
     for (int j = 0; j < UNIT; j++) acc[j] = __fmul_rn(acc[j], C);

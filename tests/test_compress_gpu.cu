@@ -432,16 +432,21 @@ static void test_compress_sweep(void) {
 }
 
 /* P copies summed: F32, BF16, and the fused recompress */
-/* K > 0: every copy's second scales (chunk header and tile words) replaced
- * by 2^-K after encoding, so that the copies decode to values near and past
- * FLT_MAX: a copy's scaled code overflows, or nearly, and the sums of copies
- * of both signs show whether a copy is added with the general path's two
- * roundings (cuda_fast.cuh's fast_copy) */
-static void check_reduce(const Cfg& c, int G, int dist, size_t n, int P, uint64_t seed, int K = 0) {
+/* K != 0: every copy's second scales (chunk header and tile words) replaced
+ * by 2^-K after encoding (by 2^-K1 after the first copy, if K1 != 0). K
+ * near 127 makes the copies decode to values near and past FLT_MAX: a
+ * copy's scaled code overflows, or nearly, and the sums of copies of both
+ * signs show whether a copy is added with the general path's two roundings
+ * (cuda_fast.cuh's fast_copy); K = -25, K1 = 92 puts the later copies
+ * 2^117 above the first, where a sum relative to the first copy's scale
+ * overflows though the sum itself does not, and K = 50, K1 = 115 makes the sum itself overflow where the
+ * relative one does not (fold_many_ok); K = -118 puts the values near the
+ * subnormal range. */
+static void check_reduce(const Cfg& c, int G, int dist, size_t n, int P, uint64_t seed, int K = 0, int K1 = 0) {
     CompressParams p = c.p;
     p.group_size = G;
     char what[200];
-    snprintf(what, sizeof(what), "%s G=%d %s n=%zu P=%d%s", c.name, G, DIST_NAMES[dist], n, P, K ? " rescaled" : "");
+    snprintf(what, sizeof(what), "%s G=%d %s n=%zu P=%d K=%d/%d", c.name, G, DIST_NAMES[dist], n, P, K, K1);
     const CompressWireLayout lw = compress_wire_layout(&p);
     const size_t bound = compress_bound(&p, n);
     std::vector<std::vector<uint8_t>> wires(P, std::vector<uint8_t>(bound + 1));
@@ -453,8 +458,9 @@ static void check_reduce(const Cfg& c, int G, int dist, size_t n, int P, uint64_
     for (int i = 0; i < P; i++) {
         fill(x.data(), n, dist, seed * 16 + (uint64_t)i);
         compress(&p, x.data(), n, 100 + (uint64_t)i, wires[i].data(), NULL);
-        if (K > 0) {
-            const uint32_t sbits = (uint32_t)(127 - K) << 23; /* 2^-K */
+        if (K != 0) {
+            const int Ki = i > 0 && K1 != 0 ? K1 : K;
+            const uint32_t sbits = (uint32_t)(127 - Ki) << 23; /* 2^-Ki */
             const size_t words = (lw.hdr ? 1 : 0) + (lw.tbytes ? compress_wire_tiles(&lw, 0, n) : 0);
             for (size_t wi = 0; wi < words; wi++) memcpy(wires[i].data() + 4 * wi, &sbits, 4);
         }
@@ -562,11 +568,18 @@ static void test_reduce(void) {
     for (const char* nm : fp8_names) {
         if (!selected(nm)) continue;
         const Cfg* c = find_cfg(nm);
-        const int K = c->p.format == FP8_E5M2 ? 114 : 121;
+        const int e5 = c->p.format == FP8_E5M2;
+        const int K = e5 ? 114 : 121;
         for (int G : {64, 128}) {
             if (G == 128 && !c->groups) continue;
             for (int P = 2; P <= 3; P++)
-                for (size_t n : {(size_t)2560, (size_t)12345}) check_reduce(*c, G, D_GAUSS, n, P, (uint64_t)(k++), K);
+                for (size_t n : {(size_t)2560, (size_t)12345}) {
+                    check_reduce(*c, G, D_GAUSS, n, P, (uint64_t)(k++), K);
+                    /* the sum relative to the first copy's scale overflows, or the sum itself does */
+                    check_reduce(*c, G, D_GAUSS, n, P, (uint64_t)(k++), e5 ? -20 : -25, e5 ? 90 : 92);
+                    check_reduce(*c, G, D_GAUSS, n, P, (uint64_t)(k++), 50, e5 ? 108 : 115);
+                    check_reduce(*c, G, D_OUTLIERS, n, P, (uint64_t)(k++), -118);
+                }
         }
     }
 }
