@@ -270,12 +270,19 @@ __device__ __forceinline__ Scan scan_bf16(const Row<2>& r) {
     s.special = special;
     return s;
 }
-/* the integer max of |bits| over sub-block sb: the amax as float bits, NaN > inf > finite */
+/* max |v| over sub-block sb as float bits: the finite amax when every value
+ * is finite, else at least the inf bits (NaN wins); a tree of 15 NaN-keeping
+ * maxima (one instruction per element, where an integer max of the masked
+ * bits took two) */
 __device__ __forceinline__ unsigned absmax_bits(const float (&v)[UNIT], int sb) {
-    unsigned m = 0u;
+    float m[8];
 #pragma unroll
-    for (int j = 16 * sb; j < 16 * sb + 16; j++) m = max(m, __float_as_uint(v[j]) & 0x7FFFFFFFu);
-    return m;
+    for (int i = 0; i < 8; i++) m[i] = max_abs_nan(fabsf(v[16 * sb + 2 * i]), v[16 * sb + 2 * i + 1]);
+#pragma unroll
+    for (int w = 4; w >= 1; w >>= 1)
+#pragma unroll
+        for (int i = 0; i < w; i++) m[i] = max_abs_nan(m[i], m[i + w]);
+    return __float_as_uint(m[0]);
 }
 __device__ __forceinline__ Scan scan_f32(const float (&v)[UNIT]) {
     Scan s;

@@ -101,6 +101,21 @@ __device__ __forceinline__ int pow2_fit_dev(float amax, float limit) {
     return min(max(k, TACO_EXP_MIN), TACO_EXP_MAX);
 }
 
+/* max(a, |b|) that propagates NaN (PTX max.NaN, one FMNMX with b's abs
+ * folded in): over finite values it is the integer max of the magnitude
+ * bits, and a NaN anywhere makes the result NaN (0x7FFFFFFF), so one compare
+ * with the inf bits tells a scan that some element is not finite. */
+__device__ __forceinline__ float max_abs_nan(float a, float b) {
+#ifndef CUDA_EMU
+    float r;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(fabsf(b)));
+    return r;
+#else
+    b = fabsf(b);
+    return (a != a || b != b) ? __uint_as_float(0x7FFFFFFFu) : (a > b ? a : b);
+#endif
+}
+
 __device__ __forceinline__ unsigned load_u32_any(const uint8_t* p) {
     if (((uintptr_t)p & 3u) == 0) return *reinterpret_cast<const unsigned*>(p);
     return (unsigned)p[0] | ((unsigned)p[1] << 8) | ((unsigned)p[2] << 16) | ((unsigned)p[3] << 24);
