@@ -138,7 +138,7 @@ __device__ __forceinline__ void fast_finish(const Codec& c, float (&v)[UNIT], co
 }
 
 /* fast_sum's outcomes */
-enum FastSum { FAST_NO = 0, FAST_DONE = 1, FAST_REDO = 2 };
+enum FastSum { FAST_NO = 0, FAST_DONE = 1, FAST_REDO = 2, FAST_UNCHECKED = 3 };
 
 /* fp8_sum_unit in the common case: the unit's one group full and rotated in
  * every copy, each copy's dequantisation one multiply by a normal power of
@@ -164,8 +164,14 @@ enum FastSum { FAST_NO = 0, FAST_DONE = 1, FAST_REDO = 2 };
  * the common case (the rows are taken: the caller redoes the sum from
  * memory). A NaN code is found without scanning the codes: it makes every
  * output of the butterflies NaN, as does an inf - inf of overflowing sums,
- * and both go to the general path; kept sums have no butterflies, so their
- * codes are scanned. */
+ * and both go to the general path. A kept sum has no butterflies: a NaN code
+ * makes its own element of the sum NaN, and an overflow an inf, so
+ * FAST_UNCHECKED (done, kept as R, its codes not scanned) leaves the test to
+ * the caller's scan of the sum, which the encode needs anyway: a lane whose
+ * sum is not all finite redoes it on the general path (keep_check), which
+ * tells a NaN code (a copy's group sent unrotated) from an overflow.
+ * (Scanning each copy's codes for NaN cost ~0.8 instructions per element
+ * and copy.) */
 /* fast_sum's copy i: taken, its numbers tested, dequantised relative to
  * 2^e0 (or, FOLD, not: the constant C after the transform takes the first
  * copy's scale) and added to acc; *eo is the copy's exponent e = b - k.
@@ -192,11 +198,6 @@ __device__ __forceinline__ bool fast_copy(const Codec& ci, Rows& rows, unsigned 
         const int rel = e - e0;
         ok = !is.foreign && e >= -126 && e <= 127 && rel >= -126 && rel <= (FIRST ? 127 : 127 - Fp8T<FMT>::LIM);
         m = pow2f_dev(rel);
-    }
-    if (ci.keep) {
-        unsigned nan[SB];
-        fp8_row_nan<FMT>(r, nan);
-        ok = ok && !(nan[0] | nan[1] | nan[2] | nan[3]);
     }
 #pragma unroll
     for (int sb = 0; sb < SB; sb++) {
@@ -243,8 +244,9 @@ __device__ __forceinline__ int fast_sum(const Codec& ci, Rows& rows, unsigned t,
          * order (without the transform full units or not) */
         ok = fast_copy<FMT, true, false>(ci, rows, t, 0, w, acc, &C, 0, &e0);
         for (int i = 1; i < nin; i++) ok = fast_copy<FMT, false, false>(ci, rows, t, i, w, acc, &C, 0, &e) && ok;
-        if (ci.hadamard && ci.keep) *stay = 0xFu;
-        return ok ? FAST_DONE : FAST_REDO;
+        if (!ci.hadamard) return ok ? FAST_DONE : FAST_REDO;
+        *stay = 0xFu;
+        return ok ? FAST_UNCHECKED : FAST_REDO;
     }
     /* the first copy's scale joins C; the others are added relative to it */
     ok = fast_copy<FMT, true, true>(ci, rows, t, 0, w, acc, &C, 0, &e0);

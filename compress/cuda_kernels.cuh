@@ -390,16 +390,26 @@ __device__ __forceinline__ void fp8_sum_redo(const Codec& ci, const DLaunch& L, 
     for (int j = 0; j < UNIT; j++) acc[j] = t[j];
 }
 
-/* A group left as R whose sum overflowed (an element is inf or NaN) is
- * decoded as its inverse transform would be: every output of the
- * butterflies depends on every input, so all of them are inf or NaN; here
- * all NaN, which the encoder treats alike (taco_decode_sum_rotated). Every
- * lane of the warp calls. */
-__device__ __forceinline__ void stay_overflow(const Codec& ci, unsigned stay, float (&acc)[UNIT], Scan& sc) {
-    if (__ballot_sync(FULL, sc.special) == 0u) return;
+/* The scan sc of a sum kept as R (ci.keep), made right. A lane whose sum
+ * came from fast_sum with its codes unscanned (unchecked) and holds an inf
+ * or NaN redoes it on the general path, which tells a NaN code (a copy's
+ * group sent unrotated) from an overflow. Then a group left as R whose sum
+ * overflowed (an element is inf or NaN) is decoded as its inverse transform
+ * would be: every output of the butterflies depends on every input, so all
+ * of them are inf or NaN; here all NaN, which the encoder treats alike
+ * (taco_decode_sum_rotated). Every lane of the warp calls. */
+template <int FMT>
+__device__ __forceinline__ void keep_check(const Codec& ci, const DLaunch& L, const DJob& J, const WarpUnits& w,
+                                           int lane, bool unchecked, unsigned* stay, float (&acc)[UNIT], Scan& sc) {
+    if (__ballot_sync(FULL, sc.special) == 0u) return; /* the common case: the warp's sums are finite */
+    const bool redo = unchecked && sc.special;
+    if (ci.tpg > 1 ? __ballot_sync(FULL, redo) != 0u : redo) { /* groups across lanes: the whole warp redoes */
+        fp8_sum_redo<FMT>(ci, L, J, w, lane, acc, stay);
+        sc = scan_f32(acc);
+    }
     unsigned nf[SB];
 #pragma unroll
-    for (int sb = 0; sb < SB; sb++) nf[sb] = ((stay >> sb) & 1u) && sc.amax[sb] >= 0x7F800000u ? 1u : 0u;
+    for (int sb = 0; sb < SB; sb++) nf[sb] = ((*stay >> sb) & 1u) && sc.amax[sb] >= 0x7F800000u ? 1u : 0u;
     group_max(nf, ci);
     bool any = false;
 #pragma unroll
@@ -417,9 +427,11 @@ __device__ __forceinline__ void stay_overflow(const Codec& ci, unsigned stay, fl
 enum InKind { IN_E4M3 = 0, IN_E5M2 = 1, IN_INT8 = 2, IN_BF16 = 3, IN_F32 = 4 };
 __host__ __device__ constexpr int in_bytes(int in) { return in == IN_F32 ? 4 : in == IN_BF16 ? 2 : 1; }
 
-/* acc = the job's sum for this lane's unit (step t). Every lane of the warp calls. */
+/* acc = the job's sum for this lane's unit (step t). Every lane of the warp
+ * calls. Returns true when the sum is kept rotated and its codes were not
+ * scanned for NaN (fast_sum's FAST_UNCHECKED): keep_check then tests it. */
 template <int IN>
-__device__ __forceinline__ void sum_unit(const Codec& ci, const DLaunch& L, const DJob& J, const WarpUnits& w,
+__device__ __forceinline__ bool sum_unit(const Codec& ci, const DLaunch& L, const DJob& J, const WarpUnits& w,
                                          DRows<in_bytes(IN)>& rows, unsigned t, int lane, float (&acc)[UNIT],
                                          unsigned* stay) {
     *stay = 0u;
@@ -434,6 +446,7 @@ __device__ __forceinline__ void sum_unit(const Codec& ci, const DLaunch& L, cons
             /* groups across lanes are redone by the whole warp: the general path's shuffles need every lane */
             const bool redo = ci.tpg > 1 ? __ballot_sync(FULL, fs == FAST_REDO) != 0u : fs == FAST_REDO;
             if (redo) fp8_sum_redo<FMT>(ci, L, J, w, lane, acc, stay);
+            return !redo && fs == FAST_UNCHECKED;
         }
     } else {
         const unsigned g0 = (unsigned)(((u64)UNIT * J.sp.u0) >> ci.lg);
@@ -475,6 +488,7 @@ __device__ __forceinline__ void sum_unit(const Codec& ci, const DLaunch& L, cons
             }
         }
     }
+    return false;
 }
 
 /* ========================================================================== */
@@ -681,11 +695,12 @@ __global__ void __launch_bounds__(THREADS, decompress_min_blocks<IN, OUT, SR, SH
         const WarpUnits w = warp_units(sp, rows.ws.lu(t), lane);
         float acc[UNIT];
         unsigned stay;
-        sum_unit<IN>(ci, L, J, w, rows, t, lane, acc, &stay);
+        const bool unchecked = sum_unit<IN>(ci, L, J, w, rows, t, lane, acc, &stay);
+        constexpr int FMT_IN = IN == IN_E5M2 ? FP8_E5M2 : FP8_E4M3;
         if constexpr ((IN == IN_E4M3 || IN == IN_E5M2) && OUT == OUT_F32) {
             if (ci.keep) { /* the sum the recompress encodes, written out (CDEV_REDUCE_ROTATED_F32) */
                 Scan sk = scan_f32(acc);
-                stay_overflow(ci, stay, acc, sk);
+                keep_check<FMT_IN>(ci, L, J, w, lane, unchecked, &stay, acc, sk);
             }
         }
         if constexpr (OUT == OUT_F32 || OUT == OUT_BF16) {
@@ -702,7 +717,7 @@ __global__ void __launch_bounds__(THREADS, decompress_min_blocks<IN, OUT, SR, SH
         } else {
             Scan sc = scan_f32(acc);
             if constexpr (IN == IN_E4M3 || IN == IN_E5M2) {
-                if (ci.keep) stay_overflow(ci, stay, acc, sc);
+                if (ci.keep) keep_check<FMT_IN>(ci, L, J, w, lane, unchecked, &stay, acc, sc);
             }
             scan_resolve(sc, acc);
             if constexpr (OUT == OUT_AMAX) {
