@@ -331,6 +331,23 @@ __device__ __forceinline__ void scan_resolve(Scan& s, const float (&v)[UNIT]) {
     if (s.special) s = scan_exact(v);
 }
 
+/* v = v 2^e, the values of a sum taken relative to a copy's scale (fast_sum:
+ * e in [-126, 127], and each product exact) */
+__device__ __forceinline__ void unscale(float (&v)[UNIT], int e) {
+    if (e == 0) return;
+    const float m = pow2f_dev(e);
+#pragma unroll
+    for (int j = 0; j < UNIT; j++) v[j] = __fmul_rn(v[j], m);
+}
+/* the scan of such v 2^-e made the scan of v: each amax times 2^e, exact (it
+ * is one of the values); the masks stay */
+__device__ __forceinline__ void scan_scale(Scan& s, int e) {
+    if (e == 0) return;
+    const float m = pow2f_dev(e);
+#pragma unroll
+    for (int sb = 0; sb < SB; sb++) s.amax[sb] = __float_as_uint(__fmul_rn(__uint_as_float(s.amax[sb]), m));
+}
+
 __device__ __forceinline__ unsigned max4f_bits(const unsigned (&a)[SB]) { return max(max(a[0], a[1]), max(a[2], a[3])); }
 __device__ __forceinline__ float max4f(const unsigned (&a)[SB]) { return __uint_as_float(max4f_bits(a)); }
 

@@ -173,8 +173,10 @@ enum FastSum { FAST_NO = 0, FAST_DONE = 1, FAST_REDO = 2, FAST_UNCHECKED = 3 };
  * (Scanning each copy's codes for NaN cost ~0.8 instructions per element
  * and copy.) */
 /* fast_sum's copy i: taken, its numbers tested, dequantised relative to
- * 2^e0 (or, FOLD, not: the constant C after the transform takes the first
- * copy's scale) and added to acc; *eo is the copy's exponent e = b - k.
+ * 2^e0 and added to acc; *eo is the copy's exponent e = b - k. FOLD (the
+ * first copy only): not dequantised at all, its scale 2^e goes elsewhere:
+ * into the constant C after the transform (fold_const), or, for a sum
+ * without one, into the caller's encode (fast_sum's e0out).
  * A copy after the first is added by one fused multiply-add: the product of
  * an fp8 value (its lowest bit at least 2^-16) and a power of two in
  * [2^-126, 2^(127 - LIM)] is an exact float (at least 2^-142, no overflow),
@@ -193,7 +195,7 @@ __device__ __forceinline__ bool fast_copy(const Codec& ci, Rows& rows, unsigned 
     bool ok;
     float m = 1.0f;
     if (FOLD) {
-        ok = fold_const(ci, b, is, C);
+        ok = (ci.hadamard && !ci.keep) ? fold_const(ci, b, is, C) : (!is.foreign && e >= -126 && e <= 127);
     } else {
         const int rel = e - e0;
         ok = !is.foreign && e >= -126 && e <= 127 && rel >= -126 && rel <= (FIRST ? 127 : 127 - Fp8T<FMT>::LIM);
@@ -221,15 +223,22 @@ __device__ __forceinline__ bool fast_copy(const Codec& ci, Rows& rows, unsigned 
  * value's lowest bit), and of S of 2^(q - e0); fast_copy's bounds (e_i and
  * e_i - e0 >= -126) keep both grids at 2^-142 or above, so a value below
  * the normal range is exact in both. What is left is overflow: no value
- * exceeds P 2^(max e_i + LIM) G in U, nor that times 2^-e0 in S (P <= 16). */
+ * exceeds P 2^(max e_i + LIM) G in U, nor that times 2^-e0 in S (P <= 16).
+ * The same holds for a sum without the transform taken relative to 2^e0
+ * (fast_sum's e0out), with G for margin. */
 template <int FMT>
 __device__ __forceinline__ bool fold_many_ok(const Codec& ci, int e0, int emax) {
     const int hi = emax - (e0 < 0 ? e0 : 0);
     return hi + Fp8T<FMT>::LIM + ci.lg + 4 <= 126;
 }
+/* e0out: a caller that re-encodes the sum (the fused recompress) may take
+ * a sum without the transform relative to the first copy's scale: acc = U
+ * 2^-e0, *e0out = e0 (written only when the sum is done), one multiply per
+ * element fewer; fold_many_ok's bounds make U and acc exact scalings of each
+ * other, and the encode's multiplier takes the 2^e0 (fp8_tile_encode). */
 template <int FMT, class Rows>
 __device__ __forceinline__ int fast_sum(const Codec& ci, Rows& rows, unsigned t, const WarpUnits& w, int nin,
-                                        float (&acc)[UNIT], unsigned* stay) {
+                                        float (&acc)[UNIT], unsigned* stay, int* e0out) {
     static_assert(COMPRESS_DEV_MAX_IN <= 16, "fold_many_ok bounds P by 16");
     if (!fast_codec(ci)) return FAST_NO;
     /* With the transform, a tail warp comes here only when each of its units
@@ -241,9 +250,21 @@ __device__ __forceinline__ int fast_sum(const Codec& ci, Rows& rows, unsigned t,
     int e0, e;
     if (!ci.hadamard || ci.keep) {
         /* no transform, or the sum kept rotated: the dequantised copies added in
-         * order (without the transform full units or not) */
-        ok = fast_copy<FMT, true, false>(ci, rows, t, 0, w, acc, &C, 0, &e0);
-        for (int i = 1; i < nin; i++) ok = fast_copy<FMT, false, false>(ci, rows, t, i, w, acc, &C, 0, &e) && ok;
+         * order (without the transform full units or not), or relative to the
+         * first copy's scale (e0out) */
+        if (e0out) {
+            ok = fast_copy<FMT, true, true>(ci, rows, t, 0, w, acc, &C, 0, &e0);
+            int emax = e0;
+            for (int i = 1; i < nin; i++) {
+                ok = fast_copy<FMT, false, false>(ci, rows, t, i, w, acc, &C, e0, &e) && ok;
+                emax = max(emax, e);
+            }
+            ok = ok && fold_many_ok<FMT>(ci, e0, emax); /* also for one copy: U must not overflow where acc does not */
+            if (ok) *e0out = e0;
+        } else {
+            ok = fast_copy<FMT, true, false>(ci, rows, t, 0, w, acc, &C, 0, &e0);
+            for (int i = 1; i < nin; i++) ok = fast_copy<FMT, false, false>(ci, rows, t, i, w, acc, &C, 0, &e) && ok;
+        }
         if (!ci.hadamard) return ok ? FAST_DONE : FAST_REDO;
         *stay = 0xFu;
         return ok ? FAST_UNCHECKED : FAST_REDO;

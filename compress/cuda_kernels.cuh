@@ -400,11 +400,13 @@ __device__ __forceinline__ void fp8_sum_redo(const Codec& ci, const DLaunch& L, 
  * (taco_decode_sum_rotated). Every lane of the warp calls. */
 template <int FMT>
 __device__ __forceinline__ void keep_check(const Codec& ci, const DLaunch& L, const DJob& J, const WarpUnits& w,
-                                           int lane, bool unchecked, unsigned* stay, float (&acc)[UNIT], Scan& sc) {
+                                           int lane, bool unchecked, unsigned* stay, int* e0, float (&acc)[UNIT],
+                                           Scan& sc) {
     if (__ballot_sync(FULL, sc.special) == 0u) return; /* the common case: the warp's sums are finite */
     const bool redo = unchecked && sc.special;
     if (ci.tpg > 1 ? __ballot_sync(FULL, redo) != 0u : redo) { /* groups across lanes: the whole warp redoes */
         fp8_sum_redo<FMT>(ci, L, J, w, lane, acc, stay);
+        *e0 = 0;
         sc = scan_f32(acc);
     }
     unsigned nf[SB];
@@ -427,25 +429,31 @@ __device__ __forceinline__ void keep_check(const Codec& ci, const DLaunch& L, co
 enum InKind { IN_E4M3 = 0, IN_E5M2 = 1, IN_INT8 = 2, IN_BF16 = 3, IN_F32 = 4 };
 __host__ __device__ constexpr int in_bytes(int in) { return in == IN_F32 ? 4 : in == IN_BF16 ? 2 : 1; }
 
-/* acc = the job's sum for this lane's unit (step t). Every lane of the warp
- * calls. Returns true when the sum is kept rotated and its codes were not
- * scanned for NaN (fast_sum's FAST_UNCHECKED): keep_check then tests it. */
+/* acc = the job's sum for this lane's unit (step t), times 2^-*e0 (e0
+ * non-NULL: fast_sum may take it relative to a copy's scale; *e0 = 0 when it
+ * does not). Every lane of the warp calls. Returns true when the sum is kept
+ * rotated and its codes were not scanned for NaN (fast_sum's
+ * FAST_UNCHECKED): keep_check then tests it. */
 template <int IN>
 __device__ __forceinline__ bool sum_unit(const Codec& ci, const DLaunch& L, const DJob& J, const WarpUnits& w,
                                          DRows<in_bytes(IN)>& rows, unsigned t, int lane, float (&acc)[UNIT],
-                                         unsigned* stay) {
+                                         unsigned* stay, int* e0) {
     *stay = 0u;
+    if (e0) *e0 = 0;
     if constexpr (IN == IN_E4M3 || IN == IN_E5M2) {
         constexpr int FMT = IN == IN_E4M3 ? FP8_E4M3 : FP8_E5M2;
         /* the common case straight (cuda_fast.cuh); a lane whose numbers it
          * does not take redoes the sum from memory */
-        const int fs = fast_sum<FMT>(ci, rows, t, w, J.nin, acc, stay);
+        const int fs = fast_sum<FMT>(ci, rows, t, w, J.nin, acc, stay, e0);
         if (fs == FAST_NO) {
             fp8_sum_unit<FMT, false>(ci, L, J, w, rows, t, lane, acc, stay);
         } else {
             /* groups across lanes are redone by the whole warp: the general path's shuffles need every lane */
             const bool redo = ci.tpg > 1 ? __ballot_sync(FULL, fs == FAST_REDO) != 0u : fs == FAST_REDO;
-            if (redo) fp8_sum_redo<FMT>(ci, L, J, w, lane, acc, stay);
+            if (redo) {
+                fp8_sum_redo<FMT>(ci, L, J, w, lane, acc, stay);
+                if (e0) *e0 = 0;
+            }
             return !redo && fs == FAST_UNCHECKED;
         }
     } else {
@@ -544,13 +552,17 @@ __device__ __forceinline__ size_t tile_scale_offset(unsigned t) {
 
 /* Encode the unit's values with the FP8 pipeline (not the bare cast): the
  * second scale's exponent is kc, or, for a current tile scale, the block's
- * (tile_current), written by the block's first thread. Every thread of the
- * block calls. */
+ * (tile_current), written by the block's first thread. The values are v
+ * 2^e0 (a sum relative to a copy's scale, fast_sum; sc already scaled by
+ * scan_scale): the straight-line path folds 2^e0 into its one multiplier
+ * when that stays a normal float, where v 2^e0 Mv and v (2^e0 Mv) are both
+ * the one rounding of the same product; any other path first makes v the
+ * values (unscale, exact). Every thread of the block calls. */
 template <int FMT, bool SR>
 __device__ __forceinline__ void fp8_tile_encode(const Codec& c, float (&v)[UNIT], const Scan& sc, const WarpUnits& w,
                                                 const Span& sp, int kc, unsigned t, int lane, const GOut& go,
                                                 u64 stream, uint8_t* scales, uint8_t* codes, uint4* aout,
-                                                TStats& ts, int fold_max) {
+                                                TStats& ts, int fold_max, int e0 = 0) {
     /* the common case as straight-line code (cuda_fast.cuh), else the general path */
     int e = 0;
     unsigned m = 0u;
@@ -559,6 +571,10 @@ __device__ __forceinline__ void fp8_tile_encode(const Codec& c, float (&v)[UNIT]
      * lanes (its shuffles): then the warp decides together */
     const bool together = fast_codec(c) && (SR || c.tpg > 1); /* a compile-time false for the general shapes */
     if (together) fast = __ballot_sync(FULL, fast) == FULL;
+    if (!fast || c.hadamard) { /* only the straight-line encode without the transform takes v 2^e0 */
+        unscale(v, e0);
+        e0 = 0;
+    }
     Prep p;
     if (fast) fast_prepare(c, v, sc, e, m, p);
     else p = fp8_prepare(c, v, sc, w.u, sp, lane, fold_max);
@@ -568,10 +584,15 @@ __device__ __forceinline__ void fp8_tile_encode(const Codec& c, float (&v)[UNIT]
     float Mv = 0.0f;
     int b = 0;
     bool fin = fast && fast_finish_ok<FMT>(c, p, k, &Mv, &b);
+    if (fin && e0 != 0) { /* the sum's scale joins the multiplier (a power of two without the Hadamard) */
+        Mv = __fmul_rn(Mv, pow2f_dev(e0));
+        fin = Mv >= 1.17549435e-38f && Mv <= 0x1p127f;
+    }
     if (together && fast) fin = __ballot_sync(FULL, fin) == FULL;
     if (fin) {
         fast_finish<FMT, SR>(c, v, p, w.u, Mv, b, lane, go, stream, r, ts);
     } else {
+        unscale(v, e0);
         if (fast) fast_unfold(v, p);
         fp8_finish_unit<FMT, SR>(c, v, sc, p, w.u, w.nv, k, lane, go, stream, r, ts);
     }
@@ -695,12 +716,13 @@ __global__ void __launch_bounds__(THREADS, decompress_min_blocks<IN, OUT, SR, SH
         const WarpUnits w = warp_units(sp, rows.ws.lu(t), lane);
         float acc[UNIT];
         unsigned stay;
-        const bool unchecked = sum_unit<IN>(ci, L, J, w, rows, t, lane, acc, &stay);
+        int e0 = 0; /* the recompress's sum may come as acc = sum 2^-e0 (fast_sum) */
+        const bool unchecked = sum_unit<IN>(ci, L, J, w, rows, t, lane, acc, &stay, OUT == OUT_RECOMP ? &e0 : nullptr);
         constexpr int FMT_IN = IN == IN_E5M2 ? FP8_E5M2 : FP8_E4M3;
         if constexpr ((IN == IN_E4M3 || IN == IN_E5M2) && OUT == OUT_F32) {
             if (ci.keep) { /* the sum the recompress encodes, written out (CDEV_REDUCE_ROTATED_F32) */
                 Scan sk = scan_f32(acc);
-                keep_check<FMT_IN>(ci, L, J, w, lane, unchecked, &stay, acc, sk);
+                keep_check<FMT_IN>(ci, L, J, w, lane, unchecked, &stay, &e0, acc, sk);
             }
         }
         if constexpr (OUT == OUT_F32 || OUT == OUT_BF16) {
@@ -717,18 +739,21 @@ __global__ void __launch_bounds__(THREADS, decompress_min_blocks<IN, OUT, SR, SH
         } else {
             Scan sc = scan_f32(acc);
             if constexpr (IN == IN_E4M3 || IN == IN_E5M2) {
-                if (ci.keep) keep_check<FMT_IN>(ci, L, J, w, lane, unchecked, &stay, acc, sc);
+                if (ci.keep) keep_check<FMT_IN>(ci, L, J, w, lane, unchecked, &stay, &e0, acc, sc);
             }
             scan_resolve(sc, acc);
+            scan_scale(sc, e0); /* the amax of the sum itself */
             if constexpr (OUT == OUT_AMAX) {
                 tam = fmaxf(tam, prep_amax_r(fp8_prepare(co, acc, sc, w.u, sp, lane, 0)));
             } else if constexpr (IN == IN_BF16 || IN == IN_F32) {
                 /* the pairs compress_cuda.cu fuses: raw -> raw, FP8 -> FP8 of one format */
                 encode_store<FAM_NONE, FMT_OUT, false>(co, acc, sc, w, sp, kc, lane, go, J.stream, J.ocodes, aout, ts);
             } else if (co.cast) {
+                unscale(acc, e0);
                 encode_store<FAM_FP8, FMT_OUT, SR>(co, acc, sc, w, sp, kc, lane, go, J.stream, J.ocodes, aout, ts);
             } else {
-                fp8_tile_encode<FMT_OUT, SR>(co, acc, sc, w, sp, kc, t, lane, go, J.stream, J.oscale, J.ocodes, aout, ts, 0);
+                fp8_tile_encode<FMT_OUT, SR>(co, acc, sc, w, sp, kc, t, lane, go, J.stream, J.oscale, J.ocodes, aout, ts, 0,
+                                             e0);
             }
         }
     }
