@@ -445,7 +445,15 @@ __device__ __forceinline__ bool sum_unit(const Codec& ci, const DLaunch& L, cons
         /* the common case straight (cuda_fast.cuh); a lane whose numbers it
          * does not take redoes the sum from memory */
         const int fs = fast_sum<FMT>(ci, rows, t, w, J.nin, acc, stay, e0);
-        if (fs == FAST_NO) {
+        if (fs == FAST_NO && fast_codec(ci)) {
+            /* a straight-line shape's rare general sum (a chunk's part-filled
+             * last unit): from memory, out of line, so that the kernel's
+             * registers are the common case's; the rows of the step are
+             * taken to keep the pipeline in step */
+            Row<1> r;
+            for (int i = 0; i < J.nin; i++) rows.take(t, i, w, r);
+            fp8_sum_redo<FMT>(ci, L, J, w, lane, acc, stay);
+        } else if (fs == FAST_NO) {
             fp8_sum_unit<FMT, false>(ci, L, J, w, rows, t, lane, acc, stay);
         } else {
             /* groups across lanes are redone by the whole warp: the general path's shuffles need every lane */
