@@ -24,6 +24,7 @@
 
 #include "common/bf16.h"
 #include "compress/compress_cuda.h"
+#include "compress/cuda_bfly.cuh"
 #include "compress/cuda_device.cuh"
 #include "compress/cuda_unit_io.cuh"
 
@@ -167,65 +168,6 @@ __device__ __forceinline__ void sbs_full(const Codec& c, unsigned u, const Span&
 /* 1 if sub-block sb starts a group (G >= 16 is a power of two): group
  * quantities are computed there and copied to the rest of the group */
 __device__ __forceinline__ bool sb_leads(const Codec& c, int sb) { return ((16 * sb) & (c.G - 1)) == 0; }
-
-/* stage h on the pairs of elements [j0, j0 + 2h) */
-template <int H>
-__device__ __forceinline__ void bfly_block(float (&v)[UNIT], int j0) {
-#pragma unroll
-    for (int j = 0; j < 2 * H; j++) {
-        if (j & H) continue;
-        const float a = v[j0 + j], b = v[j0 + j + H];
-        v[j0 + j] = __fadd_rn(a, b);
-        v[j0 + j + H] = __fsub_rn(a, b);
-    }
-}
-template <int H>
-__device__ __forceinline__ void bfly_stage16(float (&v)[UNIT], const bool (&rot)[SB]) {
-#pragma unroll
-    for (int sb = 0; sb < SB; sb++) {
-        if (!rot[sb]) continue;
-#pragma unroll
-        for (int j0 = 16 * sb; j0 < 16 * sb + 16; j0 += 2 * H) bfly_block<H>(v, j0);
-    }
-}
-
-/* the stages inside the thread's 64 elements on every group (the common case:
- * no conditions, so the compiler keeps every value in its register) */
-__device__ __forceinline__ void bfly_local_all(float (&v)[UNIT], int G) {
-    const bool all[SB] = {true, true, true, true};
-    bfly_stage16<1>(v, all);
-    bfly_stage16<2>(v, all);
-    bfly_stage16<4>(v, all);
-    bfly_stage16<8>(v, all);
-    if (G >= 32) {
-        bfly_block<16>(v, 0);
-        bfly_block<16>(v, 32);
-    }
-    if (G >= 64) bfly_block<32>(v, 0);
-}
-/* the same on the groups with rot[sb] set (a group with a NaN / inf, or a
- * chunk's short tail group, is sent unrotated) */
-__device__ __forceinline__ void bfly_local_some(float (&v)[UNIT], int G, const bool (&rot)[SB]) {
-    bfly_stage16<1>(v, rot);
-    bfly_stage16<2>(v, rot);
-    bfly_stage16<4>(v, rot);
-    bfly_stage16<8>(v, rot);
-    if (G >= 32) {
-        if (rot[0]) bfly_block<16>(v, 0);
-        if (rot[2]) bfly_block<16>(v, 32);
-    }
-    if (G >= 64 && rot[0]) bfly_block<32>(v, 0);
-}
-
-/* one stage across the lanes of a group (lane mask m), see butterflies */
-__device__ __forceinline__ void bfly_lanes(float (&v)[UNIT], int m, bool rot, int lane) {
-    const float sgn = (lane & m) ? -1.0f : 1.0f;
-#pragma unroll
-    for (int j = 0; j < UNIT; j++) {
-        const float q = __shfl_xor_sync(FULL, v[j], m);
-        if (rot) v[j] = __fmaf_rn(v[j], sgn, q);
-    }
-}
 
 /* hadamard_butterflies on every group with rot[sb] set, in the CPU's stage
  * order. A cross-lane stage h = 64 m: the lane without bit m holds x[j] (a)
