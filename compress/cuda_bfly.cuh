@@ -1,7 +1,8 @@
 /*
  * compress/cuda_bfly.cuh - the Hadamard's butterflies on a thread's 64
- * values (stages h = 1 .. 32, on every sub-block or on those that rotate)
- * and one stage across the lanes of a group (G = 128, 256). Unnormalised, in the CPU's
+ * values (stages h = 1 .. 32, on every sub-block or on those that rotate),
+ * one stage across the lanes of a group (G = 128, 256), and G = 64's last
+ * stage fused with the multiply that follows it. Unnormalised, in the CPU's
  * stage order (compress/hadamard.c); cuda_codec.cuh's butterflies() puts
  * them together for a Codec.
  */
@@ -36,8 +37,9 @@ __device__ __forceinline__ void bfly_stage16(float (&v)[UNIT], const bool (&rot)
 }
 
 /* the stages inside the thread's 64 elements on every group (the common case:
- * no conditions, so the compiler keeps every value in its register) */
-__device__ __forceinline__ void bfly_local_all(float (&v)[UNIT], int G) {
+ * no conditions, so the compiler keeps every value in its register), up to
+ * stage h = 16 (G = 64's last stage left to the caller) or all of them */
+__device__ __forceinline__ void bfly_local_to16(float (&v)[UNIT], int G) {
     const bool all[SB] = {true, true, true, true};
     bfly_stage16<1>(v, all);
     bfly_stage16<2>(v, all);
@@ -47,7 +49,30 @@ __device__ __forceinline__ void bfly_local_all(float (&v)[UNIT], int G) {
         bfly_block<16>(v, 0);
         bfly_block<16>(v, 32);
     }
+}
+__device__ __forceinline__ void bfly_local_all(float (&v)[UNIT], int G) {
+    bfly_local_to16(v, G);
     if (G >= 64) bfly_block<32>(v, 0);
+}
+/* G = 64's last stage and the multiply by C after it, in one: (a + b) C and
+ * (a - b) C as fma(a, C, b C) and fma(a, C, -(b C)), three instructions a
+ * pair where the stage and the multiply took four. The same bits when C is
+ * a normal power of two and every value is a multiple of 2^g with g + log2 C
+ * >= -149: then b C is exact, and each fma rounds the exact (a +- b) C once;
+ * in the normal range that is the rounding of a +- b scaled by C (scaling
+ * by a power of two commutes with rounding there), and below it the sum
+ * needs fewer than 24 bits, so both are exact. */
+__device__ __forceinline__ void bfly_last_scaled(float (&v)[UNIT], float C) {
+#pragma unroll
+    for (int j = 0; j < 32; j++) {
+        const float a = v[j], bc = __fmul_rn(v[j + 32], C);
+        v[j] = __fmaf_rn(a, C, bc);
+        v[j + 32] = __fmaf_rn(a, C, -bc);
+    }
+}
+__device__ __forceinline__ bool pow2_normal(float C) {
+    const unsigned b = __float_as_uint(C);
+    return (b & 0x807FFFFFu) == 0u && b >= 0x00800000u && b < 0x7F800000u;
 }
 /* the same on the groups with rot[sb] set (a group with a NaN / inf, or a
  * chunk's short tail group, is sent unrotated) */
