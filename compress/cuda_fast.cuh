@@ -66,31 +66,17 @@ __device__ __forceinline__ bool fast_unit(const Codec& c, const Scan& sc, const 
     return !c.hadamard || *e <= fold_max;
 }
 
-/* fp8_prepare for a fast_unit: v becomes H_un(x), unscaled (folded), but
- * for the last stage (h = 32), which fast_finish runs with its multiply
- * (fast_last) or fast_unfold before the general path; p is what
- * fp8_prepare returns for H_un(x) (every sub-block holds the group's values):
- * max |h| is max over the last stage's pairs of round(|a| + |b|), which is
- * max(|round(a + b)|, |round(a - b)|) (one of a +- b is |a| + |b| in
- * magnitude, the other not more; rounding is monotonic and symmetric), at
- * the same count of instructions as the max over the 64 results. Without
- * the Hadamard v stays x and max |x| is the scan's. Without
+/* fp8_prepare for a fast_unit: v becomes H_un(x), unscaled (folded), and p
+ * what fp8_prepare returns for it (every sub-block holds the group's
+ * values). Without the Hadamard v stays x and max |x| is the scan's. Without
  * the adaptive exponent (e = 0) p.folded is set where fp8_prepare leaves it
  * clear: with nothing to fold, both mean "v times M" and give the same
  * multiplier (fast_finish_ok, fp8_finish_unit). */
 __device__ __forceinline__ void fast_prepare(const Codec& c, float (&v)[UNIT], const Scan& sc, int e, unsigned m,
                                              Prep& p) {
     if (c.hadamard) {
-        bfly_local_to16(v, UNIT);
-        float t[16];
-#pragma unroll
-        for (int j = 0; j < 16; j++)
-            t[j] = fmaxf(__fadd_rn(fabsf(v[j]), fabsf(v[j + 32])), __fadd_rn(fabsf(v[j + 16]), fabsf(v[j + 48])));
-#pragma unroll
-        for (int w = 8; w >= 1; w >>= 1)
-#pragma unroll
-            for (int j = 0; j < w; j++) t[j] = fmaxf(t[j], t[j + w]);
-        m = __float_as_uint(t[0]);
+        bfly_local_all(v, UNIT);
+        m = max(max(absmax16(v, 0), absmax16(v, 1)), max(absmax16(v, 2), absmax16(v, 3)));
     }
     const unsigned ah = __float_as_uint(__fmul_rn(__uint_as_float(m), pow2f_dev(-e)));
 #pragma unroll
@@ -103,10 +89,9 @@ __device__ __forceinline__ void fast_prepare(const Codec& c, float (&v)[UNIT], c
     p.folded = c.hadamard != 0 || e <= 0;
 }
 
-/* the v fp8_prepare leaves (H_un(x), times 2^-e_u where it does not fold):
- * what fp8_finish_unit expects after a fast_prepare */
-__device__ __forceinline__ void fast_unfold(const Codec& c, float (&v)[UNIT], const Prep& p) {
-    if (c.hadamard) bfly_block<32>(v, 0);
+/* the v fp8_prepare leaves when it does not fold (x 2^-e_u): what
+ * fp8_finish_unit expects after a fast_prepare with p.folded unset */
+__device__ __forceinline__ void fast_unfold(float (&v)[UNIT], const Prep& p) {
     if (p.folded) return;
     const float d = pow2f_dev(-p.e_u[0]);
 #pragma unroll
@@ -140,24 +125,17 @@ __device__ __forceinline__ bool fast_finish_ok(const Codec& c, const Prep& p, in
     return kv >= -126 && kv <= 127 && *Mv >= 1.17549435e-38f;
 }
 /* ... and the unit's codes, group byte and statistics with that multiplier
- * (stochastic rounding: every lane of the warp calls). With the Hadamard the
- * pending last stage and the multiply are one (bfly_last_scaled: Mv =
- * norm 2^kv is a power of two at G = 64), when the values' grid 2^q times
- * Mv stays at 2^-149 or above: lo = 2^(-149 - q) for the input's finest q
- * (2^-16 for bf16, whose q >= -133; 1 for fp32). */
+ * (stochastic rounding: every lane of the warp calls). (The last butterfly
+ * stage fused with this multiply, as fast_sum does, with max |h| from the
+ * stage's pairs: 23% slower on an H100, 2026-12-05, not kept.) */
 template <int FMT, bool SR>
 __device__ __forceinline__ void fast_finish(const Codec& c, float (&v)[UNIT], const Prep& p, unsigned u, float Mv, int b,
-                                            float lo, int lane, const GOut& go, u64 stream, Row<1>& out, TStats& ts) {
+                                            int lane, const GOut& go, u64 stream, Row<1>& out, TStats& ts) {
     ts.amax = fmaxf(ts.amax, c.stats_amax_r ? __fmul_rn(__uint_as_float(p.amax_h[0]), p.ng[0]) : p.amax_x);
     /* the group's byte, from the lane that starts it (G >= UNIT: one group per unit or per tpg units) */
     if (c.gb && go.exps && (lane & (c.tpg - 1)) == 0) go.exps[(unsigned)(((u64)UNIT * u) >> c.lg) - go.g0] = (uint8_t)(b + 127);
-    if (c.hadamard && pow2_normal(Mv) && Mv >= lo) {
-        bfly_last_scaled(v, Mv);
-    } else {
-        if (c.hadamard) bfly_block<32>(v, 0);
 #pragma unroll
-        for (int j = 0; j < UNIT; j++) v[j] = __fmul_rn(v[j], Mv);
-    }
+    for (int j = 0; j < UNIT; j++) v[j] = __fmul_rn(v[j], Mv);
     quantize<FMT, SR>(c, v, u, stream, out);
 }
 
@@ -301,18 +279,14 @@ __device__ __forceinline__ int fast_sum(const Codec& ci, Rows& rows, unsigned t,
         emax = max(emax, e);
     }
     if (nin > 1) ok = ok && fold_many_ok<FMT>(ci, e0, emax);
-    /* C = norm 2^e0 is a power of two at G = 64 (norm = 1/8); the values are
-     * multiples of 2^(min e_i - e0 - LOW), and fast_copy's e_i >= -126 puts
-     * that times C at 2^-145 or above: the last stage takes the multiply
-     * (bfly_last_scaled) */
+    /* C = norm 2^e0 is a power of two at G = 64 (norm = 1/8; any other C goes
+     * back); the values are multiples of 2^(min e_i - e0 - LOW), and
+     * fast_copy's e_i >= -126 puts that times C at 2^-145 or above: the last
+     * stage takes the multiply (bfly_last_scaled), with no branch around it
+     * (two paths that join cost a register move per value) */
+    ok = ok && pow2_normal(C);
     bfly_local_to16(acc, UNIT);
-    if (pow2_normal(C)) {
-        bfly_last_scaled(acc, C);
-    } else {
-        bfly_block<32>(acc, 0);
-#pragma unroll
-        for (int j = 0; j < UNIT; j++) acc[j] = __fmul_rn(acc[j], C);
-    }
+    bfly_last_scaled(acc, C);
     return ok && !isnan(acc[0]) ? FAST_DONE : FAST_REDO;
 }
 

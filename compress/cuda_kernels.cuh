@@ -598,10 +598,10 @@ __device__ __forceinline__ void fp8_tile_encode(const Codec& c, float (&v)[UNIT]
     }
     if (together && fast) fin = __ballot_sync(FULL, fin) == FULL;
     if (fin) {
-        fast_finish<FMT, SR>(c, v, p, w.u, Mv, b, fold_max > 0 ? 0x1p-16f : 1.0f, lane, go, stream, r, ts);
+        fast_finish<FMT, SR>(c, v, p, w.u, Mv, b, lane, go, stream, r, ts);
     } else {
         unscale(v, e0);
-        if (fast) fast_unfold(c, v, p);
+        if (fast) fast_unfold(v, p);
         fp8_finish_unit<FMT, SR>(c, v, sc, p, w.u, w.nv, k, lane, go, stream, r, ts);
     }
     store_row<1>(codes, w, aligned16(codes), aout, lane, r);
