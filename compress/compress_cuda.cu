@@ -292,11 +292,22 @@ static Kernel dkernel_shaped(int shape) {
     default: return dkernel<IN, OUT, FMT_OUT, SR, SHAPE_ANY>();
     }
 }
+/* a sum of two or more copies to bf16: its own kernel (resident blocks) for
+ * the straight-line FP8 shapes, the plain bf16 decoder otherwise */
+template <int IN>
+static Kernel dkernel_sum(int shape) {
+    if constexpr (IN == IN_E4M3 || IN == IN_E5M2) {
+        if (shape == SHAPE_GROUP64) return dkernel<IN, OUT_BF16_SUM, 0, false, SHAPE_GROUP64>();
+        if (shape == SHAPE_TENSOR) return dkernel<IN, OUT_BF16_SUM, 0, false, SHAPE_TENSOR>();
+    }
+    return dkernel_shaped<IN, OUT_BF16, 0, false>(shape);
+}
 template <int IN>
 static Kernel decompress_kernel_in(int out, int shape) {
     switch (out) {
     case OUT_F32: return dkernel_shaped<IN, OUT_F32, 0, false>(shape);
     case OUT_BF16: return dkernel_shaped<IN, OUT_BF16, 0, false>(shape);
+    case OUT_BF16_SUM: return dkernel_sum<IN>(shape);
     default: return dkernel<IN, OUT_AMAX, 0, false>(); /* the amax pass of fp8_tensor's current scaling: rare */
     }
 }
@@ -356,7 +367,7 @@ void decompress_jobs_dev(const CompressParams* p_in, const CompressJobDev* jobs,
     while (first < njobs) {
         DLaunch L;
         memset(&L, 0, sizeof(L));
-        int nin_used = 0;
+        int nin_used = 0, nin_min = MAX_IN;
         u64 max_units = 0;
         while (first < njobs && L.njobs < MAX_JOBS) {
             const CompressJobDev* j = &jobs[first];
@@ -391,11 +402,12 @@ void decompress_jobs_dev(const CompressParams* p_in, const CompressJobDev* jobs,
                     FATAL("%s: input %d of a job lacks a wire pointer", who, i);
             }
             nin_used += j->nin;
+            if (j->nin < nin_min) nin_min = j->nin;
             if (d.sp.u1 - d.sp.u0 > max_units) max_units = d.sp.u1 - d.sp.u0;
             L.njobs++;
             first++;
         }
-        const Kernel k = decompress_kernel(out, ci, co);
+        const Kernel k = decompress_kernel(out == OUT_BF16 && nin_min >= 2 ? OUT_BF16_SUM : out, ci, co);
         const dim3 grid = grid_for(k, max_units, L.njobs);
         LAUNCH(((DKernel)k.fn), grid, THREADS, k.smem, s, ci, co, L);
         CUDA_CHECK_LAUNCH("k_decompress");

@@ -112,9 +112,19 @@ struct DLaunch {
 #ifndef DECOMPRESS_WIDE_MIN_BLOCKS
 #define DECOMPRESS_WIDE_MIN_BLOCKS 4
 #endif
+/* The decompress-reduce to bf16 (two or more copies) of the straight-line
+ * shapes GROUP64 and TENSOR (OUT_BF16_SUM) runs 4 blocks; their plain decode
+ * stays at 3. Measured on an H100 (2026-12-05, 256 MB, fraction of copy, one
+ * kernel for both at 4 blocks): TACO G=64 reduce P = 2 / 4 0.93 -> 0.94 /
+ * 0.97, but its decode 0.92 -> 0.88 (48 bytes of spill). */
+#ifndef DECOMPRESS_SUM_MIN_BLOCKS
+#define DECOMPRESS_SUM_MIN_BLOCKS 4
+#endif
 
 /* what k_decompress does with the sum */
-enum OutKind { OUT_F32 = 0, OUT_BF16 = 1, OUT_AMAX = 2, OUT_RECOMP = 3 };
+/* OUT_BF16_SUM: OUT_BF16 for sums of two or more copies (decompress-reduce),
+ * built for its own resident blocks per SM (decompress_min_blocks) */
+enum OutKind { OUT_F32 = 0, OUT_BF16 = 1, OUT_AMAX = 2, OUT_RECOMP = 3, OUT_BF16_SUM = 4 };
 
 /* ========================================================================== */
 /* statistics                                                                  */
@@ -519,7 +529,7 @@ __host__ __device__ constexpr int compress_smem_bytes() {
 template <int IN, int OUT>
 __host__ __device__ constexpr int decompress_out_bytes() {
     /* a raw -> raw recompress may widen bf16 words to fp32 ones */
-    return OUT == OUT_F32 ? 4 : OUT == OUT_BF16 ? 2 : OUT == OUT_RECOMP ? (in_bytes(IN) > 1 ? 4 : 1) : 1;
+    return OUT == OUT_F32 ? 4 : (OUT == OUT_BF16 || OUT == OUT_BF16_SUM) ? 2 : OUT == OUT_RECOMP ? (in_bytes(IN) > 1 ? 4 : 1) : 1;
 }
 template <int IN, int OUT>
 __host__ __device__ constexpr int decompress_smem_bytes() {
@@ -672,6 +682,7 @@ __host__ __device__ constexpr int decompress_min_blocks() {
     const bool coded = IN == IN_E4M3 || IN == IN_E5M2 || IN == IN_INT8;
     const bool wide = SHAPE == SHAPE_GROUP128 || SHAPE == SHAPE_WIDE128 || SHAPE == SHAPE_INT8_64;
     if (coded && wide && OUT == OUT_BF16) return DECOMPRESS_WIDE_MIN_BLOCKS;
+    if (OUT == OUT_BF16_SUM) return DECOMPRESS_SUM_MIN_BLOCKS;
     return DECOMPRESS_MIN_BLOCKS;
 }
 
@@ -733,9 +744,9 @@ __global__ void __launch_bounds__(THREADS, decompress_min_blocks<IN, OUT, SR, SH
                 keep_check<FMT_IN>(ci, L, J, w, lane, unchecked, &stay, &e0, acc, sk);
             }
         }
-        if constexpr (OUT == OUT_F32 || OUT == OUT_BF16) {
+        if constexpr (OUT == OUT_F32 || OUT == OUT_BF16 || OUT == OUT_BF16_SUM) {
             uint8_t* yb = static_cast<uint8_t*>(J.y) + (size_t)EBO * UNIT * sp.u0;
-            if constexpr (OUT == OUT_BF16) {
+            if constexpr (OUT == OUT_BF16 || OUT == OUT_BF16_SUM) {
                 Row<2> r;
                 f32_to_bf16_row(acc, r);
                 store_row<2>(yb, w, aligned16(yb), aout, lane, r);
