@@ -70,10 +70,6 @@ __device__ __forceinline__ void bfly_last_scaled(float (&v)[UNIT], float C) {
         v[j + 32] = __fmaf_rn(a, C, -bc);
     }
 }
-__device__ __forceinline__ bool pow2_normal(float C) {
-    const unsigned b = __float_as_uint(C);
-    return (b & 0x807FFFFFu) == 0u && b >= 0x00800000u && b < 0x7F800000u;
-}
 /* the same on the groups with rot[sb] set (a group with a NaN / inf, or a
  * chunk's short tail group, is sent unrotated) */
 __device__ __forceinline__ void bfly_local_some(float (&v)[UNIT], int G, const bool (&rot)[SB]) {

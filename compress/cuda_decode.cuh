@@ -25,7 +25,7 @@ struct InScale {
 __device__ __forceinline__ InScale in_scale(unsigned bits) {
     InScale is;
     is.s = __uint_as_float(bits);
-    is.foreign = !((bits & 0x807FFFFFu) == 0u && bits >= 0x00800000u && bits < 0x7F800000u);
+    is.foreign = !pow2_normal(is.s);
     is.k = is.foreign ? 0 : (int)(bits >> 23) - 127;
     return is;
 }

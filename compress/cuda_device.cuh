@@ -101,6 +101,13 @@ __device__ __forceinline__ int pow2_fit_dev(float amax, float limit) {
     return min(max(k, TACO_EXP_MIN), TACO_EXP_MAX);
 }
 
+/* x is a positive power of two in the normal range (a scale, or a constant
+ * that multiplies exactly) */
+__device__ __forceinline__ bool pow2_normal(float x) {
+    const unsigned b = __float_as_uint(x);
+    return (b & 0x807FFFFFu) == 0u && b >= 0x00800000u && b < 0x7F800000u;
+}
+
 /* max(a, |b|) that propagates NaN (PTX max.NaN, one FMNMX with b's abs
  * folded in): over finite values it is the integer max of the magnitude
  * bits, and a NaN anywhere makes the result NaN (0x7FFFFFFF), so one compare
