@@ -243,25 +243,57 @@ __device__ __forceinline__ void ln_acc_zero(float4* acc, int warp, int lane) {
 }
 /* the block's end: its warps' sums, in warp order, to its partial row
  * partial[block][0..NPART C) (dw, then db, then ds), which the next launch
- * adds into dw / db / ds (colsum_deferred) */
-template <int NCH, int NPART>
+ * adds into dw / db / ds (colsum_deferred). A float4 of one warp's slice and
+ * the same float4 of every other warp's are LN_WARPS * S apart, so a thread
+ * adds whole float4s (an earlier version took one column per thread, with a
+ * division per column: 2 us of a 33 us launch at GPT-2 124M, all SMs
+ * issuing index arithmetic while DRAM idled). FULL: C = 256 NCH, every
+ * float4 is 4 columns of one part, stored as one. */
+template <int NCH, int NPART, bool FULL>
 __device__ __forceinline__ void ln_acc_finish(const float4* acc, float* partial, int C) {
+    constexpr int S = NPART * NCH * 64; /* float4s in one warp's slice */
     __syncthreads();
-    const float* accf = reinterpret_cast<const float*>(acc);
     float* pb = partial + (size_t)blockIdx.x * NPART * C;
-    for (int c = threadIdx.x; c < NPART * C; c += blockDim.x) {
-        const int a = c / C, cc = c - a * C, ch = cc >> 3, k = cc & 7;
-        float t = 0.0f;
+    for (int f = threadIdx.x; f < S; f += blockDim.x) {
+        float4 t = make_float4(0.f, 0.f, 0.f, 0.f); /* from +0, in warp order: the old order, bit for bit */
 #pragma unroll
-        for (int wi = 0; wi < LN_WARPS; wi++)
-            t += accf[ln_acc_index<NCH, NPART>(wi, a, ch >> 5, k >> 2, ch & 31) * 4 + (k & 3)];
-        pb[c] = t;
+        for (int wi = 0; wi < LN_WARPS; wi++) {
+            const float4 v = acc[wi * S + f];
+            t.x += v.x;
+            t.y += v.y;
+            t.z += v.z;
+            t.w += v.w;
+        }
+        /* f = ((a NCH + i) 2 + h) 32 + lane (ln_acc_index of warp 0) */
+        const int lane = f & 31, h = (f >> 5) & 1, i = (f >> 6) % NCH, a = (f >> 6) / NCH;
+        const int col = (32 * i + lane) * 8 + 4 * h;
+        float* d = pb + (size_t)a * C + col;
+        if constexpr (FULL) {
+            *reinterpret_cast<float4*>(d) = t;
+        } else {
+            if (col < C) d[0] = t.x;
+            if (col + 1 < C) d[1] = t.y;
+            if (col + 2 < C) d[2] = t.z;
+            if (col + 3 < C) d[3] = t.w;
+        }
     }
 }
 
-/* a backward kernel's first act: the previous launch's column sums, spread
- * over every warp of the grid (the warps with no share go straight on) */
-__device__ __forceinline__ void ln_prev_colsums(const ColsumPending& prev, int warp, int lane) {
+/* The previous launch's column sums (colsum_deferred), a backward kernel's
+ * first act. Where the launch has blocks past its row_blocks (the SM slots
+ * the row blocks leave free in their wave, ln_colsum_blocks in
+ * layernorm_cuda.cu), those blocks add them and do nothing else, while the
+ * row blocks stream rows: ln_colsum_block returns true in such a block.
+ * Otherwise every warp of the grid takes a share (ln_prev_colsums), which
+ * delays its rows by the sums' L2 round trips. */
+__device__ __forceinline__ bool ln_colsum_block(const ColsumPending& prev, int row_blocks, int warp, int lane) {
+    if ((int)blockIdx.x < row_blocks) return false;
+    colsum_deferred(prev, ((int)blockIdx.x - row_blocks) * LN_WARPS + warp, ((int)gridDim.x - row_blocks) * LN_WARPS,
+                    lane);
+    return true;
+}
+__device__ __forceinline__ void ln_prev_colsums(const ColsumPending& prev, int row_blocks, int warp, int lane) {
+    if ((int)gridDim.x > row_blocks) return; /* the column-sum blocks have them */
     colsum_deferred(prev, warp * (int)gridDim.x + (int)blockIdx.x, (int)gridDim.x * LN_WARPS, lane);
 }
 
@@ -368,11 +400,13 @@ __device__ __forceinline__ void layernorm_backward_row(const LnBwdRow<NCH, true,
 template <int NCH, bool RMS, bool DSUM>
 __global__ void __launch_bounds__(LN_WARPS * 32, ln_minblocks(NCH, true))
 layernorm_backward_kernel(bf16* dinp, float* partial, const ColsumPending prev, const bf16* dout, const bf16* inp,
-                          const bf16* w, const float* mean, const float* rstd, int N, int C, int rows_per_block) {
+                          const bf16* w, const float* mean, const float* rstd, int N, int C, int rows_per_block,
+                          int row_blocks) {
     constexpr int NPART = ln_nparts(RMS, DSUM);
     DYNAMIC_SMEM(smem_raw);
     float4* acc = reinterpret_cast<float4*>(smem_raw);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (ln_colsum_block(prev, row_blocks, warp, lane)) return;
     const int nch8 = C / 8; /* = 32 * NCH */
     ln_acc_zero<NCH, NPART>(acc, warp, lane);
     uint4 wp[NCH];
@@ -395,7 +429,7 @@ layernorm_backward_kernel(bf16* dinp, float* partial, const ColsumPending prev, 
      * go on with their rows meanwhile; before it, every block waited for
      * them: 0.89 ms against 0.79 without them) and with this warp's first
      * row in flight */
-    ln_prev_colsums(prev, warp, lane);
+    ln_prev_colsums(prev, row_blocks, warp, lane);
     for (; row < r1; row += 2 * LN_WARPS) {
         const int row_b = row + LN_WARPS, row_c = row_b + LN_WARPS;
         if (row_b < r1) rb.template load<true, false>(inp, dout, dinp, mean, rstd, row_b, lane, nch8, C);
@@ -406,7 +440,7 @@ layernorm_backward_kernel(bf16* dinp, float* partial, const ColsumPending prev, 
         layernorm_backward_row<NCH, RMS, DSUM>(rb, sms[2 * (row_b - r0)], sms[2 * (row_b - r0) + 1], wp, acc, warp, lane,
                                          dinp + (size_t)row_b * C, C);
     }
-    ln_acc_finish<NCH, NPART>(acc, partial, C);
+    ln_acc_finish<NCH, NPART, true>(acc, partial, C);
 }
 
 /* Any other C <= 1024 (not whole 256-column chunks, or scalar accesses):
@@ -416,11 +450,12 @@ template <int NCH, bool VEC, bool RMS, bool DSUM>
 __global__ void __launch_bounds__(LN_WARPS * 32, ln_minblocks(NCH, VEC))
 layernorm_backward_guarded_kernel(bf16* dinp, float* partial, const ColsumPending prev, const bf16* dout,
                                   const bf16* inp, const bf16* w, const float* mean, const float* rstd, int N, int C,
-                                  int rows_per_block) {
+                                  int rows_per_block, int row_blocks) {
     constexpr int NPART = ln_nparts(RMS, DSUM);
     DYNAMIC_SMEM(smem_raw);
     float4* acc = reinterpret_cast<float4*>(smem_raw);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (ln_colsum_block(prev, row_blocks, warp, lane)) return;
     const int nch8 = (C + 7) / 8;
     ln_acc_zero<NCH, NPART>(acc, warp, lane);
     uint4 wp[NCH];
@@ -435,7 +470,7 @@ layernorm_backward_guarded_kernel(bf16* dinp, float* partial, const ColsumPendin
     int row = r0 + warp;
     LnBwdRow<NCH, VEC, RMS> cur;
     if (row < r1) cur.load(inp, dout, dinp, mean, rstd, row, lane, nch8, C);
-    ln_prev_colsums(prev, warp, lane); /* its loads in flight with the first row's */
+    ln_prev_colsums(prev, row_blocks, warp, lane); /* its loads in flight with the first row's */
     for (; row < r1; row += LN_WARPS) {
         const int next = row + LN_WARPS;
         LnBwdRow<NCH, VEC, RMS> nxt;
@@ -510,7 +545,7 @@ layernorm_backward_guarded_kernel(bf16* dinp, float* partial, const ColsumPendin
         }
         if (next < r1) cur = nxt;
     }
-    ln_acc_finish<NCH, NPART>(acc, partial, C);
+    ln_acc_finish<NCH, NPART, false>(acc, partial, C);
 }
 
 /* norm_backward_finish's kernel: the last launch's column sums on their own */
