@@ -38,13 +38,17 @@ template <bool VEC>
 __global__ void adamw_kernel(float* master, bf16* param, const float* grad, float* m, float* v, size_t n,
                              const StepScalars* s, float b1, float b2, float eps, float wd) {
     size_t i0 = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 4;
-    if (i0 >= n || s->skip) return;
-    const float lr = s->lr, gs = s->scale, bc1 = s->bc1, bc2 = s->bc2;
+    if (i0 >= n) return;
     if (VEC && i0 + 4 <= n) {
+        /* the data first, then the step's scalars: with the skip test ahead
+         * of them, every thread waited for one L2 round trip before its
+         * loads could start (the loads are harmless when the step skips) */
         float4 w4 = *reinterpret_cast<const float4*>(master + i0);
         float4 g4 = *reinterpret_cast<const float4*>(grad + i0);
         float4 m4 = *reinterpret_cast<const float4*>(m + i0);
         float4 v4 = *reinterpret_cast<const float4*>(v + i0);
+        if (s->skip) return;
+        const float lr = s->lr, gs = s->scale, bc1 = s->bc1, bc2 = s->bc2;
         adamw_one(w4.x, g4.x, m4.x, v4.x, lr, b1, b2, eps, wd, gs, bc1, bc2);
         adamw_one(w4.y, g4.y, m4.y, v4.y, lr, b1, b2, eps, wd, gs, bc1, bc2);
         adamw_one(w4.z, g4.z, m4.z, v4.z, lr, b1, b2, eps, wd, gs, bc1, bc2);
@@ -57,6 +61,8 @@ __global__ void adamw_kernel(float* master, bf16* param, const float* grad, floa
         memcpy(&bits, pk, sizeof(bits));
         *reinterpret_cast<uint2*>(param + i0) = bits; /* one 8-byte store */
     } else {
+        if (s->skip) return;
+        const float lr = s->lr, gs = s->scale, bc1 = s->bc1, bc2 = s->bc2;
         for (size_t i = i0; i < n && i < i0 + 4; i++) {
             float w = master[i], mi = m[i], vi = v[i];
             adamw_one(w, grad[i], mi, vi, lr, b1, b2, eps, wd, gs, bc1, bc2);
