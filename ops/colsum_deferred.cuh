@@ -22,7 +22,6 @@
 
 #include <string.h>
 
-#include "common/cuda_async.cuh"
 #include "ops/cuda_common.cuh"
 
 #define COLSUM_GROUP 16    /* parts per lane */
@@ -88,67 +87,6 @@ __device__ __forceinline__ void colsum_deferred(const ColsumPending& p, int gwar
     if (!p.partial) return;
     if (p.C % 2 == 0) colsum_deferred_units<float2>(p, gwarp, nwarps, lane);
     else colsum_deferred_units<float>(p, gwarp, nwarps, lane);
-}
-
-/* ---- staged: loads at a kernel's start, sums at its end ---------------------
- * Added at the start, a warp's share delayed its rows by the sums' two L2
- * round trips (loads, then the destination's read-modify-write): about 2 us
- * of a 33 us norm backward on the H200. Staged, the first share of warp
- * gwarp (units 2 gwarp and 2 gwarp + 1, one 16-byte word of every partial
- * row) goes by cp.async into `stage` (nparts float4s of the warp's own) and
- * the destination's values into registers when the kernel starts, and is
- * added from shared memory when the warp has done its rows: the same order
- * as colsum_deferred, so the same bits. Needs 16-byte words, whole: ncols
- * a multiple of 4 (and C even, for the column pairs). A warp's later
- * shares, where it has any, are added at the start as before. */
-__host__ __device__ inline bool colsum_stageable(const ColsumPending& p) {
-    return p.partial && p.C % 2 == 0 && p.ncols % 4 == 0;
-}
-
-/* at the start: returns this lane's destination pair (lanes 0 and 16 of a warp with a share) */
-__device__ __forceinline__ float2 colsum_stage_begin(const ColsumPending& p, int gwarp, int nwarps, int lane,
-                                                     float4* stage) {
-    const int units = p.ncols / 2, u0 = 2 * gwarp, h = lane >> 4, g = lane & 15;
-    float2 dv = make_float2(0.f, 0.f);
-    if (u0 >= units) return dv; /* warp-uniform */
-    const float4* words = reinterpret_cast<const float4*>(p.partial);
-    for (int q = lane; q < p.nparts; q += 32) cp_async16(&stage[q], &words[(size_t)q * (units / 2) + gwarp], true);
-    cp_async_commit();
-    if (g == 0) {
-        const int c = 2 * (u0 + h);
-        const float* d = p.dst[c / p.C] + c % p.C;
-        dv = make_float2(__ldcg(d), __ldcg(d + 1));
-    }
-    colsum_deferred_units<float2>(p, gwarp + nwarps, nwarps, lane); /* the later shares, at once */
-    return dv;
-}
-
-/* at the end: the staged share added, in colsum_deferred_units' order */
-__device__ __forceinline__ void colsum_stage_end(const ColsumPending& p, int gwarp, int lane, const float4* stage,
-                                                 float2 dv) {
-    const int units = p.ncols / 2, u0 = 2 * gwarp, h = lane >> 4, g = lane & 15;
-    if (u0 >= units) return;
-    cp_async_wait<0>();
-    __syncwarp();
-    const int p0 = g * COLSUM_GROUP, n = min(COLSUM_GROUP, p.nparts - p0);
-    const int ngroups = (p.nparts + COLSUM_GROUP - 1) / COLSUM_GROUP;
-    float2 s = make_float2(0.f, 0.f);
-#pragma unroll
-    for (int j = 0; j < COLSUM_GROUP; j++)
-        if (j < n) {
-            const float4 v = stage[p0 + j];
-            colsum_add(s, h ? make_float2(v.z, v.w) : make_float2(v.x, v.y));
-        }
-    float t[2] = {};
-    for (int q = 0; q < ngroups; q++)
-#pragma unroll
-        for (int k = 0; k < 2; k++) t[k] += __shfl_sync(0xffffffffu, colsum_part(s, k), 16 * h + q);
-    if (g == 0) {
-        const int c = 2 * (u0 + h);
-        float* d = p.dst[c / p.C] + c % p.C;
-        d[0] = dv.x + t[0];
-        d[1] = dv.y + t[1];
-    }
 }
 
 #endif /* OPS_COLSUM_DEFERRED_CUH */

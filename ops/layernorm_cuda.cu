@@ -148,9 +148,29 @@ static void ln_smem_limit(Kernel kernel, size_t smem, size_t& raised) {
     }
 }
 
-/* the shared memory of the staged column sums (ops/colsum_deferred.cuh): a share of every partial row per warp */
-static size_t ln_stage_bytes(const LnBwdGrid& g) {
-    return colsum_stageable(g.prev) ? (size_t)LN_WARPS * g.prev.nparts * 16 : 0;
+/* How many blocks to launch beside g's row blocks that only add the previous
+ * launch's column sums (ln_colsum_block): the SM slots the row blocks leave
+ * free in their one wave, where there are any and they can add the sums in
+ * about the time a row block takes (an iteration of colsum_deferred, two L2
+ * round trips, against a row's one DRAM round trip: at most two per row of
+ * a warp, and 16 at least); else 0, and the row blocks' warps add them. On
+ * an H200 at GPT-2 124M shapes: 256 row blocks, 8 such blocks, 9 iterations
+ * of theirs against 8 rows per warp. The sums' order does not depend on who
+ * adds them, so neither do the bits. per_sm / occ_smem: the launcher's cache
+ * of the kernel's occupancy at that shared memory. */
+template <typename Kernel>
+static int ln_colsum_blocks(Kernel kernel, size_t smem, const LnBwdGrid& g, int& per_sm, size_t& occ_smem) {
+    if (!g.prev.partial) return 0;
+    if (smem != occ_smem) {
+        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, LN_WARPS * 32, smem));
+        occ_smem = smem;
+    }
+    const int free_slots = per_sm * cuda_num_sms() - g.grid;
+    if (free_slots <= 0) return 0;
+    const int units = g.prev.C % 2 == 0 ? g.prev.ncols / 2 : g.prev.ncols; /* colsum_deferred's */
+    const int iters = (int)ceil_div_u(units, 2 * free_slots * LN_WARPS);
+    const int rows_per_warp = g.rpb / LN_WARPS;
+    return iters <= (2 * rows_per_warp > 16 ? 2 * rows_per_warp : 16) ? free_slots : 0;
 }
 
 /* C = 256 NCH with 16-byte accesses */
@@ -161,12 +181,14 @@ static void layernorm_backward_launch(floatX* dinp, float* dw, float* db, float*
     constexpr int NPART = ln_nparts(RMS, DSUM);
     const LnBwdGrid g = ln_bwd_grid(N, C, NPART, dw, db, ds);
     auto kernel = layernorm_backward_kernel<NCH, RMS, DSUM>;
-    /* rpb is a multiple of LN_WARPS, so the stage after mean / rstd is 16-byte aligned */
-    const size_t smem = ((size_t)LN_WARPS * NPART * NCH * 256 + 2 * (size_t)g.rpb) * sizeof(float) + ln_stage_bytes(g);
-    static size_t raised = 0; /* rpb, and so smem, grows with N */
+    const size_t smem = ((size_t)LN_WARPS * NPART * NCH * 256 + 2 * (size_t)g.rpb) * sizeof(float);
+    static size_t raised = 0, occ_smem = 0; /* rpb, and so smem, grows with N */
+    static int per_sm = 0;
     ln_smem_limit(kernel, smem, raised);
-    kernel<<<g.grid, LN_WARPS * 32, smem, cuda_stream()>>>((bf16*)dinp, g.partial, g.prev, (const bf16*)dout,
-                                                           (const bf16*)inp, (const bf16*)w, mean, rstd, N, C, g.rpb);
+    const int extra = ln_colsum_blocks(kernel, smem, g, per_sm, occ_smem);
+    kernel<<<g.grid + extra, LN_WARPS * 32, smem, cuda_stream()>>>((bf16*)dinp, g.partial, g.prev, (const bf16*)dout,
+                                                                   (const bf16*)inp, (const bf16*)w, mean, rstd, N,
+                                                                   C, g.rpb, g.grid);
     CUDA_CHECK_LAUNCH(RMS ? "layernorm_backward_kernel<RMS>" : "layernorm_backward_kernel");
 }
 
@@ -178,11 +200,14 @@ static void layernorm_backward_guarded_launch(floatX* dinp, float* dw, float* db
     constexpr int NPART = ln_nparts(RMS, DSUM);
     const LnBwdGrid g = ln_bwd_grid(N, C, NPART, dw, db, ds);
     auto kernel = layernorm_backward_guarded_kernel<NCH, VEC, RMS, DSUM>;
-    const size_t smem = (size_t)LN_WARPS * NPART * NCH * 256 * sizeof(float) + ln_stage_bytes(g);
-    static size_t raised = 0;
+    const size_t smem = (size_t)LN_WARPS * NPART * NCH * 256 * sizeof(float);
+    static size_t raised = 0, occ_smem = 0;
+    static int per_sm = 0;
     ln_smem_limit(kernel, smem, raised);
-    kernel<<<g.grid, LN_WARPS * 32, smem, cuda_stream()>>>((bf16*)dinp, g.partial, g.prev, (const bf16*)dout,
-                                                           (const bf16*)inp, (const bf16*)w, mean, rstd, N, C, g.rpb);
+    const int extra = ln_colsum_blocks(kernel, smem, g, per_sm, occ_smem);
+    kernel<<<g.grid + extra, LN_WARPS * 32, smem, cuda_stream()>>>((bf16*)dinp, g.partial, g.prev, (const bf16*)dout,
+                                                                   (const bf16*)inp, (const bf16*)w, mean, rstd, N,
+                                                                   C, g.rpb, g.grid);
     CUDA_CHECK_LAUNCH(RMS ? "layernorm_backward_guarded_kernel<RMS>" : "layernorm_backward_guarded_kernel");
 }
 

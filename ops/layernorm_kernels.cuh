@@ -279,22 +279,22 @@ __device__ __forceinline__ void ln_acc_finish(const float4* acc, float* partial,
     }
 }
 
-/* The previous launch's column sums (colsum_deferred): where they can be
- * staged (colsum_stageable), each warp's share is loaded into its slice of
- * `stage` when the kernel starts and added when the warp has done its rows
- * (ln_prev_end); otherwise added at once, after the block's start barrier
- * (before it, every block waited for them). Warps are numbered across the
- * grid first, so the shares fall on the first warps of every block. */
-__device__ __forceinline__ float2 ln_prev_begin(const ColsumPending& prev, int warp, int lane, float4* stage) {
-    const int gwarp = warp * (int)gridDim.x + (int)blockIdx.x, nwarps = (int)gridDim.x * LN_WARPS;
-    if (colsum_stageable(prev)) return colsum_stage_begin(prev, gwarp, nwarps, lane, stage + warp * prev.nparts);
-    colsum_deferred(prev, gwarp, nwarps, lane);
-    return make_float2(0.f, 0.f);
+/* The previous launch's column sums (colsum_deferred), a backward kernel's
+ * first act. Where the launch has blocks past its row_blocks (the SM slots
+ * the row blocks leave free in their wave, ln_colsum_blocks in
+ * layernorm_cuda.cu), those blocks add them and do nothing else, while the
+ * row blocks stream rows: ln_colsum_block returns true in such a block.
+ * Otherwise every warp of the grid takes a share (ln_prev_colsums), which
+ * delays its rows by the sums' L2 round trips. */
+__device__ __forceinline__ bool ln_colsum_block(const ColsumPending& prev, int row_blocks, int warp, int lane) {
+    if ((int)blockIdx.x < row_blocks) return false;
+    colsum_deferred(prev, ((int)blockIdx.x - row_blocks) * LN_WARPS + warp, ((int)gridDim.x - row_blocks) * LN_WARPS,
+                    lane);
+    return true;
 }
-__device__ __forceinline__ void ln_prev_end(const ColsumPending& prev, int warp, int lane, const float4* stage,
-                                            float2 dv) {
-    if (colsum_stageable(prev))
-        colsum_stage_end(prev, warp * (int)gridDim.x + (int)blockIdx.x, lane, stage + warp * prev.nparts, dv);
+__device__ __forceinline__ void ln_prev_colsums(const ColsumPending& prev, int row_blocks, int warp, int lane) {
+    if ((int)gridDim.x > row_blocks) return; /* the column-sum blocks have them */
+    colsum_deferred(prev, warp * (int)gridDim.x + (int)blockIdx.x, (int)gridDim.x * LN_WARPS, lane);
 }
 
 /* Rows of whole 256-column chunks with 16-byte accesses (GPT-2's C = 768).
@@ -396,17 +396,17 @@ __device__ __forceinline__ void layernorm_backward_row(const LnBwdRow<NCH, true,
     }
 }
 
-/* dynamic shared memory: the accumulators, then 2 rows_per_block floats
- * (mean, rstd), then the staged column sums (LN_WARPS prev.nparts float4s,
- * where colsum_stageable(prev)) */
+/* dynamic shared memory: the accumulators, then 2 rows_per_block floats (mean, rstd) */
 template <int NCH, bool RMS, bool DSUM>
 __global__ void __launch_bounds__(LN_WARPS * 32, ln_minblocks(NCH, true))
 layernorm_backward_kernel(bf16* dinp, float* partial, const ColsumPending prev, const bf16* dout, const bf16* inp,
-                          const bf16* w, const float* mean, const float* rstd, int N, int C, int rows_per_block) {
+                          const bf16* w, const float* mean, const float* rstd, int N, int C, int rows_per_block,
+                          int row_blocks) {
     constexpr int NPART = ln_nparts(RMS, DSUM);
     DYNAMIC_SMEM(smem_raw);
     float4* acc = reinterpret_cast<float4*>(smem_raw);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (ln_colsum_block(prev, row_blocks, warp, lane)) return;
     const int nch8 = C / 8; /* = 32 * NCH */
     ln_acc_zero<NCH, NPART>(acc, warp, lane);
     uint4 wp[NCH];
@@ -424,10 +424,12 @@ layernorm_backward_kernel(bf16* dinp, float* partial, const ColsumPending prev, 
         sms[2 * t] = RMS ? 0.0f : mean[r0 + t];
         sms[2 * t + 1] = rstd[r0 + t];
     }
-    float4* stage = reinterpret_cast<float4*>(sms + 2 * rows_per_block);
     __syncthreads();
-    /* the previous launch's sums: after the barrier, with this warp's first row in flight */
-    const float2 pdv = ln_prev_begin(prev, warp, lane, stage);
+    /* the previous launch's sums, after the barrier (the block's other warps
+     * go on with their rows meanwhile; before it, every block waited for
+     * them: 0.89 ms against 0.79 without them) and with this warp's first
+     * row in flight */
+    ln_prev_colsums(prev, row_blocks, warp, lane);
     for (; row < r1; row += 2 * LN_WARPS) {
         const int row_b = row + LN_WARPS, row_c = row_b + LN_WARPS;
         if (row_b < r1) rb.template load<true, false>(inp, dout, dinp, mean, rstd, row_b, lane, nch8, C);
@@ -438,23 +440,22 @@ layernorm_backward_kernel(bf16* dinp, float* partial, const ColsumPending prev, 
         layernorm_backward_row<NCH, RMS, DSUM>(rb, sms[2 * (row_b - r0)], sms[2 * (row_b - r0) + 1], wp, acc, warp, lane,
                                          dinp + (size_t)row_b * C, C);
     }
-    ln_prev_end(prev, warp, lane, stage, pdv);
     ln_acc_finish<NCH, NPART, true>(acc, partial, C);
 }
 
 /* Any other C <= 1024 (not whole 256-column chunks, or scalar accesses):
  * the same scheme with bounds guards, one row buffer prefetched into the
- * other, xhat formed in both passes. dynamic shared memory: the accumulators,
- * then the staged column sums */
+ * other, xhat formed in both passes. dynamic shared memory: the accumulators */
 template <int NCH, bool VEC, bool RMS, bool DSUM>
 __global__ void __launch_bounds__(LN_WARPS * 32, ln_minblocks(NCH, VEC))
 layernorm_backward_guarded_kernel(bf16* dinp, float* partial, const ColsumPending prev, const bf16* dout,
                                   const bf16* inp, const bf16* w, const float* mean, const float* rstd, int N, int C,
-                                  int rows_per_block) {
+                                  int rows_per_block, int row_blocks) {
     constexpr int NPART = ln_nparts(RMS, DSUM);
     DYNAMIC_SMEM(smem_raw);
     float4* acc = reinterpret_cast<float4*>(smem_raw);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (ln_colsum_block(prev, row_blocks, warp, lane)) return;
     const int nch8 = (C + 7) / 8;
     ln_acc_zero<NCH, NPART>(acc, warp, lane);
     uint4 wp[NCH];
@@ -469,8 +470,7 @@ layernorm_backward_guarded_kernel(bf16* dinp, float* partial, const ColsumPendin
     int row = r0 + warp;
     LnBwdRow<NCH, VEC, RMS> cur;
     if (row < r1) cur.load(inp, dout, dinp, mean, rstd, row, lane, nch8, C);
-    float4* stage = acc + LN_WARPS * NPART * NCH * 64;
-    const float2 pdv = ln_prev_begin(prev, warp, lane, stage); /* its loads in flight with the first row's */
+    ln_prev_colsums(prev, row_blocks, warp, lane); /* its loads in flight with the first row's */
     for (; row < r1; row += LN_WARPS) {
         const int next = row + LN_WARPS;
         LnBwdRow<NCH, VEC, RMS> nxt;
@@ -545,7 +545,6 @@ layernorm_backward_guarded_kernel(bf16* dinp, float* partial, const ColsumPendin
         }
         if (next < r1) cur = nxt;
     }
-    ln_prev_end(prev, warp, lane, stage, pdv);
     ln_acc_finish<NCH, NPART, false>(acc, partial, C);
 }
 
