@@ -18,52 +18,33 @@
 #include "ops/cuda_common.cuh"
 #include "ops/encoder_plan.h"
 
-/* out[n,:] = wte[tok[n]-v0,:] inside the slice, else zeros. A gather: each
- * chunk's wte load waits for its token id, so with one chunk per thread half
- * of every thread's time had no load in flight (29% of the copy bandwidth
- * on the H200 at GPT-2 124M shapes). A thread takes ENC_UNROLL chunks a grid
- * apart (consecutive threads, consecutive chunks: coalesced), loads their
- * ids first, then has all their rows in flight at once. */
-#define ENC_UNROLL 4
+/* out[n,:] = wte[tok[n]-v0,:] inside the slice, else zeros */
 template <bool VEC>
 __global__ void encoder_forward_kernel(bf16* out, const int* tok, const bf16* wte, int N, int C, int v0, int Vr) {
     const int nch = (C + 7) / 8;
-    const size_t total = (size_t)N * nch, stride = (size_t)gridDim.x * blockDim.x;
-    const size_t idx0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    int n[ENC_UNROLL], c[ENC_UNROLL], row[ENC_UNROLL];
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)N * nch) return;
+    int n = (int)(idx / nch), c = (int)(idx % nch) * 8;
+    int row = tok[n] - v0;
+    float f[8];
+    if (row >= 0 && row < Vr) {
+        ld8<VEC>(f, wte + (size_t)row * C, c, C);
+    } else {
 #pragma unroll
-    for (int u = 0; u < ENC_UNROLL; u++) {
-        const size_t idx = idx0 + u * stride;
-        n[u] = idx < total ? (int)(idx / nch) : -1;
-        c[u] = idx < total ? (int)(idx % nch) * 8 : 0;
+        for (int k = 0; k < 8; k++) f[k] = 0.0f;
     }
-#pragma unroll
-    for (int u = 0; u < ENC_UNROLL; u++) row[u] = n[u] >= 0 ? tok[n[u]] - v0 : -1;
-    float f[ENC_UNROLL][8];
-#pragma unroll
-    for (int u = 0; u < ENC_UNROLL; u++) {
-        if (n[u] >= 0 && row[u] >= 0 && row[u] < Vr) {
-            ld8<VEC>(f[u], wte + (size_t)row[u] * C, c[u], C);
-        } else {
-#pragma unroll
-            for (int k = 0; k < 8; k++) f[u][k] = 0.0f;
-        }
-    }
-#pragma unroll
-    for (int u = 0; u < ENC_UNROLL; u++)
-        if (n[u] >= 0) st8<VEC>(out + (size_t)n[u] * C, c[u], C, f[u]);
+    st8<VEC>(out + (size_t)n * C, c, C, f);
 }
 
 void encoder_forward(floatX* out, const int* tok, const floatX* wte, int N, int C, int v0, int Vr) {
     if (N <= 0 || C <= 0) return;
-    const size_t total = (size_t)N * ((C + 7) / 8);
-    const unsigned grid = ceil_div_u(ceil_div_u(total, ENC_UNROLL), EW_THREADS);
+    size_t total = (size_t)N * ((C + 7) / 8);
     bf16* o = (bf16*)out;
     const bf16* w = (const bf16*)wte;
     if (rows_vec_ok(C) && is_aligned16(o) && is_aligned16(w))
-        encoder_forward_kernel<true><<<grid, EW_THREADS, 0, cuda_stream()>>>(o, tok, w, N, C, v0, Vr);
+        encoder_forward_kernel<true><<<ceil_div_u(total, EW_THREADS), EW_THREADS, 0, cuda_stream()>>>(o, tok, w, N, C, v0, Vr);
     else
-        encoder_forward_kernel<false><<<grid, EW_THREADS, 0, cuda_stream()>>>(o, tok, w, N, C, v0, Vr);
+        encoder_forward_kernel<false><<<ceil_div_u(total, EW_THREADS), EW_THREADS, 0, cuda_stream()>>>(o, tok, w, N, C, v0, Vr);
     CUDA_CHECK_LAUNCH("encoder_forward_kernel");
 }
 
