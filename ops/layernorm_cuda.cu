@@ -148,31 +148,6 @@ static void ln_smem_limit(Kernel kernel, size_t smem, size_t& raised) {
     }
 }
 
-/* How many blocks to launch beside g's row blocks that only add the previous
- * launch's column sums (ln_colsum_block): the SM slots the row blocks leave
- * free in their one wave, where there are any and they can add the sums in
- * about the time a row block takes (an iteration of colsum_deferred, two L2
- * round trips, against a row's one DRAM round trip: at most two per row of
- * a warp, and 16 at least); else 0, and the row blocks' warps add them. On
- * an H200 at GPT-2 124M shapes: 256 row blocks, 8 such blocks, 9 iterations
- * of theirs against 8 rows per warp. The sums' order does not depend on who
- * adds them, so neither do the bits. per_sm / occ_smem: the launcher's cache
- * of the kernel's occupancy at that shared memory. */
-template <typename Kernel>
-static int ln_colsum_blocks(Kernel kernel, size_t smem, const LnBwdGrid& g, int& per_sm, size_t& occ_smem) {
-    if (!g.prev.partial) return 0;
-    if (smem != occ_smem) {
-        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, LN_WARPS * 32, smem));
-        occ_smem = smem;
-    }
-    const int free_slots = per_sm * cuda_num_sms() - g.grid;
-    if (free_slots <= 0) return 0;
-    const int units = g.prev.C % 2 == 0 ? g.prev.ncols / 2 : g.prev.ncols; /* colsum_deferred's */
-    const int iters = (int)ceil_div_u(units, 2 * free_slots * LN_WARPS);
-    const int rows_per_warp = g.rpb / LN_WARPS;
-    return iters <= (2 * rows_per_warp > 16 ? 2 * rows_per_warp : 16) ? free_slots : 0;
-}
-
 /* C = 256 NCH with 16-byte accesses */
 template <int NCH, bool RMS, bool DSUM>
 static void layernorm_backward_launch(floatX* dinp, float* dw, float* db, float* ds, const floatX* dout,
@@ -182,13 +157,10 @@ static void layernorm_backward_launch(floatX* dinp, float* dw, float* db, float*
     const LnBwdGrid g = ln_bwd_grid(N, C, NPART, dw, db, ds);
     auto kernel = layernorm_backward_kernel<NCH, RMS, DSUM>;
     const size_t smem = ((size_t)LN_WARPS * NPART * NCH * 256 + 2 * (size_t)g.rpb) * sizeof(float);
-    static size_t raised = 0, occ_smem = 0; /* rpb, and so smem, grows with N */
-    static int per_sm = 0;
+    static size_t raised = 0; /* rpb, and so smem, grows with N */
     ln_smem_limit(kernel, smem, raised);
-    const int extra = ln_colsum_blocks(kernel, smem, g, per_sm, occ_smem);
-    kernel<<<g.grid + extra, LN_WARPS * 32, smem, cuda_stream()>>>((bf16*)dinp, g.partial, g.prev, (const bf16*)dout,
-                                                                   (const bf16*)inp, (const bf16*)w, mean, rstd, N,
-                                                                   C, g.rpb, g.grid);
+    kernel<<<g.grid, LN_WARPS * 32, smem, cuda_stream()>>>((bf16*)dinp, g.partial, g.prev, (const bf16*)dout,
+                                                           (const bf16*)inp, (const bf16*)w, mean, rstd, N, C, g.rpb);
     CUDA_CHECK_LAUNCH(RMS ? "layernorm_backward_kernel<RMS>" : "layernorm_backward_kernel");
 }
 
@@ -201,13 +173,10 @@ static void layernorm_backward_guarded_launch(floatX* dinp, float* dw, float* db
     const LnBwdGrid g = ln_bwd_grid(N, C, NPART, dw, db, ds);
     auto kernel = layernorm_backward_guarded_kernel<NCH, VEC, RMS, DSUM>;
     const size_t smem = (size_t)LN_WARPS * NPART * NCH * 256 * sizeof(float);
-    static size_t raised = 0, occ_smem = 0;
-    static int per_sm = 0;
+    static size_t raised = 0;
     ln_smem_limit(kernel, smem, raised);
-    const int extra = ln_colsum_blocks(kernel, smem, g, per_sm, occ_smem);
-    kernel<<<g.grid + extra, LN_WARPS * 32, smem, cuda_stream()>>>((bf16*)dinp, g.partial, g.prev, (const bf16*)dout,
-                                                                   (const bf16*)inp, (const bf16*)w, mean, rstd, N,
-                                                                   C, g.rpb, g.grid);
+    kernel<<<g.grid, LN_WARPS * 32, smem, cuda_stream()>>>((bf16*)dinp, g.partial, g.prev, (const bf16*)dout,
+                                                           (const bf16*)inp, (const bf16*)w, mean, rstd, N, C, g.rpb);
     CUDA_CHECK_LAUNCH(RMS ? "layernorm_backward_guarded_kernel<RMS>" : "layernorm_backward_guarded_kernel");
 }
 

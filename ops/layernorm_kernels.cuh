@@ -244,11 +244,10 @@ __device__ __forceinline__ void ln_acc_zero(float4* acc, int warp, int lane) {
 /* the block's end: its warps' sums, in warp order, to its partial row
  * partial[block][0..NPART C) (dw, then db, then ds), which the next launch
  * adds into dw / db / ds (colsum_deferred). A float4 of one warp's slice and
- * the same float4 of every other warp's are LN_WARPS * S apart, so a thread
- * adds whole float4s (an earlier version took one column per thread, with a
- * division per column: 2 us of a 33 us launch at GPT-2 124M, all SMs
- * issuing index arithmetic while DRAM idled). FULL: C = 256 NCH, every
- * float4 is 4 columns of one part, stored as one. */
+ * the same float4 of the next warp's are S apart, so a thread adds whole
+ * float4s; an earlier version took one column per thread, with a division
+ * and the slice's index arithmetic per column, while DRAM idled. FULL:
+ * C = 256 NCH, every float4 is 4 columns of one part, stored as one. */
 template <int NCH, int NPART, bool FULL>
 __device__ __forceinline__ void ln_acc_finish(const float4* acc, float* partial, int C) {
     constexpr int S = NPART * NCH * 64; /* float4s in one warp's slice */
@@ -279,21 +278,9 @@ __device__ __forceinline__ void ln_acc_finish(const float4* acc, float* partial,
     }
 }
 
-/* The previous launch's column sums (colsum_deferred), a backward kernel's
- * first act. Where the launch has blocks past its row_blocks (the SM slots
- * the row blocks leave free in their wave, ln_colsum_blocks in
- * layernorm_cuda.cu), those blocks add them and do nothing else, while the
- * row blocks stream rows: ln_colsum_block returns true in such a block.
- * Otherwise every warp of the grid takes a share (ln_prev_colsums), which
- * delays its rows by the sums' L2 round trips. */
-__device__ __forceinline__ bool ln_colsum_block(const ColsumPending& prev, int row_blocks, int warp, int lane) {
-    if ((int)blockIdx.x < row_blocks) return false;
-    colsum_deferred(prev, ((int)blockIdx.x - row_blocks) * LN_WARPS + warp, ((int)gridDim.x - row_blocks) * LN_WARPS,
-                    lane);
-    return true;
-}
-__device__ __forceinline__ void ln_prev_colsums(const ColsumPending& prev, int row_blocks, int warp, int lane) {
-    if ((int)gridDim.x > row_blocks) return; /* the column-sum blocks have them */
+/* a backward kernel's first act: the previous launch's column sums, spread
+ * over every warp of the grid (the warps with no share go straight on) */
+__device__ __forceinline__ void ln_prev_colsums(const ColsumPending& prev, int warp, int lane) {
     colsum_deferred(prev, warp * (int)gridDim.x + (int)blockIdx.x, (int)gridDim.x * LN_WARPS, lane);
 }
 
@@ -400,13 +387,11 @@ __device__ __forceinline__ void layernorm_backward_row(const LnBwdRow<NCH, true,
 template <int NCH, bool RMS, bool DSUM>
 __global__ void __launch_bounds__(LN_WARPS * 32, ln_minblocks(NCH, true))
 layernorm_backward_kernel(bf16* dinp, float* partial, const ColsumPending prev, const bf16* dout, const bf16* inp,
-                          const bf16* w, const float* mean, const float* rstd, int N, int C, int rows_per_block,
-                          int row_blocks) {
+                          const bf16* w, const float* mean, const float* rstd, int N, int C, int rows_per_block) {
     constexpr int NPART = ln_nparts(RMS, DSUM);
     DYNAMIC_SMEM(smem_raw);
     float4* acc = reinterpret_cast<float4*>(smem_raw);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    if (ln_colsum_block(prev, row_blocks, warp, lane)) return;
     const int nch8 = C / 8; /* = 32 * NCH */
     ln_acc_zero<NCH, NPART>(acc, warp, lane);
     uint4 wp[NCH];
@@ -429,7 +414,7 @@ layernorm_backward_kernel(bf16* dinp, float* partial, const ColsumPending prev, 
      * go on with their rows meanwhile; before it, every block waited for
      * them: 0.89 ms against 0.79 without them) and with this warp's first
      * row in flight */
-    ln_prev_colsums(prev, row_blocks, warp, lane);
+    ln_prev_colsums(prev, warp, lane);
     for (; row < r1; row += 2 * LN_WARPS) {
         const int row_b = row + LN_WARPS, row_c = row_b + LN_WARPS;
         if (row_b < r1) rb.template load<true, false>(inp, dout, dinp, mean, rstd, row_b, lane, nch8, C);
@@ -450,12 +435,11 @@ template <int NCH, bool VEC, bool RMS, bool DSUM>
 __global__ void __launch_bounds__(LN_WARPS * 32, ln_minblocks(NCH, VEC))
 layernorm_backward_guarded_kernel(bf16* dinp, float* partial, const ColsumPending prev, const bf16* dout,
                                   const bf16* inp, const bf16* w, const float* mean, const float* rstd, int N, int C,
-                                  int rows_per_block, int row_blocks) {
+                                  int rows_per_block) {
     constexpr int NPART = ln_nparts(RMS, DSUM);
     DYNAMIC_SMEM(smem_raw);
     float4* acc = reinterpret_cast<float4*>(smem_raw);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    if (ln_colsum_block(prev, row_blocks, warp, lane)) return;
     const int nch8 = (C + 7) / 8;
     ln_acc_zero<NCH, NPART>(acc, warp, lane);
     uint4 wp[NCH];
@@ -470,7 +454,7 @@ layernorm_backward_guarded_kernel(bf16* dinp, float* partial, const ColsumPendin
     int row = r0 + warp;
     LnBwdRow<NCH, VEC, RMS> cur;
     if (row < r1) cur.load(inp, dout, dinp, mean, rstd, row, lane, nch8, C);
-    ln_prev_colsums(prev, row_blocks, warp, lane); /* its loads in flight with the first row's */
+    ln_prev_colsums(prev, warp, lane); /* its loads in flight with the first row's */
     for (; row < r1; row += LN_WARPS) {
         const int next = row + LN_WARPS;
         LnBwdRow<NCH, VEC, RMS> nxt;

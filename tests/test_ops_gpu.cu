@@ -692,7 +692,7 @@ int main(int argc, char** argv) {
     }
     GROUP("layernorm") {
         test_layernorm(37, 768);   /* whole 256-column chunks: the unguarded backward */
-        test_layernorm(16, 512);   /* 2 row blocks: the last launch's sums by blocks of their own (ln_colsum_blocks) */
+        test_layernorm(16, 512);   /* 2 blocks, 16 warps: several column-sum units per warp in colsum_deferred */
         test_layernorm(64, 1600);  /* GPT-2 XL width, 7 chunks per lane: the wide kernels */
         test_layernorm(19, 36);    /* scalar path */
         test_layernorm(4100, 200); /* the guarded backward: 171 blocks, 11 groups of colsum_deferred, the last of 11 */
