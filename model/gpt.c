@@ -604,12 +604,13 @@ void gpt_grad_clip(GPT* m, Comm* c, float grad_clip) {
     ops_grad_clip(m->step, grad_clip);
 }
 
+_Static_assert(NUM_PARAM_TENSORS <= ADAMW_MAX_TENSORS, "one adamw_update_tensors call takes every tensor");
+
 void gpt_update(GPT* m, float beta1, float beta2, float eps, float weight_decay) {
-    for (int k = 0; k < NUM_PARAM_TENSORS; k++) {
-        size_t off = m->pl.offset[k];
-        adamw_update(m->master + off, m->params + off, m->grads + off, m->adam_m + off, m->adam_v + off,
-                     m->pl.local[k], m->step, beta1, beta2, eps, m->pl.decayed[k] ? weight_decay : 0.0f);
-    }
+    float wd[NUM_PARAM_TENSORS];
+    for (int k = 0; k < NUM_PARAM_TENSORS; k++) wd[k] = m->pl.decayed[k] ? weight_decay : 0.0f;
+    adamw_update_tensors(m->master, m->params, m->grads, m->adam_m, m->adam_v, NUM_PARAM_TENSORS, m->pl.offset,
+                         m->pl.local, wd, m->step, beta1, beta2, eps);
 }
 
 void gpt_logits_row(GPT* m, Comm* c, int n, float* full_logits) {

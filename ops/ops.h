@@ -215,6 +215,15 @@ typedef struct {
  * written when s->skip. */
 void adamw_update(float* master, floatX* param, const float* grad, float* m, float* v, size_t n,
                   const StepScalars* s, float beta1, float beta2, float eps, float weight_decay);
+/* adamw_update on several tensors of the same five buffers, in one pass:
+ * tensor k is elements [off[k], off[k] + n[k]) of each, with weight decay
+ * wd[k]; at most ADAMW_MAX_TENSORS of them, not overlapping. Each element
+ * gets adamw_update's arithmetic exactly; on the GPU it is one launch
+ * instead of one per tensor. */
+#define ADAMW_MAX_TENSORS 32
+void adamw_update_tensors(float* master, floatX* param, const float* grad, float* m, float* v, int ntensors,
+                          const size_t* off, const size_t* n, const float* wd, const StepScalars* s, float beta1,
+                          float beta2, float eps);
 /* From s->loss and s->sumsq: s->norm = sqrt(sumsq); s->scale = grad_clip /
  * norm if grad_clip > 0 and norm > grad_clip, else 1; s->skip = loss or norm
  * not finite. One scalar computation, queued (the host's arithmetic). */

@@ -597,6 +597,16 @@ void adamw_update(float* master, floatX* param, const float* grad, float* m, flo
     }
 }
 
+void adamw_update_tensors(float* master, floatX* param, const float* grad, float* m, float* v, int ntensors,
+                          const size_t* off, const size_t* n, const float* wd, const StepScalars* s, float beta1,
+                          float beta2, float eps) {
+    if (ntensors < 0 || ntensors > ADAMW_MAX_TENSORS)
+        FATAL("adamw_update_tensors: %d tensors (at most %d)", ntensors, ADAMW_MAX_TENSORS);
+    for (int k = 0; k < ntensors; k++)
+        adamw_update(master + off[k], param + off[k], grad + off[k], m + off[k], v + off[k], n[k], s, beta1, beta2,
+                     eps, wd[k]);
+}
+
 void ops_grad_clip(StepScalars* s, float grad_clip) {
     s->norm = (float)sqrt(s->sumsq);
     s->scale = (grad_clip > 0 && s->norm > grad_clip) ? grad_clip / s->norm : 1.0f;

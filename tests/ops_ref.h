@@ -84,6 +84,9 @@ void cpu_crossentropy_backward(float* logits_dlogits, float* losses, const float
 
 void cpu_adamw_update(float* master, float* param, const float* grad, float* m, float* v, size_t n,
                       const StepScalars* s, float beta1, float beta2, float eps, float weight_decay);
+void cpu_adamw_update_tensors(float* master, float* param, const float* grad, float* m, float* v, int ntensors,
+                              const size_t* off, const size_t* n, const float* wd, const StepScalars* s, float beta1,
+                              float beta2, float eps);
 void cpu_ops_grad_clip(StepScalars* s, float grad_clip);
 void cpu_ops_sumsq_acc(double* acc, const float* x, size_t n);
 void cpu_ops_mean(float* mean, const float* x, size_t n);

@@ -345,6 +345,38 @@ static void test_adamw(void) {
 
     free(master); free(param); free(m); free(v); free(g1); free(g2); free(wm); free(wv); free(ww);
     free(w); free(zero); free(m0); free(v0); free(want);
+
+    /* adamw_update_tensors: each tensor as adamw_update alone with its own
+     * decay (bit for bit), the gaps between them untouched */
+    const size_t L = 40, toff[3] = {1, 12, 30}, tn[3] = {9, 15, 6};
+    const float twd[3] = {0.1f, 0.0f, 0.3f};
+    float* bufs[2][5];
+    for (int b = 0; b < 2; b++)
+        for (int j = 0; j < 5; j++) bufs[b][j] = falloc(L);
+    float* init = rand_floats(4 * L, 1.0f);
+    for (int b = 0; b < 2; b++) {
+        memcpy(bufs[b][0], init, L * sizeof(float));          /* master */
+        memcpy(bufs[b][1], init, L * sizeof(float));          /* param */
+        memcpy(bufs[b][2], init + L, L * sizeof(float));      /* grad */
+        memcpy(bufs[b][3], init + 2 * L, L * sizeof(float));  /* m */
+        for (size_t i = 0; i < L; i++) bufs[b][4][i] = fabsf(init[3 * L + i]); /* v */
+    }
+    st.skip = 0;
+    for (int k = 0; k < 3; k++) {
+        float** B = bufs[0];
+        adamw_update(B[0] + toff[k], B[1] + toff[k], B[2] + toff[k], B[3] + toff[k], B[4] + toff[k], tn[k], &st, b1,
+                     b2, eps, twd[k]);
+    }
+    adamw_update_tensors(bufs[1][0], bufs[1][1], bufs[1][2], bufs[1][3], bufs[1][4], 3, toff, tn, twd, &st, b1, b2,
+                         eps);
+    int same = 1, moved = 0;
+    for (int j = 0; j < 5; j++) same &= memcmp(bufs[0][j], bufs[1][j], L * sizeof(float)) == 0;
+    for (size_t i = 0; i < L; i++) moved += bufs[1][0][i] != init[i];
+    expect_true("adamw_update_tensors == adamw_update per tensor, bit for bit", same);
+    expect_true("adamw_update_tensors moves the 30 elements inside, not the 10 outside", moved == 30);
+    for (int b = 0; b < 2; b++)
+        for (int j = 0; j < 5; j++) free(bufs[b][j]);
+    free(init);
 }
 
 /* ======================================================================== */

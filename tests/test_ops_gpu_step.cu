@@ -63,6 +63,56 @@ static void test_adamw(size_t n) {
     ops_free(dv);
 }
 
+/* adamw_update_tensors: several tensors of one buffer in one launch, each
+ * against the CPU's adamw_update on it alone with its own weight decay: an
+ * aligned one, one at an odd offset (the scalar path), an empty one, a tail
+ * of 3; the gaps between them are not written. */
+static void test_adamw_tensors(void) {
+    const size_t off[5] = {0, 1001, 5100, 5104, 8204}, n[5] = {1000, 4097, 0, 3000, 3};
+    const float wd[5] = {0.1f, 0.0f, 0.1f, 0.05f, 0.2f};
+    const size_t L = 8300;
+    vecf master = randn_f32(L, 0.05f), grad = randn_f32(L, 0.01f), m = randn_f32(L, 0.001f), v(L, 1e-6f);
+    vecf cmaster = master, cparam(L), cm = m, cv = v;
+    float* dmaster = dev_f32(master);
+    floatX* dparam = (floatX*)ops_malloc(L * 2);
+    float *dgrad = dev_f32(grad), *dm = dev_f32(m), *dv = dev_f32(v);
+    poison_bf(dparam, L);
+    std::vector<uint8_t> pbefore = get_bytes(dparam, L * 2);
+    StepScalars st = {};
+    st.lr = 6e-4f;
+    st.scale = 0.5f;
+    st.bc1 = 1.0f - 0.9f;
+    st.bc2 = 1.0f - 0.95f;
+    StepScalars* dst = (StepScalars*)ops_malloc(sizeof(StepScalars));
+    ops_from_host(dst, &st, sizeof(st));
+    for (int k = 0; k < 5; k++)
+        cpu_adamw_update(cmaster.data() + off[k], cparam.data() + off[k], grad.data() + off[k], cm.data() + off[k],
+                         cv.data() + off[k], n[k], &st, 0.9f, 0.95f, 1e-8f, wd[k]);
+    adamw_update_tensors(dmaster, dparam, dgrad, dm, dv, 5, off, n, wd, dst, 0.9f, 0.95f, 1e-8f);
+    const vecf gmaster = get_f32(dmaster, L), gm = get_f32(dm, L), gp = get_bf(dparam, L);
+    const std::vector<uint8_t> gpb = get_bytes(dparam, L * 2);
+    check_inc("adamw_update_tensors", "5 tensors, gaps, odd offsets", gmaster, cmaster, master, TOL_F32);
+    check("adamw_update_tensors", "  m", gm, cm, TOL_F32);
+    size_t bad = 0, in = 0;
+    for (size_t i = 0; i < L; i++) {
+        bool inside = false;
+        for (int k = 0; k < 5; k++) inside |= i >= off[k] && i < off[k] + n[k];
+        in += inside;
+        if (inside) bad += gp[i] != round_bf(gmaster[i]);
+        else bad += gmaster[i] != master[i] || gm[i] != m[i] || gpb[2 * i] != pbefore[2 * i] ||
+                    gpb[2 * i + 1] != pbefore[2 * i + 1];
+    }
+    report("adamw_update_tensors", "  param == RNE(master) inside, nothing written outside", (double)bad, TOL_EXACT,
+           nullptr);
+    report("adamw_update_tensors", "  elements inside the tensors", in == 8100 ? 0.0 : 1.0, TOL_EXACT, nullptr);
+    ops_free(dst);
+    ops_free(dmaster);
+    ops_free(dparam);
+    ops_free(dgrad);
+    ops_free(dm);
+    ops_free(dv);
+}
+
 /* The step's queued scalars (the loss's mean, the norm's sums, the clip):
  * ops_sumsq_acc is the host's `acc += ops_sumsq(...)` and ops_mean the
  * host's (float)(ops_sum / n), bit for bit (what the trainer computed before
@@ -163,6 +213,7 @@ static void test_graph(size_t n) {
 void test_ops_gpu_step(const char* only) {
 #define GROUP(name) if (!only || strstr(name, only))
     GROUP("adamw") test_adamw(10001);
+    GROUP("adamw") test_adamw_tensors();
     GROUP("step") test_step_scalars((1u << 20) + 7);
     GROUP("graph") test_graph(100003);
 #undef GROUP
