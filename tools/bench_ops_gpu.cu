@@ -317,12 +317,20 @@ static double train_step(Model& M) {
         for (int t = 0; t < NT; t++)
             TIMED("ops_sumsq_acc (grad norm)", 0, 4.0 * M.size[t], ops_sumsq_acc(&M.step->sumsq, M.grads + M.off[t], M.size[t]));
     TIMED("ops_grad_clip", 0, 0, ops_grad_clip(M.step, 1.0f));
+    /* fused: every tensor in one launch, as model/gpt.c's gpt_update; else one launch per tensor */
+    float wd[NT];
     for (int t = 0; t < NT; t++) {
         const bool decay = t == WTE || t == WPE || t == QKVW || t == APW || t == FCW || t == FPW;
-        TIMED("adamw_update", 0, 26.0 * M.size[t],
-              adamw_update(M.master + M.off[t], M.params + M.off[t], M.grads + M.off[t], M.m + M.off[t], M.v + M.off[t],
-                           M.size[t], M.step, 0.9f, 0.95f, 1e-8f, decay ? 0.1f : 0.0f));
+        wd[t] = decay ? 0.1f : 0.0f;
     }
+    if (g_fused)
+        TIMED("adamw_update", 0, 26.0 * M.total,
+              adamw_update_tensors(M.master, M.params, M.grads, M.m, M.v, NT, M.off, M.size, wd, M.step, 0.9f, 0.95f, 1e-8f));
+    else
+        for (int t = 0; t < NT; t++)
+            TIMED("adamw_update", 0, 26.0 * M.size[t],
+                  adamw_update(M.master + M.off[t], M.params + M.off[t], M.grads + M.off[t], M.m + M.off[t],
+                               M.v + M.off[t], M.size[t], M.step, 0.9f, 0.95f, 1e-8f, wd[t]));
     StepScalars st;
     ops_to_host(&st, M.step, sizeof(st));   /* the step's one read, as the trainer's after its sync */
     return st.loss;
