@@ -1,6 +1,7 @@
 /*
- * ops/attention_bwd_kernels.cuh - the device code of the attention backward: D =
- * rowsum(dO * O), then the dK/dV and dQ kernels (ops/attention_cuda.cu has the design).
+ * ops/attention_bwd_kernels.cuh - the device code of the attention backward: the dQ
+ * kernel, which also forms D = rowsum(dO * O) of its rows, then the dK/dV kernel
+ * (ops/attention_cuda.cu has the design).
  * Built on ops/attention_kernels.cuh's primitives, tile loads and products: WG = true is
  * the Hopper form (warpgroup MMA, ops/wgmma.cuh; hs = 64), WG = false the mma.sync one.
  */
@@ -10,39 +11,50 @@
 #include "ops/attention_kernels.cuh"
 
 /* ------------------------------------------------------------------------------ */
-/* backward, step 1: D[b,h,t] = sum_d dout[b,t,h,d] * out[b,t,h,d]. G lanes
- * (HS/8 rounded up to a power of two) share one (b,t,h) row, 8 elements each. */
-template <int HS>
-__global__ void attn_bwd_d_kernel(float* Dbuf, const bf16* dout, const bf16* out, int B, int T, int NH) {
+/* D[b,h,t] = sum_d dout[b,t,h,d] * out[b,t,h,d] for the dQ block's rows, from
+ * its dO and out tiles in shared memory (WG: swizzled; rows past T are
+ * zeros; rows STR elements apart): the warp's 16 rows, G lanes (HS/8 rounded up to a power of two) to
+ * a row, one 16-byte chunk of 8 elements each, summed across the G lanes by
+ * butterflies. Returns D of the thread's two rows (qrow0, qrow0 + 8) and
+ * writes every row's D to Dbuf for the dK/dV kernel, launched after this
+ * one. (A kernel of its own did this before, in the same order of
+ * operations, so the same bits: it read dout and out once more and took 6%
+ * of the backward's time; the same from global memory at the dQ kernel's
+ * start was nearly as slow, each block waiting for its loads; H100,
+ * 2026-12-06.) */
+template <int HS, bool WG, int STR>
+__device__ __forceinline__ void attn_bwd_rows_d(float (&Dr)[2], float* Dbuf, float* sDw, const bf16* sO,
+                                                const bf16* sOut, int r0w, int q0, int T, int lane, int g) {
     constexpr int CPR = HS / 8;
     constexpr int G = CPR <= 2 ? 2 : CPR <= 4 ? 4 : CPR <= 8 ? 8 : 16;
-    const size_t gid = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / G;
-    const int sub = threadIdx.x % G;
-    const size_t nrows = (size_t)B * T * NH;
-    const bool active = gid < nrows;
-    float acc = 0.0f;
-    size_t b = 0, t = 0, h = 0;
-    if (active) {
-        h = gid % NH; /* gid = (b*T + t)*NH + h: consecutive groups read consecutive memory */
-        const size_t bt = gid / NH;
-        t = bt % T;
-        b = bt / T;
+    constexpr int RPI = 32 / G; /* rows per pass of the warp */
+    const int sub = lane % G;
+#pragma unroll
+    for (int it = 0; it < 16 / RPI; it++) {
+        const int rl = r0w + it * RPI + lane / G; /* the row in the block's tiles */
+        float acc = 0.0f;
         if (sub < CPR) {
-            const size_t off = bt * NH * HS + h * HS + sub * 8;
+            const int at = WG ? wg_swz(rl, sub * 8) : rl * STR + sub * 8;
             float x[8], y[8];
-            load8(x, dout + off);
-            load8(y, out + off);
+            load8(x, sO + at);
+            load8(y, sOut + at);
 #pragma unroll
             for (int k = 0; k < 8; k++) acc += x[k] * y[k];
         }
-    }
 #pragma unroll
-    for (int o = G / 2; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-    if (active && sub == 0) Dbuf[(b * NH + h) * T + t] = acc;
+        for (int o = G / 2; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+        if (sub == 0) {
+            sDw[rl - r0w] = acc;
+            if (q0 + rl < T) Dbuf[q0 + rl] = acc;
+        }
+    }
+    __syncwarp();
+    Dr[0] = q0 + r0w + g < T ? sDw[g] : 0.0f;
+    Dr[1] = q0 + r0w + g + 8 < T ? sDw[g + 8] : 0.0f;
 }
 
 /* ------------------------------------------------------------------------------ */
-/* backward, step 2: dK, dV. Block = (b, kv head, 64 keys), 16 keys per warp;
+/* backward, step 2: dK, dV (D from the dQ kernel, step 1). Block = (b, kv head, 64 keys), 16 keys per warp;
  * loops over the query heads of the kv head's group (NH/NKV of them, one
  * for NKV = NH) and, for each, over query tiles of BQ from the diagonal to
  * the end, as one flat sequence of (head, tile) steps so that the next
@@ -250,18 +262,18 @@ attn_bwd_dkdv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float*
 }
 
 /* ------------------------------------------------------------------------------ */
-/* backward, step 3: dQ. Block = 64 queries (16 per warp), loops over key
- * tiles of BN from 0 to the diagonal. */
+/* backward, step 1: dQ, and D of its rows. Block = 64 queries (16 per warp),
+ * loops over key tiles of BN from 0 to the diagonal. */
 template <int HS, bool WG>
 struct DqCfg {
     static constexpr int BM = 64, BN = HS <= 64 ? 64 : 32, STR = att_stride<HS, WG>(), NS = HS <= 64 ? ATT_STAGES : 2;
-    static constexpr size_t SMEM = (size_t)(2 * BM + 2 * NS * BN) * STR * sizeof(bf16) + (WG ? WG_TILE_ALIGN : 0);
+    static constexpr size_t SMEM = (size_t)(3 * BM + 2 * NS * BN) * STR * sizeof(bf16) + (WG ? WG_TILE_ALIGN : 0);
     static constexpr int MINB = WG ? ATT_WG_BWD_MINB : HS <= 64 ? ATT_BWD_MINB : 2;
 };
 
 template <int HS, bool WG>
 __global__ void __launch_bounds__(ATT_THREADS, DqCfg<HS, WG>::MINB)
-attn_bwd_dq_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* Dbuf,
+attn_bwd_dq_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* lse, float* Dbuf,
                    int T, int NH, int NKV, float scale_log2, float scale) {
     using Cfg = DqCfg<HS, WG>;
     constexpr int BM = Cfg::BM, BN = Cfg::BN, STR = Cfg::STR, NS = Cfg::NS;
@@ -273,6 +285,7 @@ attn_bwd_dq_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* l
     bf16* sO = sQ + BM * STR;                     /* dO [BM][STR] */
     bf16* sK = sO + BM * STR;                     /* [NS][BN][STR] */
     bf16* sV = sK + NS * BN * STR;                /* [NS][BN][STR] */
+    bf16* sOut = sV + NS * BN * STR;              /* out [BM][STR]: D of the rows */
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int h = blockIdx.x, b = blockIdx.y;
@@ -288,19 +301,20 @@ attn_bwd_dq_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* l
 
     load_tile<BM, HS, WG>(sQ, qg, rs, q0, T);
     load_tile<BM, HS, WG>(sO, og, os, q0, T);
+    load_tile<BM, HS, WG>(sOut, out + (size_t)b * T * os + (size_t)h * HS, os, q0, T);
     load_tile<BN, HS, WG>(sK, kg, rs, 0, T);
     load_tile<BN, HS, WG>(sV, vg, rs, 0, T);
     cp_async_commit();
 
     const int g = lane >> 2, t4 = lane & 3;
     const int qrow0 = q0 + warp * 16 + g;
-    float lse2[2], Dr[2];
+    float lse2[2], Dr[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const int q = qrow0 + r * 8;
         lse2[r] = q < T ? lse[((size_t)b * NH + h) * T + q] * LOG2E : 0.0f;
-        Dr[r] = q < T ? Dbuf[((size_t)b * NH + h) * T + q] : 0.0f;
     }
+    __shared__ float sD[ATT_THREADS / 32][16]; /* D of the warps' 16 rows each */
     [[maybe_unused]] uint32_t qf[KS][4], of[KS][4]; /* Q's and dO's A fragments (mma.sync) */
     float dq[OT][4];
 #pragma unroll
@@ -317,6 +331,7 @@ attn_bwd_dq_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* l
             att_tiles_landed<0, WG>();
         }
         __syncthreads();
+        if (j == 0) attn_bwd_rows_d<HS, WG, STR>(Dr, Dbuf + ((size_t)b * NH + h) * T, sD[warp], sO, sOut, warp * 16, q0, T, lane, g);
         if (!WG && j == 0) {
 #pragma unroll
             for (int ks = 0; ks < KS; ks++) {

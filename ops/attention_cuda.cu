@@ -30,15 +30,17 @@
  *   forward:   block = (b, h, 64 queries). Loops over key tiles 0..diagonal:
  *              S = Q K^T, online softmax (running max m, sum l, in log2
  *              units), O += P V. Writes out = O / l and lse = (m + log2 l) ln 2.
- *   backward:  D = rowsum(dout * out) first (small kernel), then
+ *   backward:  dq first, then dk/dv, which reads the D = rowsum(dout * out)
+ *              that dq forms for its rows.
  *     dk/dv:   block = (b, kv head, 64 keys), each warp 16 keys. Loops over
  *              the group's query heads and, for each, over query tiles from
  *              the diagonal to T: S^T = K Q^T, P^T = exp(S^T - lse),
  *              dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - D),
  *              dK += dS^T Q. dK, dV stay in registers, summed over the
  *              group's heads in head order; one write at the end.
- *     dq:      block = (b, h, 64 queries), each warp 16 queries. Loops over
- *              key tiles 0..diagonal: S, P, dP = dO V^T, dS, dQ += dS K.
+ *     dq:      block = (b, h, 64 queries), each warp 16 queries. First D
+ *              of its rows (written for dk/dv too), then loops over key
+ *              tiles 0..diagonal: S, P, dP = dO V^T, dS, dQ += dS K.
  *   Splitting dq from dk/dv recomputes S and dP once more (7 instead of 5
  *   tile products) but makes every output element the sum of one thread in
  *   a fixed order: no atomics, bit-identical runs.
@@ -139,14 +141,23 @@ static void attn_forward_launch(bf16* out, float* lse, const bf16* qkv, int B, i
     else attn_forward_run<HS, false>(out, lse, qkv, B, T, NH, NKV);
 }
 
-/* the dK/dV and dQ kernels, after D */
+/* the dQ kernel, which also writes D = rowsum(dout * out), then the dK/dV kernel, which reads it */
 template <int HS, bool WG>
-static void attn_backward_run(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* Dbuf,
+static void attn_backward_run(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* lse,
                               int B, int T, int NH, int NKV) {
     static bool smem_dkdv = false, smem_dq = false;
     cudaStream_t s = cuda_stream();
     const float scale = 1.0f / sqrtf((float)HS);
     const float scale_log2 = LOG2E * scale;
+    float* Dbuf = (float*)cuda_scratch(SCRATCH_ATTN_D, (size_t)B * NH * T * sizeof(float));
+    {
+        const size_t smem = DqCfg<HS, WG>::SMEM;
+        attn_set_smem(attn_bwd_dq_kernel<HS, WG>, smem, &smem_dq);
+        dim3 grid(NH, B, (T + DqCfg<HS, WG>::BM - 1) / DqCfg<HS, WG>::BM);
+        attn_bwd_dq_kernel<HS, WG><<<grid, ATT_THREADS, smem, s>>>(dqkv, dout, qkv, out, lse, Dbuf, T, NH, NKV,
+                                                                   scale_log2, scale);
+        CUDA_CHECK_LAUNCH("attn_bwd_dq_kernel");
+    }
     {
         const size_t smem = DkvCfg<HS, WG>::SMEM;
         attn_set_smem(attn_bwd_dkdv_kernel<HS, WG>, smem, &smem_dkdv);
@@ -157,28 +168,13 @@ static void attn_backward_run(bf16* dqkv, const bf16* dout, const bf16* qkv, con
                                                                      scale_log2, scale, rows16);
         CUDA_CHECK_LAUNCH("attn_bwd_dkdv_kernel");
     }
-    {
-        const size_t smem = DqCfg<HS, WG>::SMEM;
-        attn_set_smem(attn_bwd_dq_kernel<HS, WG>, smem, &smem_dq);
-        dim3 grid(NH, B, (T + DqCfg<HS, WG>::BM - 1) / DqCfg<HS, WG>::BM);
-        attn_bwd_dq_kernel<HS, WG><<<grid, ATT_THREADS, smem, s>>>(dqkv, dout, qkv, lse, Dbuf, T, NH, NKV,
-                                                                   scale_log2, scale);
-        CUDA_CHECK_LAUNCH("attn_bwd_dq_kernel");
-    }
 }
 
 template <int HS>
 static void attn_backward_launch(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* lse,
                                  int B, int T, int NH, int NKV) {
-    cudaStream_t s = cuda_stream();
-    float* Dbuf = (float*)cuda_scratch(SCRATCH_ATTN_D, (size_t)B * NH * T * sizeof(float));
-    {
-        const size_t threads = (size_t)B * T * NH * (HS / 8 <= 2 ? 2 : HS / 8 <= 4 ? 4 : HS / 8 <= 8 ? 8 : 16);
-        attn_bwd_d_kernel<HS><<<ceil_div_u(threads, 256), 256, 0, s>>>(Dbuf, dout, out, B, T, NH);
-        CUDA_CHECK_LAUNCH("attn_bwd_d_kernel");
-    }
-    if (HS == 64 && g_att_wgmma) attn_backward_run<64, true>(dqkv, dout, qkv, lse, Dbuf, B, T, NH, NKV);
-    else attn_backward_run<HS, false>(dqkv, dout, qkv, lse, Dbuf, B, T, NH, NKV);
+    if (HS == 64 && g_att_wgmma) attn_backward_run<64, true>(dqkv, dout, qkv, out, lse, B, T, NH, NKV);
+    else attn_backward_run<HS, false>(dqkv, dout, qkv, out, lse, B, T, NH, NKV);
 }
 
 #define ATT_DISPATCH(hs, CALL)                                   \
