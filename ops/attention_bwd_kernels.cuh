@@ -157,10 +157,11 @@ attn_bwd_dkdv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float*
         /* S^T = K Q^T (16 keys x BQ queries per warp); WG: dP^T = V dO^T is issued
          * with it and runs while P^T is computed */
         float s[QT][4], dpt[QT][4];
+        if constexpr (!WG) /* wg_abt starts from zero itself */
 #pragma unroll
-        for (int i = 0; i < QT; i++)
+            for (int i = 0; i < QT; i++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) s[i][e] = dpt[i][e] = 0.0f;
+                for (int e = 0; e < 4; e++) s[i][e] = dpt[i][e] = 0.0f;
         if constexpr (WG) {
             wg_abt(s, sK, cQ);
             wg_abt(dpt, sV, cO);
@@ -345,10 +346,11 @@ attn_bwd_dq_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* ou
 
         /* S = Q K^T (16 queries x BN keys per warp); WG: dP = dO V^T is issued with it */
         float s[NT][4], dp[NT][4];
+        if constexpr (!WG) /* wg_abt starts from zero itself */
 #pragma unroll
-        for (int i = 0; i < NT; i++)
+            for (int i = 0; i < NT; i++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) s[i][e] = dp[i][e] = 0.0f;
+                for (int e = 0; e < 4; e++) s[i][e] = dp[i][e] = 0.0f;
         if constexpr (WG) {
             wg_abt(s, sQ, cK);
             wg_abt(dp, sO, cV);

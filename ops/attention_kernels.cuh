@@ -174,12 +174,14 @@ __device__ __forceinline__ void att_tiles_landed() {
 
 /* The two products of the WG kernels, each issued as one commit group (the caller
  * waits for it). acc is this warp's 16 rows x 64 columns of the 64 x 64 result.
- * wg_abt: acc += A B^T over the head dimension, A = the block's 64-row tile sA, B =
- * the 64-row tile sB (S = Q K^T and its kin). */
+ * wg_abt: acc = A B^T over the head dimension, A = the block's 64-row tile sA, B =
+ * the 64-row tile sB (S = Q K^T and its kin); the first k-step starts from zero
+ * (wg_mma_ss_zero), so acc needs no zeroing before. */
 __device__ __forceinline__ void wg_abt(float (&acc)[8][4], const bf16* sA, const bf16* sB) {
-    wg_fence(); /* acc was just zeroed */
+    wg_fence();
+    wg_mma_ss_zero<0>(acc, wg_desc(sA), wg_desc(sB));
 #pragma unroll
-    for (int ks = 0; ks < 4; ks++) wg_mma_ss<0>(acc, wg_desc(sA + ks * 16), wg_desc(sB + ks * 16));
+    for (int ks = 1; ks < 4; ks++) wg_mma_ss<0>(acc, wg_desc(sA + ks * 16), wg_desc(sB + ks * 16));
     wg_commit();
 }
 /* wg_pb: acc += P B over the tile's 64 rows, P as this warp's A fragments of 16
@@ -305,8 +307,9 @@ attn_fwd_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH, int NKV, 
 
         /* S = Q K^T (16 x BN per warp) */
         float s[NT][4];
+        if constexpr (!WG) /* wg_abt starts from zero itself */
 #pragma unroll
-        for (int i = 0; i < NT; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+            for (int i = 0; i < NT; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
         if constexpr (WG) {
             wg_abt(s, sQ, cK);
             wg_wait<0>();

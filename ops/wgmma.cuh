@@ -119,6 +119,26 @@ __device__ __forceinline__ void wg_mma_ss(float (&d)[8][4], uint64_t da, uint64_
     __trap();
 #endif
 }
+/* d = A B (the scale-d predicate false: d is only written, so the compiler need not
+ * zero it first; zeroing moves between a committed group's products and this one made
+ * ptxas wait for the group, C7517), A and B from shared memory as wg_mma_ss */
+template <int TB>
+__device__ __forceinline__ void wg_mma_ss_zero(float (&d)[8][4], uint64_t da, uint64_t db) {
+#ifdef WG_HAVE
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, %35;\n}\n"
+                 : "=f"(d[0][0]), "=f"(d[0][1]), "=f"(d[0][2]), "=f"(d[0][3]), "=f"(d[1][0]), "=f"(d[1][1]), "=f"(d[1][2]), "=f"(d[1][3]),
+                   "=f"(d[2][0]), "=f"(d[2][1]), "=f"(d[2][2]), "=f"(d[2][3]), "=f"(d[3][0]), "=f"(d[3][1]), "=f"(d[3][2]), "=f"(d[3][3]),
+                   "=f"(d[4][0]), "=f"(d[4][1]), "=f"(d[4][2]), "=f"(d[4][3]), "=f"(d[5][0]), "=f"(d[5][1]), "=f"(d[5][2]), "=f"(d[5][3]),
+                   "=f"(d[6][0]), "=f"(d[6][1]), "=f"(d[6][2]), "=f"(d[6][3]), "=f"(d[7][0]), "=f"(d[7][1]), "=f"(d[7][2]), "=f"(d[7][3])
+                 : "l"(da), "l"(db), "n"(0), "n"(TB));
+#else
+    (void)d, (void)da, (void)db;
+    __trap();
+#endif
+}
 /* d += A B, A from registers (the warp's 16 rows as an mma.sync A fragment), B from shared memory */
 template <int TB>
 __device__ __forceinline__ void wg_mma_rs(float (&d)[8][4], const uint32_t (&a)[4], uint64_t db) {

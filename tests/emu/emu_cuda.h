@@ -174,14 +174,18 @@ static inline void wg_wait() {
     emu_wg_wait(N);
 }
 static inline void fence_async_smem() {}
-void emu_wg_mma(float (&d)[8][4], const uint32_t* a, uint64_t da, uint64_t db, int tb);
+void emu_wg_mma(float (&d)[8][4], const uint32_t* a, uint64_t da, uint64_t db, int tb, bool zero);
 template <int TB>
 static inline void wg_mma_ss(float (&d)[8][4], uint64_t da, uint64_t db) {
-    emu_wg_mma(d, nullptr, da, db, TB);
+    emu_wg_mma(d, nullptr, da, db, TB, false);
+}
+template <int TB>
+static inline void wg_mma_ss_zero(float (&d)[8][4], uint64_t da, uint64_t db) {
+    emu_wg_mma(d, nullptr, da, db, TB, true); /* d = A B: d's values before it are not read */
 }
 template <int TB>
 static inline void wg_mma_rs(float (&d)[8][4], const uint32_t (&a)[4], uint64_t db) {
-    emu_wg_mma(d, a, 0, db, TB);
+    emu_wg_mma(d, a, 0, db, TB, false);
 }
 /* every lane's four words, for each lane (a warp collective; valid until the next one) */
 const uint32_t (*emu_warp_gather4(const uint32_t (&v)[4]))[4];

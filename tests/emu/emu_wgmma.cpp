@@ -33,6 +33,7 @@ struct Product {
     float a_tile[16][16];
     uint64_t da, db;
     int tb;            /* B MN-major */
+    bool zero;         /* the scale-d predicate false: d = A B, from zero */
 };
 
 struct ThreadProducts {
@@ -80,7 +81,7 @@ void compute(Product& p) {
     for (int j = 0; j < 8; j++)
         for (int e = 0; e < 4; e++) {
             const int r = g + 8 * (e / 2), col = 8 * j + 2 * t + e % 2;
-            float acc = p.first ? p.d0[4 * j + e] : p.d[4 * j + e];
+            float acc = p.zero ? 0.0f : p.first ? p.d0[4 * j + e] : p.d[4 * j + e];
             for (int k = 0; k < 16; k++) {
                 const float a = p.a_regs ? p.a_tile[r][k] : operand(p.da, 16 * w + r, k, false);
                 acc += a * operand(p.db, col, k, p.tb != 0);
@@ -93,9 +94,10 @@ void compute(Product& p) {
 
 void wg_fence() {}
 
-void emu_wg_mma(float (&d)[8][4], const uint32_t* a, uint64_t da, uint64_t db, int tb) {
+void emu_wg_mma(float (&d)[8][4], const uint32_t* a, uint64_t da, uint64_t db, int tb, bool zero) {
     Product p;
     p.d = &d[0][0];
+    p.zero = zero;
     p.a_regs = a != nullptr;
     p.da = da;
     p.db = db;
