@@ -120,6 +120,16 @@ struct DLaunch {
 #ifndef DECOMPRESS_SUM_MIN_BLOCKS
 #define DECOMPRESS_SUM_MIN_BLOCKS 4
 #endif
+/* The fused decompress-reduce-recompress (OUT_RECOMP, round to nearest).
+ * At 4 (128 registers; TACO G=64's kernel then spills 212 bytes) one round
+ * on an H100 (2026-12-06, fraction of copy, TACO G=64 delayed) gave P = 2
+ * 0.77 -> 0.79 at 64 MB and 0.81 -> 0.84 at 256 MB, P = 4 0.86 -> 0.89 and
+ * 0.87 -> 0.90. Not the default until the H200 says the same: there
+ * fp8_group's recompress lost a third at 4 (above), and this knob serves
+ * every shape. */
+#ifndef DECOMPRESS_RECOMP_MIN_BLOCKS
+#define DECOMPRESS_RECOMP_MIN_BLOCKS DECOMPRESS_MIN_BLOCKS
+#endif
 
 /* what k_decompress does with the sum */
 /* OUT_BF16_SUM: OUT_BF16 for sums of two or more copies (decompress-reduce),
@@ -683,6 +693,7 @@ __host__ __device__ constexpr int decompress_min_blocks() {
     const bool wide = SHAPE == SHAPE_GROUP128 || SHAPE == SHAPE_WIDE128 || SHAPE == SHAPE_INT8_64;
     if (coded && wide && OUT == OUT_BF16) return DECOMPRESS_WIDE_MIN_BLOCKS;
     if (OUT == OUT_BF16_SUM) return DECOMPRESS_SUM_MIN_BLOCKS;
+    if (OUT == OUT_RECOMP) return DECOMPRESS_RECOMP_MIN_BLOCKS;
     return DECOMPRESS_MIN_BLOCKS;
 }
 
