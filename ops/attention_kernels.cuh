@@ -176,10 +176,10 @@ __device__ __forceinline__ void att_tiles_landed() {
  * waits for it). acc is this warp's 16 rows x 64 columns of the 64 x 64 result.
  * wg_abt: acc = A B^T over the head dimension, A = the block's 64-row tile sA, B =
  * the 64-row tile sB (S = Q K^T and its kin); the first k-step starts from zero
- * (wg_mma_ss_zero), so acc needs no zeroing before. */
+ * (wg_mma_ss's ZERO), so acc needs no zeroing before. */
 __device__ __forceinline__ void wg_abt(float (&acc)[8][4], const bf16* sA, const bf16* sB) {
     wg_fence();
-    wg_mma_ss_zero<0>(acc, wg_desc(sA), wg_desc(sB));
+    wg_mma_ss<0, true>(acc, wg_desc(sA), wg_desc(sB));
 #pragma unroll
     for (int ks = 1; ks < 4; ks++) wg_mma_ss<0>(acc, wg_desc(sA + ks * 16), wg_desc(sB + ks * 16));
     wg_commit();

@@ -101,39 +101,30 @@ __device__ __forceinline__ void fence_async_smem() {
 #endif
 }
 
-/* d += A B, A from shared memory (K-major), B from shared memory (TB = 0: K-major, 1: MN-major) */
-template <int TB>
+/* The accumulators as asm operands: the register list of the instruction, and the 32
+ * operands with constraint C ("+f": read and written, "=f": only written) */
+#define WG_D_REGS                                                                                      \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                          \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define WG_D_OPS(C)                                                                                    \
+    C(d[0][0]), C(d[0][1]), C(d[0][2]), C(d[0][3]), C(d[1][0]), C(d[1][1]), C(d[1][2]), C(d[1][3]),    \
+    C(d[2][0]), C(d[2][1]), C(d[2][2]), C(d[2][3]), C(d[3][0]), C(d[3][1]), C(d[3][2]), C(d[3][3]),    \
+    C(d[4][0]), C(d[4][1]), C(d[4][2]), C(d[4][3]), C(d[5][0]), C(d[5][1]), C(d[5][2]), C(d[5][3]),    \
+    C(d[6][0]), C(d[6][1]), C(d[6][2]), C(d[6][3]), C(d[7][0]), C(d[7][1]), C(d[7][2]), C(d[7][3])
+#define WG_RW(x) "+f"(x)
+#define WG_W(x) "=f"(x)
+#define WG_SS_ASM "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                          \
+                  "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " WG_D_REGS ", %32, %33, p, 1, 1, 0, %35;\n}\n"
+
+/* d += A B, A from shared memory (K-major), B from shared memory (TB = 0: K-major, 1:
+ * MN-major). ZERO: d = A B instead, the scale-d predicate false, d only written, so the
+ * compiler need not zero it first (zeroing moves between a committed group's products
+ * and this one made ptxas wait for the group: C7517) */
+template <int TB, bool ZERO = false>
 __device__ __forceinline__ void wg_mma_ss(float (&d)[8][4], uint64_t da, uint64_t db) {
 #ifdef WG_HAVE
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, %35;\n}\n"
-                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
-                   "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
-                   "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
-                   "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
-                 : "l"(da), "l"(db), "n"(1), "n"(TB));
-#else
-    (void)d, (void)da, (void)db;
-    __trap();
-#endif
-}
-/* d = A B (the scale-d predicate false: d is only written, so the compiler need not
- * zero it first; zeroing moves between a committed group's products and this one made
- * ptxas wait for the group, C7517), A and B from shared memory as wg_mma_ss */
-template <int TB>
-__device__ __forceinline__ void wg_mma_ss_zero(float (&d)[8][4], uint64_t da, uint64_t db) {
-#ifdef WG_HAVE
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, %35;\n}\n"
-                 : "=f"(d[0][0]), "=f"(d[0][1]), "=f"(d[0][2]), "=f"(d[0][3]), "=f"(d[1][0]), "=f"(d[1][1]), "=f"(d[1][2]), "=f"(d[1][3]),
-                   "=f"(d[2][0]), "=f"(d[2][1]), "=f"(d[2][2]), "=f"(d[2][3]), "=f"(d[3][0]), "=f"(d[3][1]), "=f"(d[3][2]), "=f"(d[3][3]),
-                   "=f"(d[4][0]), "=f"(d[4][1]), "=f"(d[4][2]), "=f"(d[4][3]), "=f"(d[5][0]), "=f"(d[5][1]), "=f"(d[5][2]), "=f"(d[5][3]),
-                   "=f"(d[6][0]), "=f"(d[6][1]), "=f"(d[6][2]), "=f"(d[6][3]), "=f"(d[7][0]), "=f"(d[7][1]), "=f"(d[7][2]), "=f"(d[7][3])
-                 : "l"(da), "l"(db), "n"(0), "n"(TB));
+    if constexpr (ZERO) asm volatile(WG_SS_ASM : WG_D_OPS(WG_W) : "l"(da), "l"(db), "n"(0), "n"(TB));
+    else asm volatile(WG_SS_ASM : WG_D_OPS(WG_RW) : "l"(da), "l"(db), "n"(1), "n"(TB));
 #else
     (void)d, (void)da, (void)db;
     __trap();
@@ -144,19 +135,19 @@ template <int TB>
 __device__ __forceinline__ void wg_mma_rs(float (&d)[8][4], const uint32_t (&a)[4], uint64_t db) {
 #ifdef WG_HAVE
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
-                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
-                   "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
-                   "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
-                   "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " WG_D_REGS ", {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
+                 : WG_D_OPS(WG_RW)
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(1), "n"(TB));
 #else
     (void)d, (void)a, (void)db;
     __trap();
 #endif
 }
+#undef WG_SS_ASM
+#undef WG_W
+#undef WG_RW
+#undef WG_D_OPS
+#undef WG_D_REGS
 #undef WG_HAVE
 #endif /* ATT_EMULATE */
 

@@ -175,13 +175,9 @@ static inline void wg_wait() {
 }
 static inline void fence_async_smem() {}
 void emu_wg_mma(float (&d)[8][4], const uint32_t* a, uint64_t da, uint64_t db, int tb, bool zero);
-template <int TB>
+template <int TB, bool ZERO = false>
 static inline void wg_mma_ss(float (&d)[8][4], uint64_t da, uint64_t db) {
-    emu_wg_mma(d, nullptr, da, db, TB, false);
-}
-template <int TB>
-static inline void wg_mma_ss_zero(float (&d)[8][4], uint64_t da, uint64_t db) {
-    emu_wg_mma(d, nullptr, da, db, TB, true); /* d = A B: d's values before it are not read */
+    emu_wg_mma(d, nullptr, da, db, TB, ZERO); /* ZERO: d = A B, d's values before it not read */
 }
 template <int TB>
 static inline void wg_mma_rs(float (&d)[8][4], const uint32_t (&a)[4], uint64_t db) {
