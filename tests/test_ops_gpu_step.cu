@@ -14,6 +14,16 @@
 
 #include "tests/ops_gpu_testing.h"
 
+/* the adamw tests' device buffers, freed */
+static void adamw_free(StepScalars* st, float* master, floatX* param, float* grad, float* m, float* v) {
+    ops_free(st);
+    ops_free(master);
+    ops_free(param);
+    ops_free(grad);
+    ops_free(m);
+    ops_free(v);
+}
+
 static void test_adamw(size_t n) {
     char what[96];
     snprintf(what, sizeof what, "n=%zu, 3 steps", n);
@@ -55,12 +65,7 @@ static void test_adamw(size_t n) {
     check_bits("adamw_update", "  skip: master unchanged", get_bytes(dmaster, n * 4), before);
     check_bits("adamw_update", "  skip: param, m unchanged", get_bytes(dparam, n * 2), pbefore);
     check_bits("adamw_update", "  skip: m unchanged", get_bytes(dm, n * 4), mbefore);
-    ops_free(dst);
-    ops_free(dmaster);
-    ops_free(dparam);
-    ops_free(dgrad);
-    ops_free(dm);
-    ops_free(dv);
+    adamw_free(dst, dmaster, dparam, dgrad, dm, dv);
 }
 
 /* adamw_update_tensors: several tensors of one buffer in one launch, each
@@ -105,12 +110,7 @@ static void test_adamw_tensors(void) {
     report("adamw_update_tensors", "  param == RNE(master) inside, nothing written outside", (double)bad, TOL_EXACT,
            nullptr);
     report("adamw_update_tensors", "  elements inside the tensors", in == 8100 ? 0.0 : 1.0, TOL_EXACT, nullptr);
-    ops_free(dst);
-    ops_free(dmaster);
-    ops_free(dparam);
-    ops_free(dgrad);
-    ops_free(dm);
-    ops_free(dv);
+    adamw_free(dst, dmaster, dparam, dgrad, dm, dv);
 }
 
 /* The step's queued scalars (the loss's mean, the norm's sums, the clip):
