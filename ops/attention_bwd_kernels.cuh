@@ -12,10 +12,11 @@
 
 /* ------------------------------------------------------------------------------ */
 /* D[b,h,t] = sum_d dout[b,t,h,d] * out[b,t,h,d] for the dQ block's rows, from
- * its dO and out tiles in shared memory (WG: swizzled; rows past T are
- * zeros; rows STR elements apart): the warp's 16 rows, G lanes (HS/8 rounded up to a power of two) to
- * a row, one 16-byte chunk of 8 elements each, summed across the G lanes by
- * butterflies. Returns D of the thread's two rows (qrow0, qrow0 + 8) and
+ * its dO and out tiles in shared memory (rows STR elements apart, WG:
+ * swizzled; rows past T are zeros): the warp's 16 rows, G lanes (HS/8
+ * rounded up to a power of two) to a row, one 16-byte chunk of 8 elements
+ * each, summed across the G lanes by butterflies. Sets Dr to D of the
+ * thread's two rows (qrow0, qrow0 + 8) and
  * writes every row's D to Dbuf for the dK/dV kernel, launched after this
  * one. (A kernel of its own did this before, in the same order of
  * operations, so the same bits: it read dout and out once more and took 6%
