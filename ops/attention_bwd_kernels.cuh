@@ -102,12 +102,14 @@ attn_bwd_dkdv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float*
     const int nqt = (T + BQ - 1) / BQ;
     const int nq = nqt - qt0;   /* query tiles per head; step it = head (it / nq) of the group, tile qt0 + it % nq */
     const int nsteps = group * nq;
+    const TileLoader<BQ, HS, WG> load_q(rs), load_o(os);
 
-    /* step it's Q and dO tiles (async) and per-row scalars (plain loads) into a stage */
-    auto load_step = [&](int stage, int it) {
-        const int h = kvh * group + it / nq, q0 = (qt0 + it % nq) * BQ;
-        load_tile<BQ, HS, WG>(sQ + stage * BQ * STR, qb + (size_t)h * HS, rs, q0, T);
-        load_tile<BQ, HS, WG>(sO + stage * BQ * STR, ob + (size_t)h * HS, os, q0, T);
+    /* a step's Q and dO tiles (async) and per-row scalars into a stage: head kvh *
+     * group + gh, query tile qt0 + qi */
+    auto load_step = [&](int stage, int gh, int qi) {
+        const int h = kvh * group + gh, q0 = (qt0 + qi) * BQ;
+        load_q(sQ + stage * BQ * STR, qb + (size_t)h * HS, q0, T);
+        load_o(sO + stage * BQ * STR, ob + (size_t)h * HS, q0, T);
         const float* lg = lse + ((size_t)b * NH + h) * T;
         const float* dg = Dbuf + ((size_t)b * NH + h) * T;
         if (rows16) { /* lse and D rows 16-byte aligned (T % 4 == 0): copied with the tiles, no wait here */
@@ -129,7 +131,7 @@ attn_bwd_dkdv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float*
 
     load_tile<BN, HS, WG>(sK, kg, rs, k0, T);
     load_tile<BN, HS, WG>(sV, vg, rs, k0, T);
-    load_step(0, 0); /* one commit group: K, V and the first Q, dO */
+    load_step(0, 0, 0); /* one commit group: K, V and the first Q, dO */
 
     const int g = lane >> 2, t4 = lane & 3;
     const int kr = warp * 16;        /* this warp's key rows in the tile */
@@ -140,10 +142,13 @@ attn_bwd_dkdv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float*
 #pragma unroll
         for (int e = 0; e < 4; e++) dk[i][e] = dv[i][e] = 0.0f;
 
-    for (int it = 0; it < nsteps; it++) {
-        const int st = it % NS;
+    /* the step's stage (it % NS), head in the group (it / nq) and query tile (it % nq),
+     * counted rather than divided for */
+    for (int it = 0, st = 0, gh = 0, qi = 0; it < nsteps; it++) {
+        const int nx = st + 1 == NS ? 0 : st + 1;
+        const int nqi = qi + 1 == nq ? 0 : qi + 1, ngh = nqi == 0 ? gh + 1 : gh;
         if (it + 1 < nsteps) {
-            load_step((it + 1) % NS, it + 1);
+            load_step(nx, ngh, nqi);
             att_tiles_landed<1, WG>();
         } else {
             att_tiles_landed<0, WG>();
@@ -153,7 +158,7 @@ attn_bwd_dkdv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float*
         const bf16* cO = sO + st * BQ * STR;
         const float* cL = sL + st * BQ;
         const float* cD = sD + st * BQ;
-        const int q0 = (qt0 + it % nq) * BQ;
+        const int q0 = (qt0 + qi) * BQ;
 
         /* S^T = K Q^T (16 keys x BQ queries per warp); WG: dP^T = V dO^T is issued
          * with it and runs while P^T is computed */
@@ -244,6 +249,7 @@ attn_bwd_dkdv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float*
             mma_pb<STR>(dk, da, cQ, lane);
         }
         if (NS == 2) __syncthreads(); /* this stage is overwritten by the next step's prefetch */
+        st = nx, gh = ngh, qi = nqi;
     }
 
     /* write dK * scale and dV for this thread's two keys */
@@ -301,11 +307,12 @@ attn_bwd_dq_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* ou
     const bf16* og = dout + (size_t)b * T * os + (size_t)h * HS;
     const int nkt = min((T + BN - 1) / BN, (q0 + BM - 1) / BN + 1);
 
+    const TileLoader<BN, HS, WG> load_kv(rs);
     load_tile<BM, HS, WG>(sQ, qg, rs, q0, T);
     load_tile<BM, HS, WG>(sO, og, os, q0, T);
     load_tile<BM, HS, WG>(sOut, out + (size_t)b * T * os + (size_t)h * HS, os, q0, T);
-    load_tile<BN, HS, WG>(sK, kg, rs, 0, T);
-    load_tile<BN, HS, WG>(sV, vg, rs, 0, T);
+    load_kv(sK, kg, 0, T);
+    load_kv(sV, vg, 0, T);
     cp_async_commit();
 
     const int g = lane >> 2, t4 = lane & 3;
@@ -322,11 +329,11 @@ attn_bwd_dq_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* ou
 #pragma unroll
     for (int i = 0; i < OT; i++) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.0f;
 
-    for (int j = 0; j < nkt; j++) {
-        const int st = j % NS, nx = (j + 1) % NS;
+    for (int j = 0, st = 0; j < nkt; j++) {
+        const int nx = st + 1 == NS ? 0 : st + 1; /* (j + 1) % NS */
         if (j + 1 < nkt) {
-            load_tile<BN, HS, WG>(sK + nx * BN * STR, kg, rs, (j + 1) * BN, T);
-            load_tile<BN, HS, WG>(sV + nx * BN * STR, vg, rs, (j + 1) * BN, T);
+            load_kv(sK + nx * BN * STR, kg, (j + 1) * BN, T);
+            load_kv(sV + nx * BN * STR, vg, (j + 1) * BN, T);
             cp_async_commit();
             att_tiles_landed<1, WG>();
         } else {
@@ -404,6 +411,7 @@ attn_bwd_dq_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* ou
             mma_pb<STR>(dq, da, cK, lane);
         }
         if (NS == 2) __syncthreads(); /* this stage is overwritten by the next step's prefetch */
+        st = nx;
     }
 
 #pragma unroll

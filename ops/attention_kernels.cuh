@@ -164,6 +164,44 @@ __device__ __forceinline__ bf16* att_tiles(unsigned char* raw) {
     const uint32_t pad = (WG_TILE_ALIGN - (smem_u32(raw) & (WG_TILE_ALIGN - 1))) & (WG_TILE_ALIGN - 1);
     return reinterpret_cast<bf16*>(raw + pad);
 }
+/* One thread's part of the async load of a ROWS x HS tile (load_tile's), worked out
+ * once per kernel: where its 16-byte chunks go in the shared tile, and where they come
+ * from relative to the tile's first row. A step's load is then a pointer add and a row
+ * test per chunk. Worked out inside the step loop, as load_tile does, the index
+ * arithmetic was about a third of the backward kernels' executed instructions (Nsight
+ * Compute, H100, 2026-12-06; ops/CUDA.md). Head sizes whose chunks per row do not divide
+ * the block's threads (48, 80, 96, 112) keep load_tile. Rows >= T become zeros. */
+template <int ROWS, int HS, bool WG>
+struct TileLoader {
+    static constexpr int CPR = HS / 8, STR = att_stride<HS, WG>();
+    static constexpr bool EVEN = ATT_THREADS % CPR == 0 && ROWS % (ATT_THREADS / CPR) == 0;
+    static constexpr int RSTEP = EVEN ? ATT_THREADS / CPR : 1; /* rows from one of a thread's chunks to the next */
+    static constexpr int ITERS = ROWS / RSTEP;
+    static_assert(!WG || RSTEP % 8 == 0, "a thread's chunks must share one swizzle phase");
+    size_t stride; /* the matrix's row stride, elements */
+    size_t goff;   /* this thread's first chunk in the matrix, from the tile's first row */
+    int row, soff; /* its first chunk's row in the tile, and offset in the shared tile */
+    __device__ __forceinline__ explicit TileLoader(size_t stride_) : stride(stride_) {
+        row = threadIdx.x / CPR;
+        const int c = (threadIdx.x % CPR) * 8;
+        soff = WG ? wg_swz(row, c) : row * STR + c;
+        goff = (size_t)row * stride + c;
+    }
+    /* rows [r0, r0 + ROWS) of src, a [T][stride] matrix, into the shared tile dst */
+    __device__ __forceinline__ void operator()(bf16* dst, const bf16* src, int r0, int T) const {
+        if constexpr (!EVEN) {
+            load_tile<ROWS, HS, WG>(dst, src, stride, r0, T);
+        } else {
+            const bf16* g = src + (size_t)r0 * stride + goff;
+#pragma unroll
+            for (int it = 0; it < ITERS; it++) {
+                const bool ok = r0 + row + it * RSTEP < T;
+                cp_async16(dst + soff + it * RSTEP * STR, ok ? g + (size_t)(it * RSTEP) * stride : src, ok);
+            }
+        }
+    }
+};
+
 /* the cp.async copies of this step have landed (at most N groups in flight), and
  * (WG) are visible to the warpgroup MMA's reads once the barrier that follows is passed */
 template <int N, bool WG>
@@ -178,19 +216,21 @@ __device__ __forceinline__ void att_tiles_landed() {
  * the 64-row tile sB (S = Q K^T and its kin); the first k-step starts from zero
  * (wg_mma_ss's ZERO), so acc needs no zeroing before. */
 __device__ __forceinline__ void wg_abt(float (&acc)[8][4], const bf16* sA, const bf16* sB) {
+    const uint64_t da = wg_desc(sA), db = wg_desc(sB);
     wg_fence();
-    wg_mma_ss<0, true>(acc, wg_desc(sA), wg_desc(sB));
+    wg_mma_ss<0, true>(acc, da, db);
 #pragma unroll
-    for (int ks = 1; ks < 4; ks++) wg_mma_ss<0>(acc, wg_desc(sA + ks * 16), wg_desc(sB + ks * 16));
+    for (int ks = 1; ks < 4; ks++) wg_mma_ss<0>(acc, wg_desc_at(da, ks * 32), wg_desc_at(db, ks * 32));
     wg_commit();
 }
 /* wg_pb: acc += P B over the tile's 64 rows, P as this warp's A fragments of 16
  * columns each (pa[kk]: columns 16kk..16kk+15), B = the 64-row tile sB (O = P V and
  * its kin); wg_fence first, since pa was just written */
 __device__ __forceinline__ void wg_pb(float (&acc)[8][4], const uint32_t (&pa)[4][4], const bf16* sB) {
+    const uint64_t db = wg_desc(sB);
     wg_fence();
 #pragma unroll
-    for (int kk = 0; kk < 4; kk++) wg_mma_rs<1>(acc, pa[kk], wg_desc(sB + kk * 16 * 64));
+    for (int kk = 0; kk < 4; kk++) wg_mma_rs<1>(acc, pa[kk], wg_desc_at(db, kk * 16 * WG_ROW_BYTES));
     wg_commit();
 }
 /* C fragments of 8 columns each -> bf16 A fragments of 16 columns each (P for O = P V) */
@@ -273,9 +313,11 @@ attn_fwd_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH, int NKV, 
     /* key tiles with any key <= the tile's last query */
     const int nkt = min((T + BN - 1) / BN, (q0 + BM - 1) / BN + 1);
 
-    load_tile<BM, HS, WG>(sQ, qg, rs, q0, T);
-    load_tile<BN, HS, WG>(sK, kg, rs, 0, T);
-    load_tile<BN, HS, WG>(sV, vg, rs, 0, T);
+    static_assert(BM == BN, "Q comes through the K/V loader");
+    const TileLoader<BN, HS, WG> load_kv(rs); /* also Q's: the same shape and stride */
+    load_kv(sQ, qg, q0, T);
+    load_kv(sK, kg, 0, T);
+    load_kv(sV, vg, 0, T);
     cp_async_commit();
 
     const int g = lane >> 2, t4 = lane & 3;
@@ -287,11 +329,11 @@ attn_fwd_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH, int NKV, 
     float m_run[2] = {-INFINITY, -INFINITY}; /* running max of s * scale * log2(e) */
     float l_run[2] = {0.0f, 0.0f};            /* this thread's part of the running sum */
 
-    for (int j = 0; j < nkt; j++) {
-        const int st = j % NS, nx = (j + 1) % NS;
+    for (int j = 0, st = 0; j < nkt; j++) {
+        const int nx = st + 1 == NS ? 0 : st + 1; /* (j + 1) % NS */
         if (j + 1 < nkt) { /* prefetch the next K, V tile into the next stage */
-            load_tile<BN, HS, WG>(sK + nx * BN * STR, kg, rs, (j + 1) * BN, T);
-            load_tile<BN, HS, WG>(sV + nx * BN * STR, vg, rs, (j + 1) * BN, T);
+            load_kv(sK + nx * BN * STR, kg, (j + 1) * BN, T);
+            load_kv(sV + nx * BN * STR, vg, (j + 1) * BN, T);
             cp_async_commit();
             att_tiles_landed<1, WG>();
         } else {
@@ -371,6 +413,7 @@ attn_fwd_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH, int NKV, 
             mma_pb<STR>(o, pa, cV, lane);
         }
         if (NS == 2) __syncthreads(); /* this stage is overwritten by the next step's prefetch */
+        st = nx;
     }
 
     /* finish: full row sums across the 4 owners, normalise, write */

@@ -58,6 +58,12 @@ __device__ __forceinline__ uint64_t wg_desc(const void* p) {
     return start | (lbo << 16) | (sbo << 32) | (1ull << 62);
 }
 
+/* the descriptor of the operand `bytes` past the one of desc (a k-step inside its tile):
+ * the start address field plus bytes >> 4, which cannot carry out of its 14 bits, since
+ * shared memory ends below 256 KB. The products' k-steps take their descriptors this way,
+ * so that the address arithmetic is done once per tile, not once per instruction. */
+__device__ __forceinline__ uint64_t wg_desc_at(uint64_t desc, int bytes) { return desc + (uint64_t)(bytes >> 4); }
+
 /* the accumulators as the compiler's values at this point: reads of d stay below it
  * (under the emulator every call is ordered already) */
 __device__ __forceinline__ void wg_hold(float (&d)[8][4]) {
