@@ -72,7 +72,7 @@ struct DkvCfg {
 template <int HS, bool WG>
 __global__ void __launch_bounds__(ATT_THREADS, DkvCfg<HS, WG>::MINB)
 attn_bwd_dkdv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* Dbuf,
-                     int T, int NH, int NKV, float scale_log2, float scale, int rows16) {
+                     int B, int T, int NH, int NKV, float scale_log2, float scale, int rows16, int raster) {
     using Cfg = DkvCfg<HS, WG>;
     constexpr int BN = Cfg::BN, BQ = Cfg::BQ, STR = Cfg::STR, NS = Cfg::NS;
     constexpr int KS = HS / 16;
@@ -87,8 +87,9 @@ attn_bwd_dkdv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float*
     float* sD = sL + NS * BQ;                                 /* D, [NS][BQ] */
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int kvh = blockIdx.x, b = blockIdx.y;
-    const int kt = blockIdx.z; /* key tile 0 has the most queries: first */
+    const AttBlock blk = att_block(NKV, NKV * B, (T + BN - 1) / BN, raster);
+    const int kvh = blk.head, b = blk.row;
+    const int kt = blk.rank; /* key tile 0 has the most queries: first */
     const int k0 = kt * BN;
     const int group = NH / NKV;
     const size_t rs = (size_t)(NH + 2 * NKV) * HS;
@@ -282,7 +283,7 @@ struct DqCfg {
 template <int HS, bool WG>
 __global__ void __launch_bounds__(ATT_THREADS, DqCfg<HS, WG>::MINB)
 attn_bwd_dq_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* lse, float* Dbuf,
-                   int T, int NH, int NKV, float scale_log2, float scale) {
+                   int B, int T, int NH, int NKV, float scale_log2, float scale, int raster) {
     using Cfg = DqCfg<HS, WG>;
     constexpr int BM = Cfg::BM, BN = Cfg::BN, STR = Cfg::STR, NS = Cfg::NS;
     constexpr int KS = HS / 16;
@@ -296,8 +297,10 @@ attn_bwd_dq_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* ou
     bf16* sOut = sV + NS * BN * STR;              /* out [BM][STR]: D of the rows */
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int h = blockIdx.x, b = blockIdx.y;
-    const int qt = gridDim.z - 1 - blockIdx.z;
+    const int nqt = (T + BM - 1) / BM;
+    const AttBlock blk = att_block(NH, NH * B, nqt, raster);
+    const int h = blk.head, b = blk.row;
+    const int qt = nqt - 1 - blk.rank; /* longest rows first */
     const int q0 = qt * BM;
     const size_t rs = (size_t)(NH + 2 * NKV) * HS;
     const size_t os = (size_t)NH * HS;

@@ -124,14 +124,23 @@ void attention_cuda_init(void) {
 
 int attention_uses_wgmma(void) { return g_att_wgmma; }
 
+/* att_block's group of (head, batch row) pairs: as many as ATT_RASTER_BYTES of their
+ * streamed tiles hold (two T x hs bf16 matrices per pair), at least 1, at most all */
+static int att_raster(int npairs, int T, int hs) {
+    const size_t per = (size_t)2 * T * hs * sizeof(bf16);
+    const size_t n = ATT_RASTER_BYTES / (per ? per : 1);
+    return (int)(n < 1 ? 1 : n > (size_t)npairs ? (size_t)npairs : n);
+}
+
 template <int HS, bool WG>
 static void attn_forward_run(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH, int NKV) {
     static bool smem_set = false;
     const size_t smem = FwdCfg<HS, WG>::SMEM;
     attn_set_smem(attn_fwd_kernel<HS, WG>, smem, &smem_set);
     const float scale_log2 = LOG2E / sqrtf((float)HS);
-    dim3 grid(NH, B, (T + FwdCfg<HS, WG>::BM - 1) / FwdCfg<HS, WG>::BM);
-    attn_fwd_kernel<HS, WG><<<grid, ATT_THREADS, smem, cuda_stream()>>>(out, lse, qkv, T, NH, NKV, scale_log2);
+    const unsigned blocks = (unsigned)(NH * B) * ((T + FwdCfg<HS, WG>::BM - 1) / FwdCfg<HS, WG>::BM);
+    attn_fwd_kernel<HS, WG><<<blocks, ATT_THREADS, smem, cuda_stream()>>>(out, lse, qkv, B, T, NH, NKV, scale_log2,
+                                                                         att_raster(NH * B, T, HS));
     CUDA_CHECK_LAUNCH("attn_fwd_kernel");
 }
 
@@ -153,19 +162,21 @@ static void attn_backward_run(bf16* dqkv, const bf16* dout, const bf16* qkv, con
     {
         const size_t smem = DqCfg<HS, WG>::SMEM;
         attn_set_smem(attn_bwd_dq_kernel<HS, WG>, smem, &smem_dq);
-        dim3 grid(NH, B, (T + DqCfg<HS, WG>::BM - 1) / DqCfg<HS, WG>::BM);
-        attn_bwd_dq_kernel<HS, WG><<<grid, ATT_THREADS, smem, s>>>(dqkv, dout, qkv, out, lse, Dbuf, T, NH, NKV,
-                                                                   scale_log2, scale);
+        const unsigned blocks = (unsigned)(NH * B) * ((T + DqCfg<HS, WG>::BM - 1) / DqCfg<HS, WG>::BM);
+        attn_bwd_dq_kernel<HS, WG><<<blocks, ATT_THREADS, smem, s>>>(dqkv, dout, qkv, out, lse, Dbuf, B, T, NH, NKV,
+                                                                     scale_log2, scale, att_raster(NH * B, T, HS));
         CUDA_CHECK_LAUNCH("attn_bwd_dq_kernel");
     }
     {
         const size_t smem = DkvCfg<HS, WG>::SMEM;
         attn_set_smem(attn_bwd_dkdv_kernel<HS, WG>, smem, &smem_dkdv);
-        dim3 grid(NKV, B, (T + DkvCfg<HS, WG>::BN - 1) / DkvCfg<HS, WG>::BN);   /* one block per kv head */
+        /* one block per kv head, batch row and key tile */
+        const unsigned blocks = (unsigned)(NKV * B) * ((T + DkvCfg<HS, WG>::BN - 1) / DkvCfg<HS, WG>::BN);
         /* the per-step lse and D rows go by cp.async when they are 16-byte aligned */
         const int rows16 = T % 4 == 0 && is_aligned16(lse) && is_aligned16(Dbuf);
-        attn_bwd_dkdv_kernel<HS, WG><<<grid, ATT_THREADS, smem, s>>>(dqkv, dout, qkv, lse, Dbuf, T, NH, NKV,
-                                                                     scale_log2, scale, rows16);
+        attn_bwd_dkdv_kernel<HS, WG><<<blocks, ATT_THREADS, smem, s>>>(dqkv, dout, qkv, lse, Dbuf, B, T, NH, NKV,
+                                                                       scale_log2, scale, rows16,
+                                                                       att_raster(NKV * B, T, HS * (NH / NKV)));
         CUDA_CHECK_LAUNCH("attn_bwd_dkdv_kernel");
     }
 }

@@ -51,6 +51,13 @@
 #ifndef ATT_STAGES
 #define ATT_STAGES 3
 #endif
+/* The (head, batch row) pairs that run side by side (att_block): with this many,
+ * their streamed tiles (K and V, or Q and dO: 256 KB per pair at T = 1024, hs = 64)
+ * stay in the L2 while their blocks read them; the launchers shrink the group for
+ * longer rows (att_raster). */
+#ifndef ATT_RASTER_BYTES
+#define ATT_RASTER_BYTES (8u << 20)
+#endif
 #define LOG2E 1.4426950408889634f
 #define LN2 0.6931471805599453f
 
@@ -164,6 +171,25 @@ __device__ __forceinline__ bf16* att_tiles(unsigned char* raw) {
     const uint32_t pad = (WG_TILE_ALIGN - (smem_u32(raw) & (WG_TILE_ALIGN - 1))) & (WG_TILE_ALIGN - 1);
     return reinterpret_cast<bf16*>(raw + pad);
 }
+/* Which block this is, from a one-dimensional grid of npairs x ntiles blocks (pairs:
+ * head x batch row, the head fastest). Blocks start roughly in index order, so the
+ * index decides what shares the L2. The pairs go in groups of `raster`; inside a group,
+ * every pair's rank-0 tile (the most steps: the kernel maps rank to its tile) comes
+ * first, then every rank 1, and so on. That keeps the longest-first order that leaves
+ * a short last wave, while the pairs running at once are one group's, so a pair's
+ * tiles are read by its other blocks while still in the L2. With the 3-D grid of
+ * (head, row, tile) used before, all 192 pairs of GPT-2 124M at B = 16 ran side by
+ * side and the L2 hit rate of the backward kernels was 41-50% (ncu, H100). */
+struct AttBlock {
+    int head, row, rank;
+};
+__device__ __forceinline__ AttBlock att_block(int heads, int npairs, int ntiles, int raster) {
+    const int id = blockIdx.x, per = raster * ntiles;
+    const int grp = id / per, p0 = grp * raster, gsz = min(raster, npairs - p0);
+    const int r = id - grp * per, rank = r / gsz, pair = p0 + r - rank * gsz;
+    return AttBlock{pair % heads, pair / heads, rank};
+}
+
 /* One thread's part of the async load of a ROWS x HS tile (load_tile's), worked out
  * once per kernel: where its 16-byte chunks go in the shared tile, and where they come
  * from relative to the tile's first row. A step's load is then a pointer add and a row
@@ -291,7 +317,7 @@ struct FwdCfg {
 
 template <int HS, bool WG>
 __global__ void __launch_bounds__(ATT_THREADS, FwdCfg<HS, WG>::MINB)
-attn_fwd_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH, int NKV, float scale_log2) {
+attn_fwd_kernel(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH, int NKV, float scale_log2, int raster) {
     using Cfg = FwdCfg<HS, WG>;
     constexpr int BM = Cfg::BM, BN = Cfg::BN, STR = Cfg::STR, NS = Cfg::NS;
     constexpr int KS = HS / 16; /* k-steps over the head dim */
@@ -303,8 +329,10 @@ attn_fwd_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH, int NKV, 
     bf16* sV = sK + NS * BN * STR;
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int h = blockIdx.x, b = blockIdx.y;
-    const int qt = gridDim.z - 1 - blockIdx.z; /* longest rows first */
+    const int nqt = (T + BM - 1) / BM;
+    const AttBlock blk = att_block(NH, NH * B, nqt, raster);
+    const int h = blk.head, b = blk.row;
+    const int qt = nqt - 1 - blk.rank; /* longest rows first */
     const int q0 = qt * BM;
     const size_t rs = (size_t)(NH + 2 * NKV) * HS; /* qkv row stride */
     const bf16* qg = qkv + (size_t)b * T * rs + (size_t)h * HS;

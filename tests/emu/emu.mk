@@ -31,9 +31,13 @@ E ?= build/emu
 EMU_FLAGS ?=
 MPI_CFLAGS := $(shell mpicc --showme:compile)
 EMU_INC := -Itests/emu -I. -I$(CUDA_HOME)/include
-# IEEE arithmetic without contraction, as the CPU reference (compress/README.md)
+# IEEE arithmetic without contraction, as the CPU reference (compress/README.md).
+# ATT_RASTER_BYTES: at the tests' sizes the attention kernels' block groups (att_block)
+# would hold every (head, row) pair; 256 KB makes them 4 pairs at T = 256 (6 pairs: a
+# group of 4 and a part-filled one) and 1 at T = 1024, so the grouping is tested.
 EMU_CXXFLAGS := -std=c++17 -O2 -Wall -Wextra -Wno-unknown-pragmas -Wno-unused-parameter -ffp-contract=off \
-                -DOPS_BF16 $(EMU_INC) $(MPI_CFLAGS) -include tests/emu/emu_cuda.h $(EMU_FLAGS)
+                -DOPS_BF16 -DATT_RASTER_BYTES=262144u $(EMU_INC) $(MPI_CFLAGS) -include tests/emu/emu_cuda.h \
+                $(EMU_FLAGS)
 EMU_CFLAGS := -std=c11 -O2 -fopenmp -Wall -Wextra -ffp-contract=off -D_GNU_SOURCE -DOPS_BF16 -I. -I$(CUDA_HOME)/include $(EMU_FLAGS)
 DEPFLAGS = -MMD -MP -MF $(@:.o=.dep)
 SED_LAUNCH := s/([A-Za-z_][A-Za-z0-9_]*(<[^<>;]*>)?)<<<(.*)>>>\(/emu_launch(\1, \3)(/
