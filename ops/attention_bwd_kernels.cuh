@@ -328,46 +328,56 @@ attn_bwd_dq_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* ou
     }
     __shared__ float sD[ATT_THREADS / 32][16]; /* D of the warps' 16 rows each */
     [[maybe_unused]] uint32_t qf[KS][4], of[KS][4]; /* Q's and dO's A fragments (mma.sync) */
+    /* WG: the first dQ product starts from zero itself. Zeroing moves here were moves
+     * into the accumulators of a product in flight across the loop's back edge, and
+     * ptxas serialised every product of the kernel for them (C7515). */
     float dq[OT][4];
+    if constexpr (!WG)
 #pragma unroll
-    for (int i = 0; i < OT; i++) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.0f;
+        for (int i = 0; i < OT; i++) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.0f;
+
+    /* The steps overlap (WG): a step's dQ product is still running when the next
+     * step's S and dP products are issued behind it, so the tensor cores go from one to
+     * the next without the warpgroup waiting for dQ in between. The order that keeps that
+     * safe: a step's K/V stage is refilled only after the barrier every warp passes once
+     * its own wait has retired the dQ product that read the stage (one warp's wait says
+     * nothing of the others' parts of a product), so the prefetch of tile j + 2 follows
+     * the barrier that publishes tile j + 1. */
+    static_assert(!WG || NS >= 3, "the overlapped steps refill a stage two tiles on");
+    float s[NT][4], dp[NT][4];
+    att_tiles_landed<0, WG>(); /* Q, dO, out and the first K, V tile */
+    __syncthreads();
+    attn_bwd_rows_d<HS, WG, STR>(Dr, Dbuf + ((size_t)b * NH + h) * T, sD[warp], sO, sOut, warp * 16, q0, T, lane, g);
+    if constexpr (!WG) {
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++) {
+            load_a<STR>(qf[ks], sQ, warp * 16, ks * 16, lane);
+            load_a<STR>(of[ks], sO, warp * 16, ks * 16, lane);
+        }
+    }
+    if (nkt > 1) {
+        load_kv(sK + BN * STR, kg, BN, T);
+        load_kv(sV + BN * STR, vg, BN, T);
+        cp_async_commit();
+    }
 
     for (int j = 0, st = 0; j < nkt; j++) {
-        const int nx = st + 1 == NS ? 0 : st + 1; /* (j + 1) % NS */
-        if (j + 1 < nkt) {
-            load_kv(sK + nx * BN * STR, kg, (j + 1) * BN, T);
-            load_kv(sV + nx * BN * STR, vg, (j + 1) * BN, T);
-            cp_async_commit();
-            att_tiles_landed<1, WG>();
-        } else {
-            att_tiles_landed<0, WG>();
-        }
-        __syncthreads();
-        if (j == 0) attn_bwd_rows_d<HS, WG, STR>(Dr, Dbuf + ((size_t)b * NH + h) * T, sD[warp], sO, sOut, warp * 16, q0, T, lane, g);
-        if (!WG && j == 0) {
-#pragma unroll
-            for (int ks = 0; ks < KS; ks++) {
-                load_a<STR>(qf[ks], sQ, warp * 16, ks * 16, lane);
-                load_a<STR>(of[ks], sO, warp * 16, ks * 16, lane);
-            }
-        }
         const bf16* cK = sK + st * BN * STR;
         const bf16* cV = sV + st * BN * STR;
         const int k0 = j * BN;
 
-        /* S = Q K^T (16 queries x BN keys per warp); WG: dP = dO V^T is issued with it */
-        float s[NT][4], dp[NT][4];
-        if constexpr (!WG) /* wg_abt starts from zero itself */
-#pragma unroll
-            for (int i = 0; i < NT; i++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) s[i][e] = dp[i][e] = 0.0f;
+        /* S = Q K^T (16 queries x BN keys per warp); WG: dP = dO V^T is issued with it,
+         * and the wait for S also retires the step before's dQ product */
         if constexpr (WG) {
             wg_abt(s, sQ, cK);
             wg_abt(dp, sO, cV);
             wg_wait<1>();
             wg_hold(s);
         } else {
+#pragma unroll
+            for (int i = 0; i < NT; i++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) s[i][e] = dp[i][e] = 0.0f;
             mma_abt<STR>(s, qf, cK, lane);
         }
         /* P = exp(s*scale - lse), masked, kept as packed bf16 (fewer registers) */
@@ -403,18 +413,31 @@ attn_bwd_dq_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* ou
         for (int i = 0; i < NT; i++)
 #pragma unroll
             for (int e = 0; e < 4; e++) dp[i][e] = packed_get(pp[i / 2], i, e) * (dp[i][e] - Dr[e >> 1]);
-        /* dQ += dS K */
+        /* dQ += dS K (WG: left running) */
         uint32_t da[BN / 16][4];
         pack_a(da, dp);
         if constexpr (WG) {
-            wg_pb(dq, da, cK);
-            wg_wait<0>();
-            wg_hold(dq);
+            if (j == 0) wg_pb<true>(dq, da, cK);
+            else wg_pb(dq, da, cK);
         } else {
             mma_pb<STR>(dq, da, cK, lane);
         }
-        if (NS == 2) __syncthreads(); /* this stage is overwritten by the next step's prefetch */
-        st = nx;
+        if (j + 1 < nkt) {
+            const int nx = st + 1 == NS ? 0 : st + 1;   /* tile j + 1's stage */
+            const int n2 = nx + 1 == NS ? 0 : nx + 1;   /* tile j + 2's: tile j - 1's */
+            att_tiles_landed<0, WG>(); /* tile j + 1 */
+            __syncthreads();
+            if (j + 2 < nkt) {
+                load_kv(sK + n2 * BN * STR, kg, (j + 2) * BN, T);
+                load_kv(sV + n2 * BN * STR, vg, (j + 2) * BN, T);
+                cp_async_commit();
+            }
+            st = nx;
+        }
+    }
+    if constexpr (WG) {
+        wg_wait<0>();
+        wg_hold(dq);
     }
 
 #pragma unroll

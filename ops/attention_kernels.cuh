@@ -251,12 +251,15 @@ __device__ __forceinline__ void wg_abt(float (&acc)[8][4], const bf16* sA, const
 }
 /* wg_pb: acc += P B over the tile's 64 rows, P as this warp's A fragments of 16
  * columns each (pa[kk]: columns 16kk..16kk+15), B = the 64-row tile sB (O = P V and
- * its kin); wg_fence first, since pa was just written */
+ * its kin); wg_fence first, since pa was just written. ZERO: acc = P B (the first
+ * k-step from zero, as wg_abt's) */
+template <bool ZERO = false>
 __device__ __forceinline__ void wg_pb(float (&acc)[8][4], const uint32_t (&pa)[4][4], const bf16* sB) {
     const uint64_t db = wg_desc(sB);
     wg_fence();
+    wg_mma_rs<1, ZERO>(acc, pa[0], db);
 #pragma unroll
-    for (int kk = 0; kk < 4; kk++) wg_mma_rs<1>(acc, pa[kk], wg_desc_at(db, kk * 16 * WG_ROW_BYTES));
+    for (int kk = 1; kk < 4; kk++) wg_mma_rs<1>(acc, pa[kk], wg_desc_at(db, kk * 16 * WG_ROW_BYTES));
     wg_commit();
 }
 /* C fragments of 8 columns each -> bf16 A fragments of 16 columns each (P for O = P V) */

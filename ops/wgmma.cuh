@@ -136,19 +136,26 @@ __device__ __forceinline__ void wg_mma_ss(float (&d)[8][4], uint64_t da, uint64_
     __trap();
 #endif
 }
-/* d += A B, A from registers (the warp's 16 rows as an mma.sync A fragment), B from shared memory */
-template <int TB>
+/* d += A B, A from registers (the warp's 16 rows as an mma.sync A fragment), B from shared
+ * memory; ZERO as wg_mma_ss's */
+#define WG_RS_ASM "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                          \
+                  "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " WG_D_REGS                     \
+                  ", {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
+template <int TB, bool ZERO = false>
 __device__ __forceinline__ void wg_mma_rs(float (&d)[8][4], const uint32_t (&a)[4], uint64_t db) {
 #ifdef WG_HAVE
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " WG_D_REGS ", {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
-                 : WG_D_OPS(WG_RW)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(1), "n"(TB));
+    if constexpr (ZERO)
+        asm volatile(WG_RS_ASM : WG_D_OPS(WG_W)
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(0), "n"(TB));
+    else
+        asm volatile(WG_RS_ASM : WG_D_OPS(WG_RW)
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(1), "n"(TB));
 #else
     (void)d, (void)a, (void)db;
     __trap();
 #endif
 }
+#undef WG_RS_ASM
 #undef WG_SS_ASM
 #undef WG_W
 #undef WG_RW

@@ -179,9 +179,9 @@ template <int TB, bool ZERO = false>
 static inline void wg_mma_ss(float (&d)[8][4], uint64_t da, uint64_t db) {
     emu_wg_mma(d, nullptr, da, db, TB, ZERO); /* ZERO: d = A B, d's values before it not read */
 }
-template <int TB>
+template <int TB, bool ZERO = false>
 static inline void wg_mma_rs(float (&d)[8][4], const uint32_t (&a)[4], uint64_t db) {
-    emu_wg_mma(d, a, 0, db, TB, false);
+    emu_wg_mma(d, a, 0, db, TB, ZERO);
 }
 /* every lane's four words, for each lane (a warp collective; valid until the next one) */
 const uint32_t (*emu_warp_gather4(const uint32_t (&v)[4]))[4];
