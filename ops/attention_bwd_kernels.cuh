@@ -127,12 +127,24 @@ attn_bwd_dkdv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float*
                 sD[stage * BQ + i] = q < T ? dg[q] : 0.0f;
             }
         }
-        cp_async_commit();
     };
 
+    /* Steps are loaded DIST = NS - 1 ahead, one commit group each (empty past the
+     * last step, so that "at most DIST - 1 groups in flight" always means this
+     * step's tiles have landed). Step it + DIST goes into step it - 1's stage, after
+     * the barrier that every warp passes once done with step it - 1. */
+    constexpr int DIST = NS - 1;
+    int lh = 0, lq = 0; /* the head in the group and query tile of the next step to load */
+    auto advance = [&](int& h_, int& q_) {
+        if (++q_ == nq) q_ = 0, h_++;
+    };
     load_tile<BN, HS, WG>(sK, kg, rs, k0, T);
     load_tile<BN, HS, WG>(sV, vg, rs, k0, T);
-    load_step(0, 0, 0); /* one commit group: K, V and the first Q, dO */
+    for (int d = 0; d < DIST; d++) { /* K and V join the first step's group */
+        if (d < nsteps) load_step(d, lh, lq);
+        advance(lh, lq);
+        cp_async_commit();
+    }
 
     const int g = lane >> 2, t4 = lane & 3;
     const int kr = warp * 16;        /* this warp's key rows in the tile */
@@ -146,20 +158,21 @@ attn_bwd_dkdv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float*
     /* the step's stage (it % NS), head in the group (it / nq) and query tile (it % nq),
      * counted rather than divided for */
     for (int it = 0, st = 0, gh = 0, qi = 0; it < nsteps; it++) {
-        const int nx = st + 1 == NS ? 0 : st + 1;
-        const int nqi = qi + 1 == nq ? 0 : qi + 1, ngh = nqi == 0 ? gh + 1 : gh;
-        if (it + 1 < nsteps) {
-            load_step(nx, ngh, nqi);
-            att_tiles_landed<1, WG>();
-        } else {
-            att_tiles_landed<0, WG>();
-        }
+        att_tiles_landed<DIST - 1, WG>();
         __syncthreads();
+        if (it + DIST < nsteps) load_step(st == 0 ? NS - 1 : st - 1, lh, lq);
+        advance(lh, lq);
+        cp_async_commit();
         const bf16* cQ = sQ + st * BQ * STR;
         const bf16* cO = sO + st * BQ * STR;
         const float* cL = sL + st * BQ;
         const float* cD = sD + st * BQ;
         const int q0 = (qt0 + qi) * BQ;
+        /* this thread's queries' lse and D (pairs of neighbours), read before the
+         * products are issued and waited for, so their latency hides there */
+        float2 lse2[QT], d2[QT];
+#pragma unroll
+        for (int i = 0; i < QT; i++) lse2[i] = *reinterpret_cast<const float2*>(cL + i * 8 + 2 * t4);
 
         /* S^T = K Q^T (16 keys x BQ queries per warp); WG: dP^T = V dO^T is issued
          * with it and runs while P^T is computed */
@@ -192,9 +205,10 @@ attn_bwd_dkdv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float*
         const bool need_mask = (q0 < k0 + BN) || (q0 + BQ > T);
         float nl[QT][2]; /* -lse * log2(e) of this thread's queries */
 #pragma unroll
-        for (int i = 0; i < QT; i++)
-#pragma unroll
-            for (int c = 0; c < 2; c++) nl[i][c] = -(cL[i * 8 + 2 * t4 + c] * LOG2E);
+        for (int i = 0; i < QT; i++) {
+            nl[i][0] = -(lse2[i].x * LOG2E);
+            nl[i][1] = -(lse2[i].y * LOG2E);
+        }
 #pragma unroll
         for (int i = 0; i < QT; i++)
 #pragma unroll
@@ -210,6 +224,8 @@ attn_bwd_dkdv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float*
         /* P^T as bf16 A fragments (half the registers of fp32): used by dV and dS */
         uint32_t pp[BQ / 16][4];
         pack_a(pp, s);
+#pragma unroll
+        for (int i = 0; i < QT; i++) d2[i] = *reinterpret_cast<const float2*>(cD + i * 8 + 2 * t4);
         /* dV += P^T dO; then dP^T = V dO^T (WG: its wait) */
         if constexpr (WG) {
             wg_pb(dv, pp, cO);
@@ -235,8 +251,7 @@ attn_bwd_dkdv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float*
         for (int i = 0; i < QT; i++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                const int ql = i * 8 + 2 * t4 + (e & 1);
-                dpt[i][e] = packed_get(pp[i / 2], i, e) * (dpt[i][e] - cD[ql]);
+                dpt[i][e] = packed_get(pp[i / 2], i, e) * (dpt[i][e] - ((e & 1) ? d2[i].y : d2[i].x));
             }
         /* dK += dS^T Q */
         uint32_t da[BQ / 16][4];
@@ -249,8 +264,8 @@ attn_bwd_dkdv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float*
         } else {
             mma_pb<STR>(dk, da, cQ, lane);
         }
-        if (NS == 2) __syncthreads(); /* this stage is overwritten by the next step's prefetch */
-        st = nx, gh = ngh, qi = nqi;
+        st = st + 1 == NS ? 0 : st + 1;
+        advance(gh, qi);
     }
 
     /* write dK * scale and dV for this thread's two keys */
