@@ -15,7 +15,9 @@
  * reported as effective bandwidth = (bytes read + bytes written) / time and as
  * a fraction of the device-to-device copy bandwidth of the same size measured
  * in the same run (cudaMemcpyAsync: 2 x size / time). Wires are placed with
- * their element bytes 16-byte aligned, as the collectives place them.
+ * their element bytes 16-byte aligned, as the collectives place them. A
+ * delayed-scaling method predicts the amax the trainer's history would on
+ * this data (its own, measured first and printed: delayed_like_trainer).
  *
  * MPI mode (ranks may share one GPU):
  *   mpirun -np P bench_compress_gpu --mpi [--sizes 1,4,16,64,256] [--reps N] [--K k] [--nccl]
