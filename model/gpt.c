@@ -343,12 +343,19 @@ void gpt_head_loss(GPT* m, Comm* c) {
     const GPTShape* s = &m->pl.s;
     int N = m->B * m->T;
     /* vocab-parallel cross-entropy: global max, then global sum of exp and
-     * target logit; the backward (softmax - onehot) / N is fused in. */
-    crossentropy_max(m->ce_mx, m->logits, N, m->Vr, m->v0, s->V);
-    tp_allreduce_small(c, m->ce_mx, (size_t)N, MPI_MAX);
-    crossentropy_stats(m->ce_stats, m->logits, m->ce_mx, m->tgt, N, m->Vr, m->v0, s->V);
-    tp_allreduce_small(c, m->ce_stats, 2 * (size_t)N, MPI_SUM);
-    crossentropy_backward(m->logits, m->losses, m->ce_mx, m->ce_stats, m->tgt, N, m->Vr, m->v0, s->V, 1.0f / (float)N);
+     * target logit; the backward (softmax - onehot) / N is fused in. With the
+     * whole vocab on this rank (TP = 1) nothing is exchanged between the three,
+     * and crossentropy_local does them with the same bits in fewer passes. */
+    if (c->tp_size == 1) {
+        crossentropy_local(m->logits, m->losses, m->ce_mx, m->ce_stats, m->tgt, N, m->Vr, s->V, 1.0f / (float)N);
+    } else {
+        crossentropy_max(m->ce_mx, m->logits, N, m->Vr, m->v0, s->V);
+        tp_allreduce_small(c, m->ce_mx, (size_t)N, MPI_MAX);
+        crossentropy_stats(m->ce_stats, m->logits, m->ce_mx, m->tgt, N, m->Vr, m->v0, s->V);
+        tp_allreduce_small(c, m->ce_stats, 2 * (size_t)N, MPI_SUM);
+        crossentropy_backward(m->logits, m->losses, m->ce_mx, m->ce_stats, m->tgt, N, m->Vr, m->v0, s->V,
+                              1.0f / (float)N);
+    }
     ops_mean(&m->step->loss, m->losses, (size_t)N);
 }
 

@@ -1,6 +1,7 @@
 /*
  * ops/crossentropy_cuda.cu - the vocab-parallel softmax cross-entropy of
- * ops/ops.h: crossentropy_max, crossentropy_stats, crossentropy_backward.
+ * ops/ops.h: crossentropy_max, crossentropy_stats, crossentropy_backward, and
+ * crossentropy_local, the three in one kernel when no rank splits the vocab.
  *
  * Each rank holds a slice of Vr logit columns starting at global id v0; the
  * caller combines the per-row maxima and the (sum of exp, target logit) pairs
@@ -12,6 +13,7 @@
  */
 #include <math.h>
 
+#include "common/cuda_async.cuh"
 #include "ops/cuda_common.cuh"
 
 /* ------------------------------------------------------------------------ */
@@ -106,6 +108,55 @@ ce_backward_kernel(bf16* logits, float* losses, const float* mx, const float* st
     }
 }
 
+/* All three steps for a row this rank holds whole (no vocab split, so nothing to
+ * exchange between them): the row comes into shared memory once, by cp.async, and
+ * the max, the sums and the gradient read it there. The split kernels read it from
+ * device memory three times (and write it once): 4 passes over the logits where this
+ * takes 2. Each step is the split kernel's arithmetic in the split kernel's order
+ * (ce_foreach's columns per thread, the same block reductions), so mx, stats, the
+ * losses and the gradient are bit-identical to those of the three calls. VEC only. */
+#define CE_LOCAL_BUF 128 /* bytes before the row in ce_local_kernel's shared memory */
+__global__ void __launch_bounds__(CE_THREADS)
+ce_local_kernel(bf16* logits, float* losses, float* mx, float* stats, const int* targets, int Vr, int nv,
+                float dloss) {
+    DYNAMIC_SMEM(smem_raw); /* the block reductions' 32 floats, then the row: no static shared
+                               memory, so that the row may take all the opt-in limit */
+    float* buf = reinterpret_cast<float*>(smem_raw);
+    bf16* srow = reinterpret_cast<bf16*>(smem_raw + CE_LOCAL_BUF);
+    const int n = blockIdx.x;
+    bf16* row = logits + (size_t)n * Vr;
+    for (int c = threadIdx.x; c < Vr / 8; c += blockDim.x) cp_async16(srow + 8 * c, row + 8 * c, true);
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+    float m = -INFINITY;
+    ce_foreach<true>(srow, nv, [&](int, float v) { m = fmaxf(m, v); });
+    m = block_max(m, buf);
+    float sum = 0.0f;
+    ce_foreach<true>(srow, nv, [&](int, float v) { sum += expf(v - m); });
+    sum = block_sum(sum, buf);
+    const int jt = targets[n];
+    const float tl = (jt >= 0 && jt < nv) ? __bfloat162float(srow[jt]) : 0.0f;
+    if (threadIdx.x == 0) {
+        mx[n] = m;
+        stats[2 * n] = sum;
+        stats[2 * n + 1] = tl;
+        losses[n] = logf(sum) + m - tl;
+    }
+    const float inv = 1.0f / sum;
+    for (int j0 = threadIdx.x * 8; j0 < Vr; j0 += blockDim.x * 8) {
+        float v[8];
+        load8(v, srow + j0);
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const int j = j0 + k;
+            const float p = expf(v[k] - m) * inv;
+            v[k] = j < nv ? (p - (j == jt ? 1.0f : 0.0f)) * dloss : 0.0f;
+        }
+        store8(row + j0, v);
+    }
+}
+
 static inline bool ce_vec_ok(const void* logits, int Vr) { return Vr % 8 == 0 && is_aligned16(logits); }
 
 void crossentropy_max(float* mx, const floatX* logits, int N, int Vr, int v0, int V) {
@@ -141,4 +192,33 @@ void crossentropy_backward(floatX* logits_dlogits, float* losses, const float* m
     else
         ce_backward_kernel<false><<<N, CE_THREADS, 0, cuda_stream()>>>(l, losses, mx, stats, targets, Vr, v0, nv, dloss);
     CUDA_CHECK_LAUNCH("ce_backward_kernel");
+}
+
+/* the shared memory a block may have (the device's opt-in limit), asked once; the
+ * kernel is allowed all of it, so that every row width up to it launches */
+static int ce_local_smem_limit(void) {
+    static int lim = -1;
+    if (lim < 0) {
+        int dev = 0;
+        CUDA_CHECK(cudaGetDevice(&dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&lim, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+        CUDA_CHECK(cudaFuncSetAttribute(ce_local_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, lim));
+    }
+    return lim;
+}
+
+void crossentropy_local(floatX* logits_dlogits, float* losses, float* mx, float* stats, const int* targets, int N,
+                        int Vr, int V, float dloss) {
+    if (N <= 0) return;
+    bf16* l = (bf16*)logits_dlogits;
+    const size_t smem = CE_LOCAL_BUF + (size_t)Vr * sizeof(bf16);
+    if (!ce_vec_ok(l, Vr) || smem > (size_t)ce_local_smem_limit()) { /* the three steps, nothing between */
+        crossentropy_max(mx, logits_dlogits, N, Vr, 0, V);
+        crossentropy_stats(stats, logits_dlogits, mx, targets, N, Vr, 0, V);
+        crossentropy_backward(logits_dlogits, losses, mx, stats, targets, N, Vr, 0, V, dloss);
+        return;
+    }
+    ce_local_kernel<<<N, CE_THREADS, smem, cuda_stream()>>>(l, losses, mx, stats, targets, Vr, ce_nvalid(Vr, 0, V),
+                                                            dloss);
+    CUDA_CHECK_LAUNCH("ce_local_kernel");
 }

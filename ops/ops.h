@@ -190,6 +190,11 @@ void crossentropy_stats(float* stats, const floatX* logits, const float* mx, con
  * written over logits in place (padding columns get 0). */
 void crossentropy_backward(floatX* logits_dlogits, float* losses, const float* mx, const float* stats,
                            const int* targets, int N, int Vr, int v0, int V, float dloss);
+/* The three for rows held whole (Vr columns from id 0, nothing to exchange between
+ * them: TP = 1), with the same results, bit for bit; mx and stats are written too.
+ * The CUDA backend reads each row once into shared memory where it fits. */
+void crossentropy_local(floatX* logits_dlogits, float* losses, float* mx, float* stats, const int* targets, int N,
+                        int Vr, int V, float dloss);
 
 /* ---- optimizer and norms -------------------------------------------------- */
 /* The scalars of one training step, in backend memory. The host sets lr,

@@ -572,6 +572,13 @@ void crossentropy_backward(floatX* logits_dlogits, float* losses, const float* m
     }
 }
 
+void crossentropy_local(floatX* logits_dlogits, float* losses, float* mx, float* stats, const int* targets, int N,
+                        int Vr, int V, float dloss) {
+    crossentropy_max(mx, logits_dlogits, N, Vr, 0, V);
+    crossentropy_stats(stats, logits_dlogits, mx, targets, N, Vr, 0, V);
+    crossentropy_backward(logits_dlogits, losses, mx, stats, targets, N, Vr, 0, V, dloss);
+}
+
 /* ------------------------------------------------------------------------ */
 /* optimizer and norms */
 

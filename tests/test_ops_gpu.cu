@@ -601,6 +601,24 @@ static void test_crossentropy(int N, int V, int Vp, int P) {
     for (int n = 0; n < N; n++)
         for (int j = V; j < Vp; j++) padbad += gdl[(size_t)n * Vp + j] != 0.0f;
     report("crossentropy_backward", "  padding columns exactly 0", (double)padbad, TOL_EXACT, nullptr);
+    if (P == 1) { /* the three in one call (TP = 1): the same bits as the split calls above */
+        floatX* dl1 = dev_bf(logits);
+        float* dmx1 = (float*)ops_malloc(N * 4);
+        float* dst1 = (float*)ops_malloc(2 * N * 4);
+        float* dls1 = (float*)ops_malloc(N * 4);
+        poison_f32(dmx1, N);
+        poison_f32(dst1, 2 * N);
+        poison_f32(dls1, N);
+        crossentropy_local(dl1, dls1, dmx1, dst1, dtgt, N, Vp, V, dloss);
+        check("crossentropy_local", "  max == split", get_f32(dmx1, N), mx, TOL_EXACT);
+        check("crossentropy_local", "  stats == split", get_f32(dst1, 2 * N), stats, TOL_EXACT);
+        check("crossentropy_local", "  losses == split", get_f32(dls1, N), gloss, TOL_EXACT);
+        check("crossentropy_local", "  dlogits == split", get_bf(dl1, (size_t)N * Vp), gdl, TOL_EXACT);
+        ops_free(dl1);
+        ops_free(dmx1);
+        ops_free(dst1);
+        ops_free(dls1);
+    }
     for (int p = 0; p < P; p++) {
         ops_free(dl[p]);
         ops_free(dmx[p]);
@@ -748,6 +766,8 @@ int main(int argc, char** argv) {
         test_crossentropy(37, 1000, 1024, 1); /* padding in the one slice */
         test_crossentropy(37, 1000, 1024, 2); /* two slices, padding in the second */
         test_crossentropy(19, 997, 1002, 2);  /* Vr = 501: scalar path */
+        test_crossentropy(19, 997, 1002, 1);  /* crossentropy_local's fallback (Vr % 8 != 0) */
+        test_crossentropy(8, 50257, 50304, 1); /* GPT-2's row in shared memory */
     }
     GROUP("norms") {
         test_norms((1u << 20) + 7);

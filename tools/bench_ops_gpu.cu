@@ -274,9 +274,14 @@ static double train_step(Model& M) {
     if (!g_fused)
         TIMED("layernorm_forward", 0, ln_fwd_b, layernorm_forward(M.lnf, M.lnf_mean, M.lnf_rstd, last, W(M, LNFW), W(M, LNFB), N, C));
     TIMED("matmul_forward (lm head)", mm_f(N, C, Vp), 0, matmul_forward(M.logits, M.lnf, W(M, WTE), nullptr, N, C, Vp));
-    TIMED("crossentropy (3 kernels)", 0, 2.0 * nv, crossentropy_max(M.ce_mx, M.logits, N, Vp, 0, V));
-    TIMED("crossentropy (3 kernels)", 0, 2.0 * nv, crossentropy_stats(M.ce_stats, M.logits, M.ce_mx, M.tgt, N, Vp, 0, V));
-    TIMED("crossentropy (3 kernels)", 0, 4.0 * nv, crossentropy_backward(M.logits, M.losses, M.ce_mx, M.ce_stats, M.tgt, N, Vp, 0, V, 1.0f / N));
+    if (g_fused) { /* TP = 1: the three in one pass over the logits (read once, written once) */
+        TIMED("crossentropy_local", 0, 4.0 * nv,
+              crossentropy_local(M.logits, M.losses, M.ce_mx, M.ce_stats, M.tgt, N, Vp, V, 1.0f / N));
+    } else {
+        TIMED("crossentropy (3 kernels)", 0, 2.0 * nv, crossentropy_max(M.ce_mx, M.logits, N, Vp, 0, V));
+        TIMED("crossentropy (3 kernels)", 0, 2.0 * nv, crossentropy_stats(M.ce_stats, M.logits, M.ce_mx, M.tgt, N, Vp, 0, V));
+        TIMED("crossentropy (3 kernels)", 0, 4.0 * nv, crossentropy_backward(M.logits, M.losses, M.ce_mx, M.ce_stats, M.tgt, N, Vp, 0, V, 1.0f / N));
+    }
     TIMED("ops_mean (loss)", 0, 4.0 * N, ops_mean(&M.step->loss, M.losses, N));
 
     TIMED("ops_zero", 0, 4.0 * M.total, ops_zero(M.grads, M.total * 4));
