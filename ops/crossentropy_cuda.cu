@@ -74,6 +74,24 @@ ce_stats_kernel(float* stats, const bf16* logits, const float* mx, const int* ta
     }
 }
 
+/* (softmax - onehot) * dloss over this thread's 8-column chunks of a row, read from
+ * src and written to dst (the row in place, or from its shared-memory copy);
+ * padding columns get 0 */
+__device__ __forceinline__ void ce_grad_vec(bf16* dst, const bf16* src, int Vr, int nv, int jt, float m, float inv,
+                                            float dloss) {
+    for (int j0 = threadIdx.x * 8; j0 < Vr; j0 += blockDim.x * 8) {
+        float v[8];
+        load8(v, src + j0);
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const int j = j0 + k;
+            const float p = expf(v[k] - m) * inv;
+            v[k] = j < nv ? (p - (j == jt ? 1.0f : 0.0f)) * dloss : 0.0f;
+        }
+        store8(dst + j0, v);
+    }
+}
+
 template <bool VEC>
 __global__ void __launch_bounds__(CE_THREADS)
 ce_backward_kernel(bf16* logits, float* losses, const float* mx, const float* stats, const int* targets,
@@ -85,17 +103,7 @@ ce_backward_kernel(bf16* logits, float* losses, const float* mx, const float* st
     const int jt = targets[n] - v0;
     if (threadIdx.x == 0) losses[n] = logf(sum) + m - stats[2 * n + 1];
     if (VEC) {
-        for (int j0 = threadIdx.x * 8; j0 < Vr; j0 += blockDim.x * 8) {
-            float v[8];
-            load8(v, row + j0);
-#pragma unroll
-            for (int k = 0; k < 8; k++) {
-                const int j = j0 + k;
-                float p = expf(v[k] - m) * inv;
-                v[k] = j < nv ? (p - (j == jt ? 1.0f : 0.0f)) * dloss : 0.0f;
-            }
-            store8(row + j0, v);
-        }
+        ce_grad_vec(row, row, Vr, nv, jt, m, inv, dloss);
     } else {
         for (int j = threadIdx.x; j < Vr; j += blockDim.x) {
             float g = 0.0f;
@@ -143,18 +151,7 @@ ce_local_kernel(bf16* logits, float* losses, float* mx, float* stats, const int*
         stats[2 * n + 1] = tl;
         losses[n] = logf(sum) + m - tl;
     }
-    const float inv = 1.0f / sum;
-    for (int j0 = threadIdx.x * 8; j0 < Vr; j0 += blockDim.x * 8) {
-        float v[8];
-        load8(v, srow + j0);
-#pragma unroll
-        for (int k = 0; k < 8; k++) {
-            const int j = j0 + k;
-            const float p = expf(v[k] - m) * inv;
-            v[k] = j < nv ? (p - (j == jt ? 1.0f : 0.0f)) * dloss : 0.0f;
-        }
-        store8(row + j0, v);
-    }
+    ce_grad_vec(row, srow, Vr, nv, jt, m, 1.0f / sum, dloss);
 }
 
 static inline bool ce_vec_ok(const void* logits, int Vr) { return Vr % 8 == 0 && is_aligned16(logits); }
