@@ -768,6 +768,7 @@ int main(int argc, char** argv) {
         test_crossentropy(19, 997, 1002, 2);  /* Vr = 501: scalar path */
         test_crossentropy(19, 997, 1002, 1);  /* crossentropy_local's fallback (Vr % 8 != 0) */
         test_crossentropy(8, 50257, 50304, 1); /* GPT-2's row in shared memory */
+        test_crossentropy(2, 119993, 120000, 1); /* a row wider than the shared memory: the split kernels */
     }
     GROUP("norms") {
         test_norms((1u << 20) + 7);
