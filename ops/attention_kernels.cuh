@@ -87,13 +87,6 @@ __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-/* 2^x on the SFU (ex2.approx, ~2 ulp; 2^-inf = 0) */
-__device__ __forceinline__ float fast_exp2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
-}
-
 #endif /* ATT_EMULATE */
 
 /* ---- bf16 packing (plain C++) ---------------------------------------------------- */

@@ -123,6 +123,14 @@ __device__ __forceinline__ bf16x8 pack8(const float (&f)[8]) {
     for (int i = 0; i < 4; i++) v.h[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
     return v;
 }
+#ifndef CUDA_EMU /* the emulator's exp2f stands in (tests/emu/emu_cuda.h) */
+/* 2^x on the SFU (ex2.approx, ~2 ulp; 2^-inf = 0; inputs below -126 flush to 0) */
+__device__ __forceinline__ float fast_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+#endif
 /* 16-byte load of 8 bf16 converted to fp32; p must be 16-byte aligned. */
 __device__ __forceinline__ void load8(float (&f)[8], const bf16* p) {
     bf16x8 v = *reinterpret_cast<const bf16x8*>(p);

@@ -159,7 +159,7 @@ static inline void cp_async_wait() {
 void ldsm_x4(uint32_t (&r)[4], const __nv_bfloat16* p);
 void ldsm_x4_t(uint32_t (&r)[4], const __nv_bfloat16* p);
 void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
-static inline float fast_exp2(float x) { return exp2f(x); }
+static inline float fast_exp2(float x) { return exp2f(x); } /* ops/cuda_common.cuh's ex2.approx */
 
 /* ---- ops/wgmma.cuh's warpgroup MMA (tests/emu/emu_wgmma.cpp) ----------------------------
  * A product is recorded when issued (with the warp's A fragments, when they come from
