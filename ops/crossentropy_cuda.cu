@@ -29,17 +29,32 @@ static inline int ce_nvalid(int Vr, int v0, int V) {
     return nv < Vr ? nv : Vr;
 }
 
-/* Calls f(j, value) for each real column j of the row; VEC: Vr % 8 == 0 and
- * logits 16-byte aligned. */
+/* exp(v - m) as every kernel here takes it, nml = -m log2(e): 2^(v log2(e) - m log2(e))
+ * on the SFU, one FMA and one ex2.approx (relative error ~2^-21, far below the bf16
+ * gradient's). With expf (about ten instructions) twice per element, and a column test
+ * per element, the one-pass kernel was bound by instruction issue, not by memory: 1.60
+ * ms, 69% of the copy bandwidth for its 2 passes; 1.10 ms, 100%, like this (GPT-2 124M's
+ * logits, B = 16, T = 1024; H100, 2026-12-06). */
+#define CE_LOG2E 1.4426950408889634f
+__device__ __forceinline__ float ce_exp(float v, float nml) { return fast_exp2(fmaf(v, CE_LOG2E, nml)); }
+
+/* Calls f(j, value) for each real column j of the row, in column order per thread;
+ * VEC: Vr % 8 == 0 and logits 16-byte aligned (a chunk wholly inside nv skips the
+ * per-column test). */
 template <bool VEC, typename F>
 __device__ __forceinline__ void ce_foreach(const bf16* row, int nv, F f) {
     if (VEC) {
         for (int j0 = threadIdx.x * 8; j0 < nv; j0 += blockDim.x * 8) {
             float v[8];
             load8(v, row + j0);
+            if (j0 + 8 <= nv) {
 #pragma unroll
-            for (int k = 0; k < 8; k++)
-                if (j0 + k < nv) f(j0 + k, v[k]);
+                for (int k = 0; k < 8; k++) f(j0 + k, v[k]);
+            } else {
+#pragma unroll
+                for (int k = 0; k < 8; k++)
+                    if (j0 + k < nv) f(j0 + k, v[k]);
+            }
         }
     } else {
         for (int j = threadIdx.x; j < nv; j += blockDim.x) f(j, __bfloat162float(row[j]));
@@ -63,9 +78,9 @@ ce_stats_kernel(float* stats, const bf16* logits, const float* mx, const int* ta
     __shared__ float buf[32];
     const int n = blockIdx.x;
     const bf16* row = logits + (size_t)n * Vr;
-    const float m = mx[n];
+    const float nml = -mx[n] * CE_LOG2E;
     float s = 0.0f;
-    ce_foreach<VEC>(row, nv, [&](int, float v) { s += expf(v - m); });
+    ce_foreach<VEC>(row, nv, [&](int, float v) { s += ce_exp(v, nml); });
     s = block_sum(s, buf);
     if (threadIdx.x == 0) {
         const int jt = targets[n] - v0;
@@ -76,17 +91,23 @@ ce_stats_kernel(float* stats, const bf16* logits, const float* mx, const int* ta
 
 /* (softmax - onehot) * dloss over this thread's 8-column chunks of a row, read from
  * src and written to dst (the row in place, or from its shared-memory copy);
- * padding columns get 0 */
-__device__ __forceinline__ void ce_grad_vec(bf16* dst, const bf16* src, int Vr, int nv, int jt, float m, float inv,
+ * padding columns get 0. A chunk of real columns without the target takes p * dloss,
+ * which is (p - 0) * dloss exactly, without the per-column tests. */
+__device__ __forceinline__ void ce_grad_vec(bf16* dst, const bf16* src, int Vr, int nv, int jt, float nml, float inv,
                                             float dloss) {
     for (int j0 = threadIdx.x * 8; j0 < Vr; j0 += blockDim.x * 8) {
         float v[8];
         load8(v, src + j0);
+        if (j0 + 8 <= nv && (unsigned)(jt - j0) >= 8u) {
 #pragma unroll
-        for (int k = 0; k < 8; k++) {
-            const int j = j0 + k;
-            const float p = expf(v[k] - m) * inv;
-            v[k] = j < nv ? (p - (j == jt ? 1.0f : 0.0f)) * dloss : 0.0f;
+            for (int k = 0; k < 8; k++) v[k] = ce_exp(v[k], nml) * inv * dloss;
+        } else {
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                const int j = j0 + k;
+                const float p = ce_exp(v[k], nml) * inv;
+                v[k] = j < nv ? (p - (j == jt ? 1.0f : 0.0f)) * dloss : 0.0f;
+            }
         }
         store8(dst + j0, v);
     }
@@ -102,13 +123,14 @@ ce_backward_kernel(bf16* logits, float* losses, const float* mx, const float* st
     const float inv = 1.0f / sum;
     const int jt = targets[n] - v0;
     if (threadIdx.x == 0) losses[n] = logf(sum) + m - stats[2 * n + 1];
+    const float nml = -m * CE_LOG2E;
     if (VEC) {
-        ce_grad_vec(row, row, Vr, nv, jt, m, inv, dloss);
+        ce_grad_vec(row, row, Vr, nv, jt, nml, inv, dloss);
     } else {
         for (int j = threadIdx.x; j < Vr; j += blockDim.x) {
             float g = 0.0f;
             if (j < nv) {
-                float p = expf(__bfloat162float(row[j]) - m) * inv;
+                float p = ce_exp(__bfloat162float(row[j]), nml) * inv;
                 g = (p - (j == jt ? 1.0f : 0.0f)) * dloss;
             }
             row[j] = __float2bfloat16_rn(g);
@@ -140,8 +162,9 @@ ce_local_kernel(bf16* logits, float* losses, float* mx, float* stats, const int*
     float m = -INFINITY;
     ce_foreach<true>(srow, nv, [&](int, float v) { m = fmaxf(m, v); });
     m = block_max(m, buf);
+    const float nml = -m * CE_LOG2E;
     float sum = 0.0f;
-    ce_foreach<true>(srow, nv, [&](int, float v) { sum += expf(v - m); });
+    ce_foreach<true>(srow, nv, [&](int, float v) { sum += ce_exp(v, nml); });
     sum = block_sum(sum, buf);
     const int jt = targets[n];
     const float tl = (jt >= 0 && jt < nv) ? __bfloat162float(srow[jt]) : 0.0f;
@@ -151,7 +174,7 @@ ce_local_kernel(bf16* logits, float* losses, float* mx, float* stats, const int*
         stats[2 * n + 1] = tl;
         losses[n] = logf(sum) + m - tl;
     }
-    ce_grad_vec(row, srow, Vr, nv, jt, m, 1.0f / sum, dloss);
+    ce_grad_vec(row, srow, Vr, nv, jt, nml, 1.0f / sum, dloss);
 }
 
 static inline bool ce_vec_ok(const void* logits, int Vr) { return Vr % 8 == 0 && is_aligned16(logits); }
