@@ -13,29 +13,15 @@ half), backward 2.5 times that. Runs on the GPU machine; nothing is downloaded.
     python3 tools/bench_attention_torch.py --B 8 --T 2048 --iters 50
 """
 import argparse
-import statistics
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from bench_pytorch import time_ms  # tools/ is the script's directory, first on sys.path
+
 BACKENDS = [("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION),
             ("efficient", SDPBackend.EFFICIENT_ATTENTION)]
-
-
-def time_ms(fn, iters):
-    """median milliseconds of fn() over iters runs, after 3 warm-up runs"""
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
 
 
 def main():

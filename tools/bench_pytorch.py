@@ -172,22 +172,27 @@ def run_mode(mode, args, device):
     return res
 
 
+def time_ms(fn, reps=20):
+    """median milliseconds of fn() between two CUDA events over reps runs, after 3
+    warm-up runs (tools/bench_attention_torch.py times with it too)"""
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(reps):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        ts.append(s.elapsed_time(e))
+    return statistics.median(ts)
+
+
 def ceilings(device):
     """The two ceilings of the library's METHOD.md: D2D copy GB/s (read + write)
     and bf16 GEMM TFLOP/s on random data, median of 20 events."""
-    def timed(fn, reps=20):
-        for _ in range(3):
-            fn()
-        torch.cuda.synchronize()
-        ts = []
-        for _ in range(reps):
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            fn()
-            e.record()
-            e.synchronize()
-            ts.append(s.elapsed_time(e))
-        return statistics.median(ts)
+    timed = time_ms
 
     n = 1 << 29  # 1 GiB of bf16
     a = torch.randn(n, device=device, dtype=torch.bfloat16)
