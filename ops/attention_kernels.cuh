@@ -17,8 +17,8 @@
  * (ATT_EMULATE; the async copies: common/cuda_async.cuh) and run these same
  * kernels lane by lane.
  *
- * Needs before inclusion: bf16 (= __nv_bfloat16) and load8(), from
- * cuda_common.cuh.
+ * Needs before inclusion: bf16 (= __nv_bfloat16), load8() and fast_exp2(),
+ * from cuda_common.cuh.
  */
 #ifndef ATTENTION_KERNELS_CUH
 #define ATTENTION_KERNELS_CUH
