@@ -17,7 +17,7 @@
  * (ATT_EMULATE; the async copies: common/cuda_async.cuh) and run these same
  * kernels lane by lane.
  *
- * Needs before inclusion: bf16 (= __nv_bfloat16), load8() and fast_exp2(),
+ * Needs before inclusion: bf16 (= __nv_bfloat16), load8(), fast_exp2() and LOG2E,
  * from cuda_common.cuh.
  */
 #ifndef ATTENTION_KERNELS_CUH
@@ -59,7 +59,6 @@
 #ifndef ATT_RASTER_BYTES
 #define ATT_RASTER_BYTES (8u << 20)
 #endif
-#define LOG2E 1.4426950408889634f
 #define LN2 0.6931471805599453f
 
 #ifndef ATT_EMULATE

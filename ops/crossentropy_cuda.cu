@@ -35,8 +35,7 @@ static inline int ce_nvalid(int Vr, int v0, int V) {
  * per element, the one-pass kernel was bound by instruction issue, not by memory: 1.60
  * ms, 69% of the copy bandwidth for its 2 passes; 1.10 ms, 100%, like this (GPT-2 124M's
  * logits, B = 16, T = 1024; H100, 2026-12-06). */
-#define CE_LOG2E 1.4426950408889634f
-__device__ __forceinline__ float ce_exp(float v, float nml) { return fast_exp2(fmaf(v, CE_LOG2E, nml)); }
+__device__ __forceinline__ float ce_exp(float v, float nml) { return fast_exp2(fmaf(v, LOG2E, nml)); }
 
 /* Calls f(j, value) for each real column j of the row, in column order per thread;
  * VEC: Vr % 8 == 0 and logits 16-byte aligned (a chunk wholly inside nv skips the
@@ -78,7 +77,7 @@ ce_stats_kernel(float* stats, const bf16* logits, const float* mx, const int* ta
     __shared__ float buf[32];
     const int n = blockIdx.x;
     const bf16* row = logits + (size_t)n * Vr;
-    const float nml = -mx[n] * CE_LOG2E;
+    const float nml = -mx[n] * LOG2E;
     float s = 0.0f;
     ce_foreach<VEC>(row, nv, [&](int, float v) { s += ce_exp(v, nml); });
     s = block_sum(s, buf);
@@ -123,7 +122,7 @@ ce_backward_kernel(bf16* logits, float* losses, const float* mx, const float* st
     const float inv = 1.0f / sum;
     const int jt = targets[n] - v0;
     if (threadIdx.x == 0) losses[n] = logf(sum) + m - stats[2 * n + 1];
-    const float nml = -m * CE_LOG2E;
+    const float nml = -m * LOG2E;
     if (VEC) {
         ce_grad_vec(row, row, Vr, nv, jt, nml, inv, dloss);
     } else {
@@ -162,7 +161,7 @@ ce_local_kernel(bf16* logits, float* losses, float* mx, float* stats, const int*
     float m = -INFINITY;
     ce_foreach<true>(srow, nv, [&](int, float v) { m = fmaxf(m, v); });
     m = block_max(m, buf);
-    const float nml = -m * CE_LOG2E;
+    const float nml = -m * LOG2E;
     float sum = 0.0f;
     ce_foreach<true>(srow, nv, [&](int, float v) { sum += ce_exp(v, nml); });
     sum = block_sum(sum, buf);

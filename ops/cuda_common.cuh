@@ -123,6 +123,8 @@ __device__ __forceinline__ bf16x8 pack8(const float (&f)[8]) {
     for (int i = 0; i < 4; i++) v.h[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
     return v;
 }
+/* exp(x) = 2^(x LOG2E): the kernels take their exponentials as fast_exp2 of a scaled argument */
+#define LOG2E 1.4426950408889634f
 #ifndef CUDA_EMU /* the emulator's exp2f stands in (tests/emu/emu_cuda.h) */
 /* 2^x on the SFU (ex2.approx, ~2 ulp; 2^-inf = 0; inputs below -126 flush to 0) */
 __device__ __forceinline__ float fast_exp2(float x) {
