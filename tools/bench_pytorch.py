@@ -192,18 +192,16 @@ def time_ms(fn, reps=20):
 def ceilings(device):
     """The two ceilings of the library's METHOD.md: D2D copy GB/s (read + write)
     and bf16 GEMM TFLOP/s on random data, median of 20 events."""
-    timed = time_ms
-
     n = 1 << 29  # 1 GiB of bf16
     a = torch.randn(n, device=device, dtype=torch.bfloat16)
     b = torch.empty_like(a)
-    ms = timed(lambda: b.copy_(a))
+    ms = time_ms(lambda: b.copy_(a))
     copy_gbs = 2 * a.numel() * 2 / (ms / 1e3) / 1e9
     del a, b
     m = 8192
     x = torch.randn(m, m, device=device, dtype=torch.bfloat16)
     y = torch.randn(m, m, device=device, dtype=torch.bfloat16)
-    ms = timed(lambda: x @ y)
+    ms = time_ms(lambda: x @ y)
     gemm_tf = 2 * m**3 / (ms / 1e3) / 1e12
     return copy_gbs, gemm_tf
 
