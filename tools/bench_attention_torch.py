@@ -5,7 +5,8 @@ reference for ops/attention_cuda.cu's forward and backward.
 
 For each backend of F.scaled_dot_product_attention that runs here (flash, cuDNN,
 memory-efficient), times the forward alone and the forward plus backward (CUDA events,
-median over --iters), and prints the backward as their difference, with TFLOP/s counted
+median over --iters), and prints the backward as their difference (noisy where the two
+medians wander apart: compare the totals too), with TFLOP/s counted
 as bench_ops_gpu counts them: forward 2 B NH T^2 hs (two products over the causal
 half), backward 2.5 times that. Runs on the GPU machine; nothing is downloaded.
 
@@ -41,7 +42,7 @@ def main():
     dout = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
     fwd_flop = 2.0 * B * NH * T * T * hs
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, B={B} NH={NH} T={T} hs={hs}, causal, bf16")
-    print(f"{'backend':<10} {'fwd ms':>8} {'TFLOP/s':>8} {'bwd ms':>8} {'TFLOP/s':>8}")
+    print(f"{'backend':<10} {'fwd ms':>8} {'TFLOP/s':>8} {'bwd ms':>8} {'TFLOP/s':>8} {'fwd+bwd ms':>10}")
     for name, backend in BACKENDS:
         try:
             with sdpa_kernel([backend]):
@@ -59,7 +60,8 @@ def main():
             print(f"{name:<10} not available: {str(e).splitlines()[0][:80]}")
             continue
         b_ms = fb_ms - f_ms
-        print(f"{name:<10} {f_ms:8.3f} {fwd_flop / f_ms / 1e9:8.0f} {b_ms:8.3f} {2.5 * fwd_flop / b_ms / 1e9:8.0f}")
+        print(f"{name:<10} {f_ms:8.3f} {fwd_flop / f_ms / 1e9:8.0f} {b_ms:8.3f} {2.5 * fwd_flop / b_ms / 1e9:8.0f} "
+              f"{fb_ms:10.3f}")
 
 
 if __name__ == "__main__":
