@@ -71,7 +71,7 @@ __device__ __forceinline__ void fp8_sb_values(const Row<1>& r, int sb, float (&f
 __device__ __forceinline__ void dequant16(float (&f)[16], int b, const InScale& is) {
     const int e = b - is.k;
     if (!is.foreign && e >= -126 && e <= 127) {
-        const float m = pow2f_dev(e);
+        const float m = pow2f_normal(e);
 #pragma unroll
         for (int j = 0; j < 16; j++) f[j] = __fmul_rn(f[j], m);
         return;
@@ -122,7 +122,7 @@ __device__ __forceinline__ bool fold_const(const Codec& ci, int b, const InScale
     if (is.foreign) return false;
     const int e = b - is.k;
     if (e < -126 || e > 100) return false;
-    const float c = __fmul_rn(ci.norm, pow2f_dev(e));
+    const float c = __fmul_rn(ci.norm, pow2f_normal(e));
     *C = c;
     return c >= 1.17549435e-38f;
 }

@@ -69,10 +69,13 @@ template <> struct Fp8T<FP8_E5M2> {
 /* ========================================================================== */
 /* scalar helpers                                                              */
 
+/* 2^k for k in [-126, 127], a normal float: one instruction, no branch.
+ * For callers that test k's range themselves, or whose k is bounded (a
+ * group exponent, a copy's exponent fast_copy has checked). */
+__device__ __forceinline__ float pow2f_normal(int k) { return __uint_as_float((unsigned)(k + 127) << 23); }
+
 /* 2^k, exact (normal for k in [-126, 127], ldexpf's exact result otherwise) */
-__device__ __forceinline__ float pow2f_dev(int k) {
-    return (k >= -126 && k <= 127) ? __uint_as_float((unsigned)(k + 127) << 23) : ldexpf(1.0f, k);
-}
+__device__ __forceinline__ float pow2f_dev(int k) { return (k >= -126 && k <= 127) ? pow2f_normal(k) : ldexpf(1.0f, k); }
 
 /* frexpf for a positive finite float: v = m * 2^e, m in [0.5, 1); *frac gets
  * m's 23 fraction bits (normalised also for float subnormals), so comparing

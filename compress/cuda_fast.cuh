@@ -78,7 +78,7 @@ __device__ __forceinline__ void fast_prepare(const Codec& c, float (&v)[UNIT], c
         bfly_local_all(v, UNIT);
         m = max(max(absmax16(v, 0), absmax16(v, 1)), max(absmax16(v, 2), absmax16(v, 3)));
     }
-    const unsigned ah = __float_as_uint(__fmul_rn(__uint_as_float(m), pow2f_dev(-e)));
+    const unsigned ah = __float_as_uint(__fmul_rn(__uint_as_float(m), pow2f_normal(-e))); /* |e| <= 126 */
 #pragma unroll
     for (int sb = 0; sb < SB; sb++) {
         p.e_u[sb] = e;
@@ -118,11 +118,13 @@ __device__ __forceinline__ bool fast_finish_ok(const Codec& c, const Prep& p, in
     const float ng = p.ng[0];
     const int k = group_km(c, p, 0, kc, b);
     if (!p.folded && k > 126 - (Fp8T<FMT>::BIAS + Fp8T<FMT>::MB)) return false;
-    const float M = __fmul_rn(ng, pow2f_dev(k));
-    if (!(__fmul_rn(__uint_as_float(p.amax_h[0]), M) <= c.L)) return false;
+    /* a scale or multiplier outside the normal range goes to the general path */
     const int kv = k - e;
-    *Mv = __fmul_rn(ng, pow2f_dev(kv));
-    return kv >= -126 && kv <= 127 && *Mv >= 1.17549435e-38f;
+    if (k < -126 || k > 127 || kv < -126 || kv > 127) return false;
+    const float M = __fmul_rn(ng, pow2f_normal(k));
+    if (!(__fmul_rn(__uint_as_float(p.amax_h[0]), M) <= c.L)) return false;
+    *Mv = __fmul_rn(ng, pow2f_normal(kv));
+    return *Mv >= 1.17549435e-38f;
 }
 /* ... and the unit's codes, group byte and statistics with that multiplier
  * (stochastic rounding: every lane of the warp calls). (The last butterfly
@@ -201,7 +203,7 @@ __device__ __forceinline__ bool fast_copy(const Codec& ci, Rows& rows, unsigned 
     } else {
         const int rel = e - e0;
         ok = !is.foreign && e >= -126 && e <= 127 && rel >= -126 && rel <= (FIRST ? 127 : 127 - Fp8T<FMT>::LIM);
-        m = pow2f_dev(rel);
+        m = pow2f_normal(rel); /* outside its range ok is false and acc is redone from memory */
     }
 #pragma unroll
     for (int sb = 0; sb < SB; sb++) {

@@ -101,27 +101,26 @@ struct InRows {
     const uint8_t* const* gscales;
     bool tiled;
     unsigned q_eb[S - 1], q_sc[S - 1];
+    unsigned q_fast; /* bit k: step q[k]'s rows went by cp.async (the take reads them from its area) */
     unsigned eb, sc;
 
-    __device__ __forceinline__ const uint8_t* fast_src(unsigned t, int i) const {
-        if (!ws.has(t)) return nullptr;
-        const WarpUnits w = warp_units(sp, ws.lu(t), lane);
-        return (w.full && aligned16(bytes[i])) ? bytes[i] + (size_t)EB * UNIT * ws.lu(t) : nullptr;
-    }
     __device__ __forceinline__ uint4* area(int k) const { return area0 + k * (area_bytes<EB>() / 16); }
-    /* issue step (it, ii); its group bytes / scale go to q[S - 2] */
+    /* issue step (it, ii); its group bytes / scale / fast flag go to q[S - 2]
+     * (the take reuses the flag rather than working it out again) */
     __device__ __forceinline__ void issue() {
         const unsigned t = it;
         const int i = ii;
-        rows_issue<EB>(area(a_issue), fast_src(t, i), lane);
+        const bool has = ws.has(t);
+        const WarpUnits w = warp_units(sp, ws.lu(t), lane); /* past the job: nv 0, not full */
+        const bool fast = has && w.full && aligned16(bytes[i]);
+        rows_issue<EB>(area(a_issue), fast ? bytes[i] + (size_t)EB * UNIT * ws.lu(t) : nullptr, lane);
         unsigned e = 0x7F7F7F7Fu, c = 0x3F800000u;
-        if (gshape.gb && ws.has(t)) {
-            const WarpUnits w = warp_units(sp, ws.lu(t), lane);
+        if (gshape.gb && has)
             e = group_bytes_load(gshape, gbytes[i], (unsigned)(((u64)UNIT * sp.u0) >> gshape.lg), w.u, w.nv);
-        }
-        if (gscales && ws.has(t) && gscales[i]) c = load_u32_any(gscales[i] + (tiled ? 4 * (size_t)(ws.lu(t) / TILE_UNITS) : 0));
+        if (gscales && has && gscales[i]) c = load_u32_any(gscales[i] + (tiled ? 4 * (size_t)(ws.lu(t) / TILE_UNITS) : 0));
         q_eb[S - 2] = e;
         q_sc[S - 2] = c;
+        q_fast = (q_fast & ~(1u << (S - 2))) | (fast ? 1u << (S - 2) : 0u);
         a_issue = a_issue + 1 == S ? 0 : a_issue + 1;
         if (++ii == P) {
             ii = 0;
@@ -134,6 +133,7 @@ struct InRows {
             q_eb[k] = q_eb[k + 1];
             q_sc[k] = q_sc[k + 1];
         }
+        q_fast >>= 1;
     }
     __device__ __forceinline__ void start() {
         it = 0;
@@ -141,6 +141,7 @@ struct InRows {
         a_issue = a_take = 0;
         eb = 0x7F7F7F7Fu;
         sc = 0x3F800000u;
+        q_fast = 0u;
 #pragma unroll
         for (int k = 0; k < S - 1; k++) {
             shift();
@@ -148,12 +149,13 @@ struct InRows {
         }
     }
     __device__ __forceinline__ void take(unsigned t, int i, const WarpUnits& w, Row<EB>& r) {
+        (void)t; /* which step: the issue side keeps its own cursor, the flags their queue */
         const unsigned e = q_eb[0];
+        const bool fast = q_fast & 1u;
         sc = q_sc[0];
         shift();
         issue();
-        rows_take<EB, S - 1>(area(a_take), fast_src(t, i) != nullptr,
-                             bytes[i] + (size_t)EB * UNIT * (w.lu0 + (unsigned)lane), w.nv, lane, r);
+        rows_take<EB, S - 1>(area(a_take), fast, bytes, i, (size_t)EB * UNIT * (w.lu0 + (unsigned)lane), w.nv, lane, r);
         eb = gshape.gb ? group_bytes_word(gshape, e) : e; /* after the wait: the load has long landed */
         a_take = a_take + 1 == S ? 0 : a_take + 1;
     }

@@ -203,11 +203,12 @@ __device__ __forceinline__ WarpUnits warp_units(const Span& sp, unsigned lu0, in
 }
 
 /* This lane's row of the step issued INFLIGHT rows_issues earlier: from area when
- * it was copied there (fast), else from slow_row (this lane's row in memory,
- * nv valid elements). Every lane of the warp calls. */
+ * it was copied there (fast), else from memory: this lane's row is at bytes[i] +
+ * off, nv valid elements (its address worked out only on that rare path). Every
+ * lane of the warp calls. */
 template <int EB, int INFLIGHT>
-__device__ __forceinline__ void rows_take(const uint4* area, bool fast, const uint8_t* slow_row, int nv, int lane,
-                                          Row<EB>& r) {
+__device__ __forceinline__ void rows_take(const uint4* area, bool fast, const uint8_t* const* bytes, int i, size_t off,
+                                          int nv, int lane, Row<EB>& r) {
     constexpr int C = row_cols<EB>();
     cp_async_wait<INFLIGHT>();
     __syncwarp(); /* every lane's copies have landed */
@@ -216,7 +217,7 @@ __device__ __forceinline__ void rows_take(const uint4* area, bool fast, const ui
 #pragma unroll
         for (int k = 0; k < C; k++) r.q[k] = own[k];
     } else {
-        load_row_slow<EB>(slow_row, nv, r);
+        load_row_slow<EB>(bytes[i] + off, nv, r);
     }
     __syncwarp(); /* the area may be refilled by the next issue */
 }
