@@ -120,15 +120,20 @@ struct DLaunch {
 #ifndef DECOMPRESS_SUM_MIN_BLOCKS
 #define DECOMPRESS_SUM_MIN_BLOCKS 4
 #endif
-/* The fused decompress-reduce-recompress (OUT_RECOMP, round to nearest).
- * At 4 (128 registers; TACO G=64's kernel then spills 212 bytes) one round
- * on an H100 (2026-12-06, fraction of copy, TACO G=64 delayed) gave P = 2
- * 0.77 -> 0.79 at 64 MB and 0.81 -> 0.84 at 256 MB, P = 4 0.86 -> 0.89 and
- * 0.87 -> 0.90. Not the default until the H200 says the same: there
- * fp8_group's recompress lost a third at 4 (above), and this knob serves
- * every shape. */
+/* The fused decompress-reduce-recompress (OUT_RECOMP, round to nearest):
+ * TACO G=64's (SHAPE_GROUP64) runs 4 blocks (128 registers, 228 bytes of
+ * spill), the other shapes 3. At 4 against 3, three rounds on an H100
+ * (2026-12-06, 256 MB, us): TACO G=64 P = 2 current 185-187 -> 172, delayed
+ * 170-171 -> 165, P = 4 280-281 -> 262 and 265-266 -> 256; fp8_group 163 ->
+ * 153 (P = 2); fp8_tensor 157 -> 167-169 (slower: it stays at 3). The H200
+ * has not timed this build at 4; in 2026-12-03's kernels fp8_group's
+ * recompress lost a third there at 4 (above, 296 bytes of spill), so
+ * fp8_group keeps 3 until the H200 says otherwise. */
 #ifndef DECOMPRESS_RECOMP_MIN_BLOCKS
 #define DECOMPRESS_RECOMP_MIN_BLOCKS DECOMPRESS_MIN_BLOCKS
+#endif
+#ifndef DECOMPRESS_RECOMP64_MIN_BLOCKS
+#define DECOMPRESS_RECOMP64_MIN_BLOCKS 4
 #endif
 
 /* what k_decompress does with the sum */
@@ -693,7 +698,7 @@ __host__ __device__ constexpr int decompress_min_blocks() {
     const bool wide = SHAPE == SHAPE_GROUP128 || SHAPE == SHAPE_WIDE128 || SHAPE == SHAPE_INT8_64;
     if (coded && wide && OUT == OUT_BF16) return DECOMPRESS_WIDE_MIN_BLOCKS;
     if (OUT == OUT_BF16_SUM) return DECOMPRESS_SUM_MIN_BLOCKS;
-    if (OUT == OUT_RECOMP) return DECOMPRESS_RECOMP_MIN_BLOCKS;
+    if (OUT == OUT_RECOMP) return SHAPE == SHAPE_GROUP64 ? DECOMPRESS_RECOMP64_MIN_BLOCKS : DECOMPRESS_RECOMP_MIN_BLOCKS;
     return DECOMPRESS_MIN_BLOCKS;
 }
 
