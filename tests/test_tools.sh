@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # tests/test_tools.sh - end-to-end test of the experiment tools: tools/parity.py (runner,
 # resume, failure report), tools/parity_summary.py (table, errors on bad logs),
-# tools/plot_parity.py, tools/ablation.py (--collect and the table), tools/plot_hist.py and
-# tools/check_layers.py (each rule caught on a small tree).
+# tools/plot_parity.py, tools/ablation.py (--collect and the table), tools/plot_hist.py,
+# tools/check_layers.py (each rule caught on a small tree) and tools/ncu_lines.py (a made-up
+# kernel's line table and profile).
 #
 # Runs a tiny model (2 layers, d=64, 20 steps, TP=2) so the whole script takes well under
 # 90 s on two cores; every mpirun is bounded by `timeout` (passed to the tools' --mpirun),
@@ -130,6 +131,38 @@ rm "$L/data/x.c"; echo '#include "ops/nope.h"' > "$L/comm/x.c"
 expect_error "check_layers: an include of a missing header" "no such file" $PY tools/check_layers.py "$L"
 rm "$L/comm/x.c"; seq 801 | sed 's|^|// |' > "$L/model/long.c"
 expect_error "check_layers: a file over 800 lines" "model/long.c: 801 lines" $PY tools/check_layers.py "$L"
+
+# tools/ncu_lines.py on a made-up kernel: nvdisasm's line table and ncu's source-page CSV for
+# four SASS lines at offsets 0x0-0x30 (the CSV's addresses start elsewhere, as ncu's do)
+N="$T/ncu"; mkdir -p "$N"
+cat > "$N/lines.txt" <<'LINES'
+//--------------------- .text._Z6kernelPf --------------------------
+        //## File "/src/a.cuh", line 10
+        /*0000*/                   FADD R1, R2, R3 ;
+        /*0010*/                   FMUL R4, R1, R5 ;
+        //## File "/src/b.cuh", line 20
+        /*0020*/                   LDG.E R6, desc[UR4][R8.64] ;
+        /*0030*/                   FFMA R7, R6, R6, R7 ;
+LINES
+{ echo '"Address","Source","Instructions Executed","stall_long_sb","stall_wait","stall_long_sb (Not Issued)"'
+  echo '"0x7f0000001000","FADD R1, R2, R3","100","0","6","0"'
+  echo '"0x7f0000001010","FMUL R4, R1, R5","100","0","2","0"'
+  echo '"0x7f0000001020","LDG.E R6, desc[UR4][R8.64]","50","0","0","0"'
+  echo '"0x7f0000001030","FFMA R7, R6, R6, R7","50","30","2","30"'; } > "$N/counts.csv"
+NL=($PY tools/ncu_lines.py "$N/lines.txt" "$N/counts.csv" kernelPf 320)
+check "ncu_lines.py: 300 warp instructions over 320 elements is 30 per element" \
+    bash -c "$(printf '%q ' "${NL[@]}") | grep -q '^30.00 instructions per element'"
+check "ncu_lines.py: a.cuh:10 has 20 of them, b.cuh:20 10" \
+    bash -c "out=\$($(printf '%q ' "${NL[@]}")); grep -Eq '^ *20.000  a.cuh:10' <<< \"\$out\" && grep -Eq '^ *10.000  b.cuh:20' <<< \"\$out\""
+check "ncu_lines.py --ops: FADD and FMUL 10 each, LDG and FFMA 5" \
+    bash -c "$(printf '%q ' "${NL[@]}") --ops | grep -Eq '^ *5.000  LDG'"
+check "ncu_lines.py --stalls: 40 samples, long_sb 75%, and b.cuh:20 first with 80%" \
+    bash -c "out=\$($(printf '%q ' "${NL[@]}") --stalls); grep -q '^40 warp-state samples' <<< \"\$out\" && grep -Eq '^ *75.0%  long_sb' <<< \"\$out\" && grep -A1 'where warps waited' <<< \"\$out\" | grep -Eq '80.0%  b.cuh:20 +long_sb 94%, wait 6%'"
+{ echo '"Address","Source","Instructions Executed"'; echo '"0x7f0000001000","FADD R1, R2, R3","100"'; } > "$N/nostalls.csv"
+expect_error "ncu_lines.py --stalls on a CSV without stall columns" "has no stall_\\* columns" \
+    $PY tools/ncu_lines.py "$N/lines.txt" "$N/nostalls.csv" kernelPf 320 --stalls
+expect_error "ncu_lines.py with a kernel the line table lacks" "no function ending in nope" \
+    $PY tools/ncu_lines.py "$N/lines.txt" "$N/counts.csv" nope 320
 
 if [ $fails -eq 0 ]; then
     echo "all tool checks passed"; rm -rf "$T"

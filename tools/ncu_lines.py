@@ -9,22 +9,28 @@ kernels spend their issue slots (compress/CUDA.md, section 2).
 
 On the GPU machine, with a -lineinfo build of the benchmark:
 
-  make BUILD=build-li NVCCFLAGS="-O3 -std=c++17 -lineinfo -gencode arch=compute_90,code=sm_90 \\
-      -DOPS_BF16 -I. $(mpicc --showme:compile)" build-li/gpu/bench_compress_gpu
+  make BUILD=build-li CUDA_ARCH="-gencode arch=compute_90a,code=sm_90a -lineinfo" \\
+      build-li/gpu/bench_compress_gpu
   (cd /tmp && cuobjdump -xelf all $OLDPWD/build-li/gpu/bench_compress_gpu)
-  nvdisasm -g -c /tmp/compress_cuda.sm_90.cubin > lines.txt
-  ncu --section SourceCounters -k regex:k_compress -c 1 --page source --print-source sass --csv \\
+  nvdisasm -g -c /tmp/compress_cuda.sm_90a.cubin > lines.txt
+  ncu --kernel-name-base mangled -k regex:k_decompressILi0ELi3E --launch-skip 2 -c 1 \\
+      --section SourceCounters --page source --print-source sass --csv \\
       build-li/gpu/bench_compress_gpu --sizes 64 --reps 1 --only 'taco G=64 delayed' > counts.csv
 
+(-k with the mangled name's start picks one template instance, here the fused
+recompress; --launch-skip 2 the third launch, past the first warm-up calls.)
 then, anywhere:
 
-  tools/ncu_lines.py lines.txt counts.csv KERNEL_SUFFIX ELEMENTS [--top N] [--ops]
+  tools/ncu_lines.py lines.txt counts.csv KERNEL_SUFFIX ELEMENTS [--top N] [--ops] [--stalls]
 
 KERNEL_SUFFIX: the end of the kernel's mangled name as nvdisasm prints it
 (e.g. k_compressILi0ELi0ELb0ELb1EEEvNS_5CodecENS_7CLaunchE); ELEMENTS: the
 elements the profiled call processed (64 MB of bf16: 33554432). --ops adds
-the per-opcode totals. The counts CSV's first address is the kernel's
-offset 0, which is how the two files line up.
+the per-opcode totals; --stalls the warp-state samples instead: their
+reasons over the kernel, and the source lines where warps waited most, each
+with its leading reasons (a wait shows at the instruction that needs the
+value, so a load's latency lands on its first use). The counts CSV's first
+address is the kernel's offset 0, which is how the two files line up.
 """
 import argparse
 import collections
@@ -83,6 +89,49 @@ def counts(path):
     return out
 
 
+def stall_samples(path):
+    """[(address, {reason: samples})] from the same CSV's stall_* columns (all samples)"""
+    with opener(path) as f:
+        rows = list(csv.reader(f))
+    hdr = next((i for i, r in enumerate(rows) if r and r[0] == "Address"), None)
+    if hdr is None:
+        sys.exit("ncu_lines: %s has no source-page table (ncu --page source --csv)" % path)
+    cols = [(i, c[len("stall_"):]) for i, c in enumerate(rows[hdr]) if c.startswith("stall_") and "Not Issued" not in c]
+    if not cols:
+        sys.exit("ncu_lines: %s has no stall_* columns (ncu --section SourceCounters)" % path)
+    out = []
+    for r in rows[hdr + 1:]:
+        try:
+            addr = int(r[0], 16)
+        except (ValueError, IndexError):
+            continue
+        out.append((addr, {name: float(r[i].replace(",", "") or 0) for i, name in cols if i < len(r)}))
+    return out
+
+
+def print_stalls(loc, path, top):
+    samples = stall_samples(path)
+    base = samples[0][0]
+    total, per_line = collections.Counter(), collections.defaultdict(collections.Counter)
+    for addr, reasons in samples:
+        where = loc.get(addr - base, ("?", ""))[0]
+        for name, v in reasons.items():
+            total[name] += v
+            per_line[where][name] += v
+    n = sum(total.values())
+    if n == 0:
+        sys.exit("ncu_lines: no stall samples in %s" % path)
+    print("%.0f warp-state samples" % n)
+    for name, v in total.most_common(12):
+        print("%6.1f%%  %s" % (100 * v / n, name))
+    print("\nwhere warps waited (share of all samples, the line's leading reasons):")
+    ranked = sorted(per_line.items(), key=lambda kv: -sum(kv[1].values()))[:top]
+    for where, reasons in ranked:
+        v = sum(reasons.values())
+        lead = ", ".join("%s %.0f%%" % (k, 100 * x / v) for k, x in reasons.most_common(3))
+        print("%6.1f%%  %-28s %s" % (100 * v / n, where, lead))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("lines")
@@ -91,10 +140,14 @@ def main():
     ap.add_argument("elements", type=float)
     ap.add_argument("--top", type=int, default=40)
     ap.add_argument("--ops", action="store_true")
+    ap.add_argument("--stalls", action="store_true")
     a = ap.parse_args()
     loc = sass_lines(a.lines, a.kernel_suffix)
     if not loc:
         sys.exit("ncu_lines: no function ending in %s in %s" % (a.kernel_suffix, a.lines))
+    if a.stalls:
+        print_stalls(loc, a.counts, a.top)
+        return
     cnt = counts(a.counts)
     if not cnt:
         sys.exit("ncu_lines: no counts in %s" % a.counts)
