@@ -122,13 +122,11 @@ struct DLaunch {
 #endif
 /* The fused decompress-reduce-recompress (OUT_RECOMP, round to nearest):
  * TACO G=64's (SHAPE_GROUP64) runs 4 blocks (128 registers, 228 bytes of
- * spill), the other shapes 3. At 4 against 3, three rounds on an H100
- * (2026-12-06, 256 MB, us): TACO G=64 P = 2 current 185-187 -> 172, delayed
- * 170-171 -> 165, P = 4 280-281 -> 262 and 265-266 -> 256; fp8_group 163 ->
- * 153 (P = 2); fp8_tensor 157 -> 167-169 (slower: it stays at 3). The H200
- * has not timed this build at 4; in 2026-12-03's kernels fp8_group's
- * recompress lost a third there at 4 (above, 296 bytes of spill), so
- * fp8_group keeps 3 until the H200 says otherwise. */
+ * spill), the others 3. At 4 against 3 on an H100 (2026-12-06, 256 MB, us,
+ * three rounds): TACO P = 2 current 185-187 -> 172, delayed 170-171 -> 165;
+ * fp8_group 163 -> 153, but on the H200 it lost a third at 4 in 2026-12-03's
+ * kernels (above), so it keeps 3 until the H200 says otherwise; fp8_tensor
+ * 157 -> 167-169. No H200 has timed TACO's at 4 yet. */
 #ifndef DECOMPRESS_RECOMP_MIN_BLOCKS
 #define DECOMPRESS_RECOMP_MIN_BLOCKS DECOMPRESS_MIN_BLOCKS
 #endif
