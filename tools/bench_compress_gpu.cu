@@ -166,6 +166,15 @@ static CompressParams mk(CompressMethod m, int G, int delayed, int sr) {
     return p;
 }
 
+/* Bytes before a wire of n elements that put its element bytes on 16 bytes,
+ * as the collectives place their messages (collectives_cuda.c, place()): the
+ * kernels' vector path. A wire at an arbitrary offset would time the
+ * unaligned path instead (tested, but not what the trainer runs). */
+static size_t wire_pad(const CompressParams& p, size_t n) {
+    const CompressWireLayout wl = compress_wire_layout(&p);
+    return (16 - (compress_bound(&p, n) - n * (size_t)wl.ebytes) % 16) % 16;
+}
+
 /* A delayed-scaling method's prediction as the trainer's would be on this
  * data: the trainer predicts the chunk amax from the largest of its last
  * SITE_HISTORY amaxes (comm/sites.c), and on a stream whose statistics do not
@@ -177,18 +186,9 @@ static CompressParams mk(CompressMethod m, int G, int delayed, int sr) {
  * amax fp8_tensor scales (~100). Its scaled values then sat that much lower
  * in the fp8 range than the trainer's, with more of them below the normal
  * range: the case stochastic rounding pays most for (docs/RESULTS.md,
- * section 4). */
-/* Bytes before a wire of n elements that put its element bytes on 16 bytes,
- * as the collectives place their messages (collectives_cuda.c, place()): the
- * kernels' vector path. A wire at an arbitrary offset would time the
- * unaligned path instead (tested, but not what the trainer runs). */
-static size_t wire_pad(const CompressParams& p, size_t n) {
-    const CompressWireLayout wl = compress_wire_layout(&p);
-    return (16 - (compress_bound(&p, n) - n * (size_t)wl.ebytes) % 16) % 16;
-}
-
-/* (its compresses take the aligned path too, so that a profiler's first
- * k_compress launch is the timed kernel's path: `wire` has room for the pad) */
+ * section 4). Its compresses go to an aligned wire like the timed ones, so
+ * that a profiler's first k_compress launch takes the timed kernel's path
+ * (`wire` has room for the pad). */
 static CompressParams delayed_like_trainer(CompressParams p, const std::vector<uint16_t*>& x, size_t n,
                                            uint8_t* wire, cudaStream_t s) {
     if (!p.delayed) return p;
