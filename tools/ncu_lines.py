@@ -69,17 +69,23 @@ def sass_lines(path, suffix):
     return loc
 
 
-def counts(path):
-    """[(address, warp instructions executed, SASS text)] from ncu's source-page CSV"""
+def source_table(path):
+    """the header and the rows of ncu's source-page table in the CSV at path"""
     with opener(path) as f:
         rows = list(csv.reader(f))
     hdr = next((i for i, r in enumerate(rows) if r and r[0] == "Address"), None)
     if hdr is None:
         sys.exit("ncu_lines: %s has no source-page table (ncu --page source --csv)" % path)
-    col = rows[hdr].index("Instructions Executed")
-    src = rows[hdr].index("Source")
+    return rows[hdr], rows[hdr + 1:]
+
+
+def counts(path):
+    """[(address, warp instructions executed, SASS text)] from ncu's source-page CSV"""
+    header, rows = source_table(path)
+    col = header.index("Instructions Executed")
+    src = header.index("Source")
     out = []
-    for r in rows[hdr + 1:]:
+    for r in rows:
         if len(r) <= col or not r[col].strip():
             continue
         try:
@@ -91,16 +97,12 @@ def counts(path):
 
 def stall_samples(path):
     """[(address, {reason: samples})] from the same CSV's stall_* columns (all samples)"""
-    with opener(path) as f:
-        rows = list(csv.reader(f))
-    hdr = next((i for i, r in enumerate(rows) if r and r[0] == "Address"), None)
-    if hdr is None:
-        sys.exit("ncu_lines: %s has no source-page table (ncu --page source --csv)" % path)
-    cols = [(i, c[len("stall_"):]) for i, c in enumerate(rows[hdr]) if c.startswith("stall_") and "Not Issued" not in c]
+    header, rows = source_table(path)
+    cols = [(i, c[len("stall_"):]) for i, c in enumerate(header) if c.startswith("stall_") and "Not Issued" not in c]
     if not cols:
         sys.exit("ncu_lines: %s has no stall_* columns (ncu --section SourceCounters)" % path)
     out = []
-    for r in rows[hdr + 1:]:
+    for r in rows:
         try:
             addr = int(r[0], 16)
         except (ValueError, IndexError):
