@@ -412,10 +412,15 @@ __device__ __forceinline__ void quantize_sr_sb(const float (&v)[UNIT], int sb, c
 
 /* four codes of v[4i..4i+3], RNE (hardware, satfinite) or SR. SR needs
  * |v| <= 2^127 (sr_cut). A sub-block in which some lane of the warp has a
- * value below the fp8 normal range (a zero counts) takes sr_cut's longer
- * form, decided per sub-block, not per unit: on the benchmark's data 94% of
- * the warps had such a value somewhere in their 2048 (H200, 2026-12-03), and
- * the longer form then ran on every element. Every lane of the warp calls. */
+ * nonzero value below the fp8 normal range takes sr_cut's longer form,
+ * decided per sub-block, not per unit: on the benchmark's data 94% of the
+ * warps had such a value somewhere in their 2048 (H200, 2026-12-03), and the
+ * longer form then ran on every element. Zeros round exactly on the short
+ * form (the add stays below bit D) and must not count: a sum of P copies has
+ * exact zeros wherever two codes cancel (1.4% of the benchmark's recompressed
+ * values), so nearly every sub-block of a recompress has one. The test key
+ * 2 bits - 2 drops the sign and wraps +-0 to the top, so one unsigned min
+ * finds the smallest nonzero |v|. Every lane of the warp calls. */
 template <int FMT, bool SR>
 __device__ __forceinline__ void quantize(const Codec& c, const float (&v)[UNIT], unsigned u, u64 stream, Row<1>& out) {
     if constexpr (!SR) {
@@ -431,10 +436,10 @@ __device__ __forceinline__ void quantize(const Codec& c, const float (&v)[UNIT],
 #pragma unroll
         for (int sb = 0; sb < SB; sb++) {
             sr_words(c, stream, u, sb, w[sb]);
-            float m = fabsf(v[16 * sb]);
+            unsigned k = 0xFFFFFFFFu;
 #pragma unroll
-            for (int j = 16 * sb + 1; j < 16 * sb + 16; j++) m = fminf(m, fabsf(v[j]));
-            if (__ballot_sync(0xFFFFFFFFu, !(m >= Fp8T<FMT>::MIN_NORMAL))) tiny |= 1u << sb;
+            for (int j = 16 * sb; j < 16 * sb + 16; j++) k = min(k, __float_as_uint(v[j]) * 2u - 2u);
+            if (__ballot_sync(0xFFFFFFFFu, k < __float_as_uint(Fp8T<FMT>::MIN_NORMAL) * 2u - 2u)) tiny |= 1u << sb;
         }
 #pragma unroll
         for (int sb = 0; sb < SB; sb++) {
