@@ -205,20 +205,31 @@ __device__ __forceinline__ WarpUnits warp_units(const Span& sp, unsigned lu0, in
 /* This lane's row of the step issued INFLIGHT rows_issues earlier: from area when
  * it was copied there (fast), else from memory: this lane's row is at bytes[i] +
  * off, nv valid elements (its address worked out only on that rare path). Every
- * lane of the warp calls. */
+ * lane of the warp calls.
+ * The row reaches r from shared memory on both paths: the rare one loads it and
+ * puts it in the lane's own slot (that step's area received no copies). Had r
+ * been joined from the shared-memory loads and from the rare path's global ones,
+ * ptxas would make its first use wait for the dependency barrier of those global
+ * loads, which it shares with the loads of the group bytes and scales that
+ * rows_issue has just sent for a later step: one whole memory latency per copy
+ * and step (the control bits of the TACO recompress: its decode waited on the
+ * barrier of the group-byte load of the step issued just before, 23% of the
+ * kernel's stall samples; H100, 2026-12-06). */
 template <int EB, int INFLIGHT>
-__device__ __forceinline__ void rows_take(const uint4* area, bool fast, const uint8_t* const* bytes, int i, size_t off,
+__device__ __forceinline__ void rows_take(uint4* area, bool fast, const uint8_t* const* bytes, int i, size_t off,
                                           int nv, int lane, Row<EB>& r) {
     constexpr int C = row_cols<EB>();
     cp_async_wait<INFLIGHT>();
     __syncwarp(); /* every lane's copies have landed */
-    if (fast) {
-        const uint4* own = area + slot<C>(lane, 0);
+    uint4* own = area + slot<C>(lane, 0);
+    if (!fast) {
+        Row<EB> m;
+        load_row_slow<EB>(bytes[i] + off, nv, m);
 #pragma unroll
-        for (int k = 0; k < C; k++) r.q[k] = own[k];
-    } else {
-        load_row_slow<EB>(bytes[i] + off, nv, r);
+        for (int k = 0; k < C; k++) own[k] = m.q[k];
     }
+#pragma unroll
+    for (int k = 0; k < C; k++) r.q[k] = own[k];
     __syncwarp(); /* the area may be refilled by the next issue */
 }
 
