@@ -155,7 +155,9 @@ struct InRows {
         sc = q_sc[0];
         shift();
         issue();
-        rows_take<EB, S - 1>(area(a_take), fast, bytes, i, (size_t)EB * UNIT * (w.lu0 + (unsigned)lane), w.nv, lane, r);
+        const bool reg_loads = gshape.gb || gscales != nullptr; /* loads of later steps in flight to registers */
+        rows_take<EB, S - 1>(area(a_take), fast, reg_loads, bytes, i, (size_t)EB * UNIT * (w.lu0 + (unsigned)lane), w.nv,
+                             lane, r);
         eb = gshape.gb ? group_bytes_word(gshape, e) : e; /* after the wait: the load has long landed */
         a_take = a_take + 1 == S ? 0 : a_take + 1;
     }

@@ -214,22 +214,32 @@ __device__ __forceinline__ WarpUnits warp_units(const Span& sp, unsigned lu0, in
  * rows_issue has just sent for a later step: one whole memory latency per copy
  * and step (the control bits of the TACO recompress: its decode waited on the
  * barrier of the group-byte load of the step issued just before, 23% of the
- * kernel's stall samples; H100, 2026-12-06). */
+ * kernel's stall samples; H100, 2026-12-06). A pipeline that loads nothing into
+ * registers (no group bytes or scales: every compress, the int8 and raw
+ * decodes) passes slot = false and keeps the join, which costs it nothing
+ * (the caller's flag is a compile-time constant there). */
 template <int EB, int INFLIGHT>
-__device__ __forceinline__ void rows_take(uint4* area, bool fast, const uint8_t* const* bytes, int i, size_t off,
-                                          int nv, int lane, Row<EB>& r) {
+__device__ __forceinline__ void rows_take(uint4* area, bool fast, bool slot_only, const uint8_t* const* bytes, int i,
+                                          size_t off, int nv, int lane, Row<EB>& r) {
     constexpr int C = row_cols<EB>();
     cp_async_wait<INFLIGHT>();
     __syncwarp(); /* every lane's copies have landed */
     uint4* own = area + slot<C>(lane, 0);
-    if (!fast) {
-        Row<EB> m;
-        load_row_slow<EB>(bytes[i] + off, nv, m);
+    if (slot_only) {
+        if (!fast) {
+            Row<EB> m;
+            load_row_slow<EB>(bytes[i] + off, nv, m);
 #pragma unroll
-        for (int k = 0; k < C; k++) own[k] = m.q[k];
+            for (int k = 0; k < C; k++) own[k] = m.q[k];
+        }
+#pragma unroll
+        for (int k = 0; k < C; k++) r.q[k] = own[k];
+    } else if (fast) {
+#pragma unroll
+        for (int k = 0; k < C; k++) r.q[k] = own[k];
+    } else {
+        load_row_slow<EB>(bytes[i] + off, nv, r);
     }
-#pragma unroll
-    for (int k = 0; k < C; k++) r.q[k] = own[k];
     __syncwarp(); /* the area may be refilled by the next issue */
 }
 
