@@ -38,9 +38,9 @@ constexpr int MAX_JOBS = COMPRESS_DEV_MAX_JOBS;
 
 /* the input pipelines of the two kernel families (cuda_pipeline.cuh) */
 template <int EB>
-using CRows = InRows<EB, COMPRESS_STAGES>;
+using CRows = InRows<EB, COMPRESS_STAGES, false>;
 template <int EB>
-using DRows = InRows<EB, DECOMPRESS_STAGES>;
+using DRows = InRows<EB, DECOMPRESS_STAGES, true>;
 
 /* one chunk range a compress launch works on */
 struct CJob {

@@ -78,8 +78,10 @@ __device__ __forceinline__ unsigned group_bytes_word(const GroupShape& c, unsign
  * of P at bytes[i] (the job's unit u0; one array for a compress, P copies for
  * a decompress), taken in the order t = 0, 1, ..; i = 0 .. P-1. take()
  * issues the step S - 1 after the one it returns, so that many are always in
- * flight; the issue side keeps its own cursor (it, ii). */
-template <int EB, int S>
+ * flight; the issue side keeps its own cursor (it, ii). LOADS: whether the
+ * pipeline may load group bytes and scales (a decompress's; a compress loads
+ * none, which its take can then rely on at compile time). */
+template <int EB, int S, bool LOADS>
 struct InRows {
     static_assert(S >= 2 && S <= 4, "a pipeline of 2..4 areas");
     uint4* area0; /* S areas back to back (no pointer array: it would live in local memory) */
@@ -155,7 +157,7 @@ struct InRows {
         sc = q_sc[0];
         shift();
         issue();
-        const bool reg_loads = gshape.gb || gscales != nullptr; /* loads of later steps in flight to registers */
+        const bool reg_loads = LOADS && (gshape.gb || gscales != nullptr); /* later steps' loads in flight to registers */
         rows_take<EB, S - 1>(area(a_take), fast, reg_loads, bytes, i, (size_t)EB * UNIT * (w.lu0 + (unsigned)lane), w.nv,
                              lane, r);
         eb = gshape.gb ? group_bytes_word(gshape, e) : e; /* after the wait: the load has long landed */
@@ -172,8 +174,8 @@ struct InRows {
  * spill; S = 3 and 4 were no faster either, so the area stays.) */
 template <int EBI, int EBO, int S>
 __host__ __device__ constexpr int warp_smem_bytes() { return S * area_bytes<EBI>() + area_bytes<EBO>(); }
-template <int EBI, int S>
-__device__ __forceinline__ uint4* out_area(const InRows<EBI, S>& rows) { return rows.area0 + S * area_bytes<EBI>() / 16; }
+template <int EBI, int S, bool LOADS>
+__device__ __forceinline__ uint4* out_area(const InRows<EBI, S, LOADS>& rows) { return rows.area0 + S * area_bytes<EBI>() / 16; }
 
 } /* namespace */
 

@@ -224,8 +224,8 @@ __device__ __forceinline__ void rows_take(uint4* area, bool fast, bool slot_only
     constexpr int C = row_cols<EB>();
     cp_async_wait<INFLIGHT>();
     __syncwarp(); /* every lane's copies have landed */
-    uint4* own = area + slot<C>(lane, 0);
     if (slot_only) {
+        uint4* own = area + slot<C>(lane, 0);
         if (!fast) {
             Row<EB> m;
             load_row_slow<EB>(bytes[i] + off, nv, m);
@@ -235,6 +235,7 @@ __device__ __forceinline__ void rows_take(uint4* area, bool fast, bool slot_only
 #pragma unroll
         for (int k = 0; k < C; k++) r.q[k] = own[k];
     } else if (fast) {
+        const uint4* own = area + slot<C>(lane, 0);
 #pragma unroll
         for (int k = 0; k < C; k++) r.q[k] = own[k];
     } else {
