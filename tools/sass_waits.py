@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""tools/sass_waits.py - what each SASS instruction of a kernel waits for.
+
+Since Volta, every 128-bit instruction carries its scheduling in the top bits
+of its second 64-bit word (bit 41 of that word onward): a stall count (4 bits),
+the yield bit (printed Y when set), the dependency barrier (0-5, or 7 for none) that a variable-latency
+instruction sets when it writes its result (3 bits) and when it has read its
+operands (3 bits), and a mask of the barriers the instruction waits on before
+it issues (6 bits). ptxas chooses the barriers, and may give one barrier to
+loads of different kinds; an instruction that needs only a shared-memory load
+then also waits for a global load that happens to share it. That is how the
+row join in compress/cuda_unit_io.cuh's rows_take was found (compress/CUDA.md,
+section 1, "Memory"): Nsight Compute says that a warp waited, these bits say
+on what.
+
+Inputs: the cubin (its raw bytes: from `nvcc -cubin`, or `cuobjdump -xelf all`
+on a binary), and the text of the same code with mnemonics (`nvdisasm -g -c`,
+as tools/ncu_lines.py takes it: the two must come from one build). Optional:
+ncu's source-page CSV (ncu_lines.py's recipe) for executed instructions and
+stall samples per instruction.
+
+  tools/sass_waits.py CUBIN LISTING KERNEL_SUFFIX [--range LO:HI] [--counts CSV]
+  tools/sass_waits.py CUBIN LISTING KERNEL_SUFFIX --global-waits [--counts CSV]
+
+The first form prints every instruction of the range (hex offsets) as
+`offset [executed samples] stall W<set> R<set> w<waits> text`. --global-waits
+lists instead the instructions that wait on a barrier whose most recent setter
+before them, in address order, is a global or generic load (LD, LDG), with that
+setter; with --counts, only the executed ones, most stall samples first. Address
+order is not control flow, so a hit is a lead to read in the first form.
+"""
+import argparse
+import os
+import re
+import struct
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ncu_lines  # noqa: E402  (the listing and CSV readers)
+
+
+def kernel_text(cubin, suffix):
+    """the bytes of the .text section of the function whose name ends with suffix"""
+    try:
+        out = subprocess.run(["readelf", "-SW", cubin], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError) as e:
+        sys.exit("sass_waits: readelf -SW %s failed (%s); binutils' readelf reads cubins" % (cubin, e))
+    for line in out.splitlines():
+        m = re.search(r"\]\s+\.text\.(\S+)\s+PROGBITS\s+[0-9a-f]+\s+([0-9a-f]+)\s+([0-9a-f]+)", line)
+        if m and m.group(1).endswith(suffix):
+            off, size = int(m.group(2), 16), int(m.group(3), 16)
+            with open(cubin, "rb") as f:
+                f.seek(off)
+                return f.read(size)
+    sys.exit("sass_waits: no .text section ending in %s in %s" % (suffix, cubin))
+
+
+def control(word_hi):
+    """(stall, yield, write barrier, read barrier, wait mask) of an instruction's high word"""
+    c = word_hi >> 41
+    return c & 0xF, (c >> 4) & 1, (c >> 5) & 7, (c >> 8) & 7, (c >> 11) & 0x3F
+
+
+def fmt_ctrl(stall, yld, wb, rb, wm):
+    waits = "".join(str(b) for b in range(6) if wm >> b & 1)
+    return "st%-2d %s %-2s %-2s %-7s" % (stall, "Y" if yld else " ", "W%d" % wb if wb != 7 else "",
+                                         "R%d" % rb if rb != 7 else "", "w" + waits if waits else "")
+
+
+def is_global_load(text):
+    op = re.sub(r"^@!?U?P\w+\s+", "", text).split()
+    return bool(op) and re.match(r"^(LD|LDG)(\.|$)", op[0]) is not None
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("cubin")
+    ap.add_argument("listing")
+    ap.add_argument("kernel_suffix")
+    ap.add_argument("--range", default=None, help="LO:HI, hex offsets")
+    ap.add_argument("--counts", default=None, help="ncu source-page CSV of the same build")
+    ap.add_argument("--global-waits", action="store_true")
+    a = ap.parse_args()
+    code = kernel_text(a.cubin, a.kernel_suffix)
+    loc = ncu_lines.sass_lines(a.listing, a.kernel_suffix)
+    if len(loc) != len(code) // 16:
+        sys.exit("sass_waits: the listing has %d instructions and the cubin %d: not one build"
+                 % (len(loc), len(code) // 16))
+    executed, samples = {}, {}
+    if a.counts:
+        cnt = ncu_lines.counts(a.counts)
+        base = cnt[0][0]
+        executed = {addr - base: n for addr, n, _ in cnt}
+        samples = {addr - base: sum(r.values()) for addr, r in ncu_lines.stall_samples(a.counts)}
+    ctrl = [control(struct.unpack_from("<QQ", code, off)[1]) for off in range(0, len(code), 16)]
+
+    def line(off):
+        extra = " %8.0f %5.0f" % (executed.get(off, 0), samples.get(off, 0)) if a.counts else ""
+        return "%05x%s %s %-24s %s" % (off, extra, fmt_ctrl(*ctrl[off // 16]), loc[off][0], loc[off][1])
+
+    if not a.global_waits:
+        lo, hi = 0, len(code) - 16
+        if a.range:
+            lo, hi = (int(x, 16) for x in a.range.split(":"))
+        for off in range(lo, min(hi, len(code) - 16) + 1, 16):
+            print(line(off))
+        return
+    last, hits = {}, []
+    for off in range(0, len(code), 16):
+        _, _, wb, _, wm = ctrl[off // 16]
+        for b in range(6):
+            if wm >> b & 1 and b in last and is_global_load(loc[last[b]][1]):
+                if not a.counts or executed.get(off, 0) > 0:
+                    hits.append((off, b, last[b]))
+        if wb != 7:
+            last[wb] = off
+    if a.counts:
+        hits.sort(key=lambda h: -samples.get(h[0], 0))
+    for off, b, setter in hits:
+        print("%s\n      waits on barrier %d, last set by %05x: %s" % (line(off), b, setter, loc[setter][1]))
+    print("%d instructions wait on a barrier last set by a global load" % len(hits))
+
+
+if __name__ == "__main__":
+    main()
