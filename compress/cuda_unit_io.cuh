@@ -216,7 +216,7 @@ __device__ __forceinline__ WarpUnits warp_units(const Span& sp, unsigned lu0, in
  * barrier of the group-byte load of the step issued just before, 23% of the
  * kernel's stall samples; H100, 2026-12-06). A pipeline that loads nothing into
  * registers (no group bytes or scales: every compress, the int8 and raw
- * decodes) passes slot = false and keeps the join, which costs it nothing
+ * decodes) passes slot_only = false and keeps the join, which costs it nothing
  * (the caller's flag is a compile-time constant there). */
 template <int EB, int INFLIGHT>
 __device__ __forceinline__ void rows_take(uint4* area, bool fast, bool slot_only, const uint8_t* const* bytes, int i,
