@@ -13,7 +13,7 @@ row join in compress/cuda_unit_io.cuh's rows_take was found (compress/CUDA.md,
 section 1, "Memory"): Nsight Compute says that a warp waited, these bits say
 on what.
 
-Inputs: the cubin (its raw bytes: from `nvcc -cubin`, or `cuobjdump -xelf all`
+Inputs: the cubin (its raw bytes: from `nvcc -cubin` or tools/kernel_cubin.sh, or `cuobjdump -xelf all`
 on a binary), and the text of the same code with mnemonics (`nvdisasm -g -c`,
 as tools/ncu_lines.py takes it: the two must come from one build). Optional:
 ncu's source-page CSV (ncu_lines.py's recipe) for executed instructions and
