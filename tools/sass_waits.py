@@ -21,6 +21,7 @@ stall samples per instruction.
 
   tools/sass_waits.py CUBIN LISTING KERNEL_SUFFIX [--range LO:HI] [--counts CSV]
   tools/sass_waits.py CUBIN LISTING KERNEL_SUFFIX --global-waits [--counts CSV]
+  tools/sass_waits.py CUBIN - KERNEL_SUFFIX --opcodes REF_CUBIN:REF_LISTING ...
 
 The first form prints every instruction of the range (hex offsets) as
 `offset [executed samples] stall W<set> R<set> w<waits> text`. --global-waits
@@ -28,6 +29,13 @@ lists instead the instructions that wait on a barrier whose most recent setter
 before them, in address order, is a global or generic load (LD, LDG), with that
 setter; with --counts, only the executed ones, most stall samples first. Address
 order is not control flow, so a hit is a lead to read in the first form.
+
+Without nvdisasm (this machine has only nvcc and ptxas), LISTING "-" and
+--opcodes name an older cubin and its listing, of the same kernel, from a
+machine that has it: the instruction names (no operands) are then read off the
+opcode field (the low 12 bits of the first word, one name each in the sm_90a
+code seen so far), enough for --global-waits and for reading the wait bits of
+a variant built here with tools/kernel_cubin.sh.
 """
 import argparse
 import os
@@ -68,6 +76,22 @@ def fmt_ctrl(stall, yld, wb, rb, wm):
                                          "R%d" % rb if rb != 7 else "", "w" + waits if waits else "")
 
 
+def names_from_opcodes(code, ref_cubin, ref_listing, suffix):
+    """offset -> ("?", instruction name) for code, named by the opcodes of a reference build"""
+    ref = kernel_text(ref_cubin, suffix)
+    ref_loc = ncu_lines.sass_lines(ref_listing, suffix)
+    name = {}
+    for off, (_, text) in ref_loc.items():
+        op = re.sub(r"^@!?U?P\w+\s+", "", text).split()
+        if op and off + 16 <= len(ref):
+            name[struct.unpack_from("<Q", ref, off)[0] & 0xFFF] = op[0].split(".")[0]
+    loc = {}
+    for off in range(0, len(code), 16):
+        opc = struct.unpack_from("<Q", code, off)[0] & 0xFFF
+        loc[off] = ("?", name.get(opc, "op%03x" % opc))
+    return loc
+
+
 def is_global_load(text):
     op = re.sub(r"^@!?U?P\w+\s+", "", text).split()
     return bool(op) and re.match(r"^(LD|LDG)(\.|$)", op[0]) is not None
@@ -81,9 +105,16 @@ def main():
     ap.add_argument("--range", default=None, help="LO:HI, hex offsets")
     ap.add_argument("--counts", default=None, help="ncu source-page CSV of the same build")
     ap.add_argument("--global-waits", action="store_true")
+    ap.add_argument("--opcodes", default=None, help="REF_CUBIN:REF_LISTING, with LISTING -")
     a = ap.parse_args()
     code = kernel_text(a.cubin, a.kernel_suffix)
-    loc = ncu_lines.sass_lines(a.listing, a.kernel_suffix)
+    if a.listing == "-":
+        if not a.opcodes or ":" not in a.opcodes:
+            sys.exit("sass_waits: LISTING - needs --opcodes REF_CUBIN:REF_LISTING")
+        ref_cubin, ref_listing = a.opcodes.split(":", 1)
+        loc = names_from_opcodes(code, ref_cubin, ref_listing, a.kernel_suffix)
+    else:
+        loc = ncu_lines.sass_lines(a.listing, a.kernel_suffix)
     if len(loc) != len(code) // 16:
         sys.exit("sass_waits: the listing has %d instructions and the cubin %d: not one build"
                  % (len(loc), len(code) // 16))
