@@ -2,8 +2,8 @@
 # tests/test_tools.sh - end-to-end test of the experiment tools: tools/parity.py (runner,
 # resume, failure report), tools/parity_summary.py (table, errors on bad logs),
 # tools/plot_parity.py, tools/ablation.py (--collect and the table), tools/plot_hist.py,
-# tools/check_layers.py (each rule caught on a small tree) and tools/ncu_lines.py (a made-up
-# kernel's line table and profile).
+# tools/check_layers.py (each rule caught on a small tree), tools/ncu_lines.py (a made-up
+# kernel's line table and profile) and tools/sass_waits.py (a made-up kernel's control bits).
 #
 # Runs a tiny model (2 layers, d=64, 20 steps, TP=2) so the whole script takes well under
 # 90 s on two cores; every mpirun is bounded by `timeout` (passed to the tools' --mpirun),
@@ -163,6 +163,47 @@ expect_error "ncu_lines.py --stalls on a CSV without stall columns" "has no stal
     $PY tools/ncu_lines.py "$N/lines.txt" "$N/nostalls.csv" kernelPf 320 --stalls
 expect_error "ncu_lines.py with a kernel the line table lacks" "no function ending in nope" \
     $PY tools/ncu_lines.py "$N/lines.txt" "$N/counts.csv" nope 320
+
+# tools/sass_waits.py on a made-up kernel: seven instructions whose control bits (the high word
+# from bit 41: stall, yield, write barrier, read barrier, wait mask) make a loop in which the
+# use of a step's value (0x20) also waits for the next step's load, sent at the end of the
+# previous pass (0x40, reached by the branch only), as a barrier counts its loads; 0x30 waits
+# on the same barrier right after, with nothing pending.
+S="$T/sass"; mkdir -p "$S"
+$PY - "$S/k.bin" <<'MAKE'
+import struct, sys
+def ctrl(stall=1, wb=7, rb=7, wm=0): return (stall | wb << 5 | rb << 8 | wm << 11) << 41
+ins = [(0x981, ctrl(wb=5)), (0x984, ctrl(wb=1)), (0x812, ctrl(wm=1 << 5)), (0x802, ctrl(wm=1 << 5)),
+       (0x981, ctrl(wb=5)), (0x947, ctrl(stall=5)), (0x94d, ctrl(stall=5))]
+open(sys.argv[1], "wb").write(b"".join(struct.pack("<QQ", lo, hi) for lo, hi in ins))
+MAKE
+objcopy -I binary -O elf64-x86-64 --rename-section .data=.text._Z6kernelPf "$S/k.bin" "$S/k.cubin"
+cat > "$S/k.txt" <<'LINES'
+//--------------------- .text._Z6kernelPf --------------------------
+        /*0000*/                   LDG.E R2, desc[UR4][R4.64] ;
+.L_x_1:
+        /*0010*/                   LDS R6, [R7] ;
+        /*0020*/                   LOP3.LUT P0, RZ, R2, 0x807fffff, RZ, 0xc0, !PT ;
+        /*0030*/                   MOV R2, R8 ;
+        /*0040*/                   LDG.E R8, desc[UR4][R9.64] ;
+        /*0050*/               @P1 BRA `(.L_x_1) ;
+        /*0060*/                   EXIT ;
+LINES
+SW=($PY tools/sass_waits.py "$S/k.cubin" "$S/k.txt" kernelPf)
+check "sass_waits.py: 0x20 stalls 1 cycle and waits on barrier 5, 0x40 sets it" \
+    bash -c "out=\$($(printf '%q ' "${SW[@]}")); grep -Eq '^00020 st1 +w5 .*LOP3' <<< \"\$out\" && grep -Eq '^00040 st1 +W5 .*LDG' <<< \"\$out\""
+check "sass_waits.py --reaching 20: both loads, the one before the loop and the next step's" \
+    bash -c "out=\$($(printf '%q ' "${SW[@]}") --reaching 20); grep -q 'barrier 5 may be set by 00000' <<< \"\$out\" && grep -q 'barrier 5 may be set by 00040' <<< \"\$out\" && [ \$(grep -c 'may be set' <<< \"\$out\") = 2 ]"
+check "sass_waits.py --reaching 30: nothing pending after 0x20's wait" \
+    bash -c "[ \$($(printf '%q ' "${SW[@]}") --reaching 30 | grep -c 'may be set') = 0 ]"
+check "sass_waits.py --global-waits: address order flags 0x20 and 0x30, --flow 0x20 alone with both loads" \
+    bash -c "$(printf '%q ' "${SW[@]}") --global-waits | grep -q '^2 instructions wait on a barrier last set by' && out=\$($(printf '%q ' "${SW[@]}") --global-waits --flow) && grep -q '^1 instructions wait' <<< \"\$out\" && [ \$(grep -c 'may be set by 000[04]0: LDG' <<< \"\$out\") = 2 ]"
+check "sass_waits.py --opcodes: names read off the opcode field" \
+    bash -c "$PY tools/sass_waits.py $S/k.cubin - kernelPf --opcodes $S/k.cubin:$S/k.txt | grep -Eq '^00020 .* LOP3\$'"
+expect_error "sass_waits.py --flow without a listing" "need the listing" \
+    $PY tools/sass_waits.py "$S/k.cubin" - kernelPf --opcodes "$S/k.cubin:$S/k.txt" --global-waits --flow
+expect_error "sass_waits.py with a listing of another build" "not one build" \
+    $PY tools/sass_waits.py "$S/k.cubin" "$N/lines.txt" kernelPf
 
 if [ $fails -eq 0 ]; then
     echo "all tool checks passed"; rm -rf "$T"

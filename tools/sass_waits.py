@@ -21,6 +21,8 @@ stall samples per instruction.
 
   tools/sass_waits.py CUBIN LISTING KERNEL_SUFFIX [--range LO:HI] [--counts CSV]
   tools/sass_waits.py CUBIN LISTING KERNEL_SUFFIX --global-waits [--counts CSV]
+  tools/sass_waits.py CUBIN LISTING KERNEL_SUFFIX --reaching OFFSET [--counts CSV]
+  tools/sass_waits.py CUBIN LISTING KERNEL_SUFFIX --global-waits --flow [--counts CSV]
   tools/sass_waits.py CUBIN - KERNEL_SUFFIX --opcodes REF_CUBIN:REF_LISTING ...
 
 The first form prints every instruction of the range (hex offsets) as
@@ -29,6 +31,15 @@ lists instead the instructions that wait on a barrier whose most recent setter
 before them, in address order, is a global or generic load (LD, LDG), with that
 setter; with --counts, only the executed ones, most stall samples first. Address
 order is not control flow, so a hit is a lead to read in the first form.
+
+--reaching follows control flow instead (branch targets from the listing's
+labels): for each barrier the instruction at OFFSET waits on, every instruction
+that may have set it since the last wait on it, on any path that reaches OFFSET
+(with --counts, through executed instructions only). A barrier counts its
+setters: the wait lasts until the slowest of them is done, which is how a use
+of a value loaded a step earlier can wait for loads issued just before it
+(compress/CUDA.md section 2, "The scale's wait"). --global-waits --flow lists
+the instructions for which any such setter is a global load.
 
 Without nvdisasm (this machine has only nvcc and ptxas), LISTING "-" and
 --opcodes name an older cubin and its listing, of the same kernel, from a
@@ -92,6 +103,66 @@ def names_from_opcodes(code, ref_cubin, ref_listing, suffix):
     return loc
 
 
+def listing_labels(path, suffix):
+    """label -> offset of the instruction that follows it, in the function whose name ends with suffix"""
+    labels, pending, inside = {}, [], False
+    head = re.compile(r"^//-+ \.text\.(\S+)")
+    instr = re.compile(r"\s+/\*([0-9a-f]{4,})\*/")
+    with ncu_lines.opener(path) as f:
+        for line in f:
+            m = head.match(line)
+            if m:
+                inside = m.group(1).endswith(suffix)
+                continue
+            if not inside:
+                continue
+            m = re.match(r"^(\.L_x_\d+):", line)
+            if m:
+                pending.append(m.group(1))
+                continue
+            m = instr.match(line)
+            if m:
+                for lab in pending:
+                    labels[lab] = int(m.group(1), 16)
+                pending = []
+    return labels
+
+
+def predecessors(loc, labels, size):
+    """offset -> offsets that may run just before it (fall-through and branches)"""
+    pred = {off: [] for off in range(0, size, 16)}
+    for off in range(0, size, 16):
+        text = loc[off][1]
+        guarded = text.startswith("@")
+        op = re.sub(r"^@!?U?P\w+\s+", "", text).split()
+        name = op[0] if op else ""
+        target = re.search(r"\((\.L_x_\d+)\)", text)
+        ends = name in ("EXIT", "RET", "RET.REL", "RET.ABS") or name.startswith("BRX") or name.startswith("JMX")
+        if name.startswith("BRA"):
+            if target and target.group(1) in labels:
+                pred[labels[target.group(1)]].append(off)
+            ends = not guarded and name == "BRA"
+        if not (ends and not guarded) and off + 16 < size:
+            pred[off + 16].append(off)
+    return pred
+
+
+def reaching_setters(off, b, ctrl, pred, executed):
+    """instructions that may have set barrier b (as write or read barrier) since its last wait, on paths to off"""
+    found, seen, todo = set(), {off}, list(pred[off])
+    while todo:
+        y = todo.pop()
+        if y in seen or (executed and executed.get(y, 0) <= 0):
+            continue
+        seen.add(y)
+        _, _, wb, rb, wm = ctrl[y // 16]
+        if wb == b or rb == b:
+            found.add(y)
+        if not wm >> b & 1:
+            todo.extend(pred[y])
+    return sorted(found)
+
+
 def is_global_load(text):
     op = re.sub(r"^@!?U?P\w+\s+", "", text).split()
     return bool(op) and re.match(r"^(LD|LDG)(\.|$)", op[0]) is not None
@@ -106,7 +177,11 @@ def main():
     ap.add_argument("--counts", default=None, help="ncu source-page CSV of the same build")
     ap.add_argument("--global-waits", action="store_true")
     ap.add_argument("--opcodes", default=None, help="REF_CUBIN:REF_LISTING, with LISTING -")
+    ap.add_argument("--reaching", default=None, help="OFFSET (hex): the setters each of its waits may wait for")
+    ap.add_argument("--flow", action="store_true", help="with --global-waits: setters by control flow")
     a = ap.parse_args()
+    if (a.reaching or a.flow) and a.listing == "-":
+        sys.exit("sass_waits: --reaching and --flow need the listing (its labels are the branch targets)")
     code = kernel_text(a.cubin, a.kernel_suffix)
     if a.listing == "-":
         if not a.opcodes or ":" not in a.opcodes:
@@ -130,6 +205,16 @@ def main():
         extra = " %8.0f %5.0f" % (executed.get(off, 0), samples.get(off, 0)) if a.counts else ""
         return "%05x%s %s %-24s %s" % (off, extra, fmt_ctrl(*ctrl[off // 16]), loc[off][0], loc[off][1])
 
+    if a.reaching or a.flow:
+        pred = predecessors(loc, listing_labels(a.listing, a.kernel_suffix), len(code))
+    if a.reaching:
+        off = int(a.reaching, 16)
+        print(line(off))
+        for b in range(6):
+            if ctrl[off // 16][4] >> b & 1:
+                for y in reaching_setters(off, b, ctrl, pred, executed):
+                    print("      barrier %d may be set by %s" % (b, line(y)))
+        return
     if not a.global_waits:
         lo, hi = 0, len(code) - 16
         if a.range:
@@ -141,16 +226,25 @@ def main():
     for off in range(0, len(code), 16):
         _, _, wb, _, wm = ctrl[off // 16]
         for b in range(6):
-            if wm >> b & 1 and b in last and is_global_load(loc[last[b]][1]):
-                if not a.counts or executed.get(off, 0) > 0:
-                    hits.append((off, b, last[b]))
+            if not wm >> b & 1 or (a.counts and executed.get(off, 0) <= 0):
+                continue
+            if a.flow:
+                hits += [(off, b, y) for y in reaching_setters(off, b, ctrl, pred, executed) if is_global_load(loc[y][1])]
+            elif b in last and is_global_load(loc[last[b]][1]):
+                hits.append((off, b, last[b]))
         if wb != 7:
             last[wb] = off
     if a.counts:
-        hits.sort(key=lambda h: -samples.get(h[0], 0))
+        hits.sort(key=lambda h: (-samples.get(h[0], 0), h[0]))
+    shown = None
     for off, b, setter in hits:
-        print("%s\n      waits on barrier %d, last set by %05x: %s" % (line(off), b, setter, loc[setter][1]))
-    print("%d instructions wait on a barrier last set by a global load" % len(hits))
+        if off != shown:
+            print(line(off))
+            shown = off
+        print("      waits on barrier %d, %s %05x: %s" % (b, "may be set by" if a.flow else "last set by", setter,
+                                                       loc[setter][1]))
+    print("%d instructions wait on a barrier %s a global load" % (len({h[0] for h in hits}),
+                                                                  "that may be set by" if a.flow else "last set by"))
 
 
 if __name__ == "__main__":
