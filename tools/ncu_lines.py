@@ -45,27 +45,34 @@ def opener(path):
     return gzip.open(path, "rt", errors="replace") if path.endswith(".gz") else open(path, errors="replace")
 
 
-def sass_lines(path, suffix):
-    """offset -> (file:line, SASS text) for the function whose name ends with suffix"""
-    loc, cur, inside = {}, "?", False
+def function_lines(path, suffix):
+    """the lines of an nvdisasm listing inside the function whose name ends with suffix"""
     head = re.compile(r"^//-+ \.text\.(\S+)")
-    fileline = re.compile(r'//## File "([^"]+)", line (\d+)')
-    instr = re.compile(r"\s+/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;?\s*$")
+    inside = False
     with opener(path) as f:
         for line in f:
             m = head.match(line)
             if m:
                 inside = m.group(1).endswith(suffix)
-                continue
-            if not inside:
-                continue
-            m = fileline.search(line)
-            if m:
-                cur = "%s:%s" % (os.path.basename(m.group(1)), m.group(2))
-                continue
-            m = instr.match(line)
-            if m:
-                loc[int(m.group(1), 16)] = (cur, m.group(2))
+            elif inside:
+                yield line
+
+
+INSTR = re.compile(r"\s+/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;?\s*$")  # an instruction line: offset, text
+
+
+def sass_lines(path, suffix):
+    """offset -> (file:line, SASS text) for the function whose name ends with suffix"""
+    loc, cur = {}, "?"
+    fileline = re.compile(r'//## File "([^"]+)", line (\d+)')
+    for line in function_lines(path, suffix):
+        m = fileline.search(line)
+        if m:
+            cur = "%s:%s" % (os.path.basename(m.group(1)), m.group(2))
+            continue
+        m = INSTR.match(line)
+        if m:
+            loc[int(m.group(1), 16)] = (cur, m.group(2))
     return loc
 
 

@@ -87,13 +87,18 @@ def fmt_ctrl(stall, yld, wb, rb, wm):
                                          "R%d" % rb if rb != 7 else "", "w" + waits if waits else "")
 
 
+def words(text):
+    """an instruction's text split into words, its guard predicate (@P0, @!UP1) left out"""
+    return re.sub(r"^@!?U?P\w+\s+", "", text).split()
+
+
 def names_from_opcodes(code, ref_cubin, ref_listing, suffix):
     """offset -> ("?", instruction name) for code, named by the opcodes of a reference build"""
     ref = kernel_text(ref_cubin, suffix)
     ref_loc = ncu_lines.sass_lines(ref_listing, suffix)
     name = {}
     for off, (_, text) in ref_loc.items():
-        op = re.sub(r"^@!?U?P\w+\s+", "", text).split()
+        op = words(text)
         if op and off + 16 <= len(ref):
             name[struct.unpack_from("<Q", ref, off)[0] & 0xFFF] = op[0].split(".")[0]
     loc = {}
@@ -105,26 +110,17 @@ def names_from_opcodes(code, ref_cubin, ref_listing, suffix):
 
 def listing_labels(path, suffix):
     """label -> offset of the instruction that follows it, in the function whose name ends with suffix"""
-    labels, pending, inside = {}, [], False
-    head = re.compile(r"^//-+ \.text\.(\S+)")
-    instr = re.compile(r"\s+/\*([0-9a-f]{4,})\*/")
-    with ncu_lines.opener(path) as f:
-        for line in f:
-            m = head.match(line)
-            if m:
-                inside = m.group(1).endswith(suffix)
-                continue
-            if not inside:
-                continue
-            m = re.match(r"^(\.L_x_\d+):", line)
-            if m:
-                pending.append(m.group(1))
-                continue
-            m = instr.match(line)
-            if m:
-                for lab in pending:
-                    labels[lab] = int(m.group(1), 16)
-                pending = []
+    labels, pending = {}, []
+    for line in ncu_lines.function_lines(path, suffix):
+        m = re.match(r"^(\.L_x_\d+):", line)
+        if m:
+            pending.append(m.group(1))
+            continue
+        m = ncu_lines.INSTR.match(line)
+        if m:
+            for lab in pending:
+                labels[lab] = int(m.group(1), 16)
+            pending = []
     return labels
 
 
@@ -133,38 +129,36 @@ def predecessors(loc, labels, size):
     pred = {off: [] for off in range(0, size, 16)}
     for off in range(0, size, 16):
         text = loc[off][1]
-        guarded = text.startswith("@")
-        op = re.sub(r"^@!?U?P\w+\s+", "", text).split()
+        op = words(text)
         name = op[0] if op else ""
         target = re.search(r"\((\.L_x_\d+)\)", text)
-        ends = name in ("EXIT", "RET", "RET.REL", "RET.ABS") or name.startswith("BRX") or name.startswith("JMX")
-        if name.startswith("BRA"):
-            if target and target.group(1) in labels:
-                pred[labels[target.group(1)]].append(off)
-            ends = not guarded and name == "BRA"
-        if not (ends and not guarded) and off + 16 < size:
+        if name.startswith("BRA") and target and target.group(1) in labels:
+            pred[labels[target.group(1)]].append(off)
+        # an unguarded plain branch, exit or return never falls through (BRA.DIV does)
+        stops = name in ("BRA", "EXIT", "RET", "RET.REL", "RET.ABS") or name.startswith(("BRX", "JMX"))
+        if (text.startswith("@") or not stops) and off + 16 < size:
             pred[off + 16].append(off)
     return pred
 
 
 def reaching_setters(off, b, ctrl, pred, executed):
     """instructions that may have set barrier b (as write or read barrier) since its last wait, on paths to off"""
-    found, seen, todo = set(), {off}, list(pred[off])
-    while todo:
-        y = todo.pop()
+    found, seen, frontier = set(), {off}, list(pred[off])  # walked backwards, depth first
+    while frontier:
+        y = frontier.pop()
         if y in seen or (executed and executed.get(y, 0) <= 0):
             continue
         seen.add(y)
         _, _, wb, rb, wm = ctrl[y // 16]
         if wb == b or rb == b:
             found.add(y)
-        if not wm >> b & 1:
-            todo.extend(pred[y])
+        if not wm >> b & 1:  # a wait on b drains it: what came before is done
+            frontier.extend(pred[y])
     return sorted(found)
 
 
 def is_global_load(text):
-    op = re.sub(r"^@!?U?P\w+\s+", "", text).split()
+    op = words(text)
     return bool(op) and re.match(r"^(LD|LDG)(\.|$)", op[0]) is not None
 
 
