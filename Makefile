@@ -196,7 +196,7 @@ parity: all data
 deps:
 	apt-get update -qq
 	apt-get install -y build-essential libopenmpi-dev openmpi-bin libcjson-dev bible-kjv python3 \
-	    python3-matplotlib python3-numpy procps
+	    python3-matplotlib python3-numpy procps binutils
 
 clean:
 	rm -rf $(BUILD)
