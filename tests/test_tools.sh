@@ -3,7 +3,8 @@
 # resume, failure report), tools/parity_summary.py (table, errors on bad logs),
 # tools/plot_parity.py, tools/ablation.py (--collect and the table), tools/plot_hist.py,
 # tools/check_layers.py (each rule caught on a small tree), tools/ncu_lines.py (a made-up
-# kernel's line table and profile) and tools/sass_waits.py (a made-up kernel's control bits).
+# kernel's line table and profile), tools/sass_waits.py (a made-up kernel's control bits) and
+# tools/bench_ab.py (made-up benchmark tables and commands).
 #
 # Runs a tiny model (2 layers, d=64, 20 steps, TP=2) so the whole script takes well under
 # 90 s on two cores; every mpirun is bounded by `timeout` (passed to the tools' --mpirun),
@@ -204,6 +205,32 @@ expect_error "sass_waits.py --flow without a listing" "need the listing" \
     $PY tools/sass_waits.py "$S/k.cubin" - kernelPf --opcodes "$S/k.cubin:$S/k.txt" --global-waits --flow
 expect_error "sass_waits.py with a listing of another build" "not one build" \
     $PY tools/sass_waits.py "$S/k.cubin" "$N/lines.txt" kernelPf
+
+# tools/bench_ab.py on made-up bench_compress_gpu tables: build a's two rounds take 100 and 102 us
+# on the decompress row (median 101), b's 90.9: b / a = 0.900; the compress row 50 against 60.
+B="$T/ab"; mkdir -p "$B"
+mk_bench() {  # mk_bench FILE DECOMPRESS_US COMPRESS_US: a two-row table in the bench's format
+    { echo "bench_compress_gpu (kernels): Test GPU, 1 SMs, L2 1 MB, 2026-12-06 00:00:00"
+      printf '%6s  %-22s %-13s %10s %9s %8s\n' MB method op us GB/s "vs copy"
+      printf '%6d  %-22s %-13s %10.1f %9.1f %8.2f\n' 64 "taco G=64 delayed" decompress "$2" 100.0 0.90
+      printf '%6d  %-22s delayed amax 95 (a comment line)\n' 64 "fp8_tensor delayed"
+      printf '%6d  %-22s %-13s %10.1f %9.1f %8.2f\n' 64 "fp8_tensor delayed" compress "$3" 100.0 0.80; } > "$1"
+}
+mk_bench "$B/a1.txt" 100.0 50.0; mk_bench "$B/a2.txt" 102.0 50.0; mk_bench "$B/b1.txt" 90.9 60.0
+AB=($PY tools/bench_ab.py)
+check "bench_ab.py table: b / a is 0.900 on the decompress row, 1.200 on the compress row" \
+    bash -c "out=\$($(printf '%q ' "${AB[@]}") table a=$B/a1.txt b=$B/b1.txt a=$B/a2.txt); grep -Eq '^\| 64 MB  taco G=64 delayed decompress \| 100.0, 102.0 \| 90.9 \| 0.90 \| 0.90 \| 0.900 \|\$' <<< \"\$out\" && grep -Eq 'fp8_tensor delayed compress .*\| 1.200 \|\$' <<< \"\$out\" && grep -q '^a: Test GPU' <<< \"\$out\""
+check "bench_ab.py table --rows --base b: one row, a / b" \
+    bash -c "out=\$($(printf '%q ' "${AB[@]}") table --rows decompress --base b a=$B/a1.txt b=$B/b1.txt); [ \$(grep -c '^| 64 MB' <<< \"\$out\") = 1 ] && grep -q '| a / b |' <<< \"\$out\" && grep -Eq '\| 1.100 \|\$' <<< \"\$out\""
+check "bench_ab.py run: rounds alternate (a b a b), one output per label and round, then the table" \
+    bash -c "out=\$($(printf '%q ' "${AB[@]}") run --out $B/run a='echo a >> $B/order; cat $B/a1.txt' b='echo b >> $B/order; cat $B/b1.txt'); [ \"\$(tr '\n' ' ' < $B/order)\" = 'a b a b ' ] && ls $B/run/a_1.txt $B/run/a_2.txt $B/run/b_1.txt $B/run/b_2.txt && grep -Eq 'decompress .*\| 0.909 \|\$' <<< \"\$out\""
+expect_error "bench_ab.py run with a failing command: reported, the tool exits 1" "b \\(round 1\\) failed with exit status 3" \
+    "${AB[@]}" run --rounds 1 --out "$B/run2" a="cat $B/a1.txt" b="echo oops; exit 3"
+: > "$B/empty.txt"
+expect_error "bench_ab.py table of an output without rows" "no benchmark rows in .*empty.txt" \
+    "${AB[@]}" table a="$B/a1.txt" b="$B/empty.txt"
+expect_error "bench_ab.py with an argument that is not LABEL=FILE" "is not LABEL=FILE" \
+    "${AB[@]}" table "$B/a1.txt"
 
 if [ $fails -eq 0 ]; then
     echo "all tool checks passed"; rm -rf "$T"
