@@ -231,6 +231,18 @@ expect_error "bench_ab.py table of an output without rows" "no benchmark rows in
     "${AB[@]}" table a="$B/a1.txt" b="$B/empty.txt"
 expect_error "bench_ab.py with an argument that is not LABEL=FILE" "is not LABEL=FILE" \
     "${AB[@]}" table "$B/a1.txt"
+mk_ops() {  # mk_ops FILE STEP_MS LN_MS: bench_ops_gpu's table, one op name with spaces
+    { echo "bench_ops_gpu: Test GPU, 1 SMs; GPT-2 124M, B=1 T=8"
+      echo "step: median $2 ms (min $2, max $2) over 2 steps = 1k tok/s"; echo
+      printf '%-30s %6s %9s %6s %12s %9s\n' op calls ms/step % rate "of ceil"
+      printf '%-30s %6d %9.3f %5.1f%% %12s %9s\n' layernorm_backward 25 "$3" 2.7 "3044 GB/s" 72% \
+             "matmul_backward (lm head)" 1 3.247 10.4 "780 TFLOP/s" 101% norm_backward_finish 1 0.008 0.0 - -; } > "$1"
+}
+mk_ops "$B/o1.txt" 30.00 0.800; mk_ops "$B/o2.txt" 27.00 0.600
+check "bench_ab.py table of bench_ops_gpu outputs: step 0.900, layernorm_backward 0.750, the lm head row" \
+    bash -c "out=\$($(printf '%q ' "${AB[@]}") table a=$B/o1.txt b=$B/o2.txt); grep -Eq '^\| step \(median\) \| 30.000 \| 27.000 \| - \| - \| 0.900 \|\$' <<< \"\$out\" && grep -Eq '^\| layernorm_backward \| 0.800 \| 0.600 \| 0.72 \| 0.72 \| 0.750 \|\$' <<< \"\$out\" && grep -Eq '^\| matmul_backward \(lm head\) \| 3.247 .*\| 1.000 \|\$' <<< \"\$out\""
+expect_error "bench_ab.py table of a kernel table and an op table together" "mix" \
+    "${AB[@]}" table a="$B/a1.txt" b="$B/o1.txt"
 
 if [ $fails -eq 0 ]; then
     echo "all tool checks passed"; rm -rf "$T"

@@ -13,12 +13,14 @@ runs the builds' benchmarks in alternating rounds and tabulates them:
   tools/bench_ab.py table [--rows REGEX] [--base LABEL] LABEL=FILE ...
       the table of outputs already there; a label given several times has several rounds.
 
-The outputs are build/gpu/bench_compress_gpu's kernel tables: rows of MB, method, op, us,
-GB/s and the fraction of the copy measured in the same run. The table has one row per
-(MB, method, op), in the order of the first output that has it: per label the us of each
-round and the range of its fraction of the copy, and for every label but the base (the
-first, or --base) the ratio of its median us to the base's median (below 1: faster).
-It starts with the machine line of each label's first output (card and date).
+The outputs are build/gpu/bench_compress_gpu's kernel tables (rows of MB, method, op, us,
+GB/s and the fraction of the copy measured in the same run) or build/gpu/bench_ops_gpu's op
+tables (op, calls, ms per step, share, rate and the fraction of its ceiling, and the step's
+median), all of one kind. The table has one row per (MB, method, op) or op, in the order of
+the first output that has it: per label the time of each round and the range of its
+fraction, and for every label but the base (the first, or --base) the ratio of its median
+time to the base's median (below 1: faster). It starts with the machine line of each
+label's first output.
 """
 import argparse
 import os
@@ -27,31 +29,48 @@ import statistics
 import subprocess
 import sys
 
-ROW = re.compile(r"^\s*(\d+)\s+(\S.*?)\s+(\d+\.\d)\s+(\d+\.\d)\s+(\d+\.\d\d)\s*$")
-MACHINE = re.compile(r"^bench_compress_gpu \(kernels\): (.*)$")
+# bench_compress_gpu: "  256  taco G=64 delayed   decompress   149.4   3594.1   0.92"
+KERNEL_ROW = re.compile(r"^\s*(\d+)\s+(\S.*?)\s+(\d+\.\d)\s+(\d+\.\d)\s+(\d+\.\d\d)\s*$")
+# bench_ops_gpu: "layernorm_backward   25   0.801   2.8%   4020 GB/s   75%" (rate and fraction may be -)
+OP_ROW = re.compile(r"^(\S.*?)\s+(\d+)\s+(\d+\.\d{3})\s+\d+\.\d%\s+.*?\s(\d+%|-)\s*$")
+OP_STEP = re.compile(r"^step: median (\d+\.\d+) ms")
+KINDS = {  # kind: (machine line, unit of the time column, name of the fraction)
+    "kernels": (re.compile(r"^bench_compress_gpu \(kernels\): (.*)$"), "us", "vs copy"),
+    "ops": (re.compile(r"^bench_ops_gpu: (.*)$"), "ms", "of ceil"),
+}
 
 
 def parse(path):
-    """(machine line or None, {row key: (us, fraction of copy)}, keys in order) of one output"""
+    """(kind, machine line or None, {row key: (time, fraction or None)}, keys in order) of one output"""
     try:
         with open(path) as f:
             lines = f.read().splitlines()
     except OSError as e:
         sys.exit("bench_ab: cannot read %s (%s)" % (path, e.strerror))
+    kind = next((k for k, (mre, _, _) in KINDS.items() if any(mre.match(line) for line in lines)), None)
     machine, rows, order = None, {}, []
     for line in lines:
-        m = MACHINE.match(line)
-        if m and machine is None:
-            machine = m.group(1)
-        m = ROW.match(line)
+        key = None
+        if kind:
+            m = KINDS[kind][0].match(line)
+            if m and machine is None:
+                machine = m.group(1)
+        m = KERNEL_ROW.match(line) if kind != "ops" else None
         if m:
-            key = "%s MB  %s" % (m.group(1), " ".join(m.group(2).split()))
+            key, val = "%s MB  %s" % (m.group(1), " ".join(m.group(2).split())), (float(m.group(3)), float(m.group(5)))
+        m = OP_ROW.match(line) if kind == "ops" else None
+        if m:
+            key, val = m.group(1), (float(m.group(3)), float(m.group(4)[:-1]) / 100 if m.group(4) != "-" else None)
+        m = OP_STEP.match(line) if kind == "ops" else None
+        if m:
+            key, val = "step (median)", (float(m.group(1)), None)
+        if key:
             if key not in rows:
                 order.append(key)
-            rows[key] = (float(m.group(3)), float(m.group(5)))
+            rows[key] = val
     if not rows:
-        sys.exit("bench_ab: no benchmark rows in %s (is it bench_compress_gpu's kernel table?)" % path)
-    return machine, rows, order
+        sys.exit("bench_ab: no benchmark rows in %s (is it a table of bench_compress_gpu or bench_ops_gpu?)" % path)
+    return kind or "kernels", machine, rows, order
 
 
 def pairs(specs, what):
@@ -76,24 +95,28 @@ def table(runs, rows_re, base):
     if base not in labels:
         sys.exit("bench_ab: --base %s is none of the labels (%s)" % (base, ", ".join(labels)))
     data = {label: [] for label in labels}  # label -> [rows of each round]
-    machine, order = {}, []
+    machine, order, kinds = {}, [], set()
     for label, path in runs:
-        m, rows, keys = parse(path)
+        kind, m, rows, keys = parse(path)
+        kinds.add(kind)
         machine.setdefault(label, m)
         data[label].append(rows)
         order += [k for k in keys if k not in order]
+    if len(kinds) > 1:
+        sys.exit("bench_ab: the outputs mix bench_compress_gpu's and bench_ops_gpu's tables")
+    _, unit, frac_name = KINDS[kinds.pop()]
     pick = re.compile(rows_re) if rows_re else None
     out = ["%s: %s" % (label, machine[label] or "(no machine line)") for label in labels]
-    head = ["row"] + ["%s us" % l for l in labels] + ["%s vs copy" % l for l in labels]
+    head = ["row"] + ["%s %s" % (l, unit) for l in labels] + ["%s %s" % (l, frac_name) for l in labels]
     head += ["%s / %s" % (l, base) for l in labels if l != base]
     out += ["", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for key in order:
         if pick and not pick.search(key):
             continue
         us = {l: [r[key][0] for r in data[l] if key in r] for l in labels}
-        fr = {l: [r[key][1] for r in data[l] if key in r] for l in labels}
+        fr = {l: [r[key][1] for r in data[l] if key in r and r[key][1] is not None] for l in labels}
         cells = [key]
-        cells += [", ".join("%.1f" % u for u in us[l]) or "-" for l in labels]
+        cells += [", ".join(("%.1f" if unit == "us" else "%.3f") % u for u in us[l]) or "-" for l in labels]
         cells += [("%.2f-%.2f" % (min(fr[l]), max(fr[l])) if min(fr[l]) != max(fr[l]) else "%.2f" % fr[l][0])
                   if fr[l] else "-" for l in labels]
         for l in labels:
