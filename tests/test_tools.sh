@@ -36,6 +36,12 @@ expect_error() {  # expect_error WHAT PATTERN COMMAND...: COMMAND must exit non-
     fi
 }
 
+check_out() {  # check_out WHAT TEST COMMAND...: COMMAND must succeed and TEST (bash, reading its output in $OUT_TXT) pass
+    local what=$1 test=$2; shift 2
+    if "$@" > "$T/out.txt" 2>&1 && OUT_TXT="$T/out.txt" bash -c "$test"; then ok "$what"
+    else bad "$what"; tail -n 10 "$T/out.txt" | sed 's/^/        /'; fi
+}
+
 TINY=(--set model.n_layer=2 --set model.d_model=64 --set model.n_head=4 --set model.max_seq_len=32
       --set train.batch_size=4 --set train.seq_len=32 --set train.steps=20 --set train.eval_every=10
       --set train.sample_every=0 --set compress.stats_every=5 --set parallel.tp=2)
@@ -218,12 +224,17 @@ mk_bench() {  # mk_bench FILE DECOMPRESS_US COMPRESS_US: a two-row table in the 
 }
 mk_bench "$B/a1.txt" 100.0 50.0; mk_bench "$B/a2.txt" 102.0 50.0; mk_bench "$B/b1.txt" 90.9 60.0
 AB=($PY tools/bench_ab.py)
-check "bench_ab.py table: b / a is 0.900 on the decompress row, 1.200 on the compress row" \
-    bash -c "out=\$($(printf '%q ' "${AB[@]}") table a=$B/a1.txt b=$B/b1.txt a=$B/a2.txt); grep -Eq '^\| 64 MB  taco G=64 delayed decompress \| 100.0, 102.0 \| 90.9 \| 0.90 \| 0.90 \| 0.900 \|\$' <<< \"\$out\" && grep -Eq 'fp8_tensor delayed compress .*\| 1.200 \|\$' <<< \"\$out\" && grep -q '^a: Test GPU' <<< \"\$out\""
-check "bench_ab.py table --rows --base b: one row, a / b" \
-    bash -c "out=\$($(printf '%q ' "${AB[@]}") table --rows decompress --base b a=$B/a1.txt b=$B/b1.txt); [ \$(grep -c '^| 64 MB' <<< \"\$out\") = 1 ] && grep -q '| a / b |' <<< \"\$out\" && grep -Eq '\| 1.100 \|\$' <<< \"\$out\""
-check "bench_ab.py run: rounds alternate (a b a b), one output per label and round, then the table" \
-    bash -c "out=\$($(printf '%q ' "${AB[@]}") run --out $B/run a='echo a >> $B/order; cat $B/a1.txt' b='echo b >> $B/order; cat $B/b1.txt'); [ \"\$(tr '\n' ' ' < $B/order)\" = 'a b a b ' ] && ls $B/run/a_1.txt $B/run/a_2.txt $B/run/b_1.txt $B/run/b_2.txt && grep -Eq 'decompress .*\| 0.909 \|\$' <<< \"\$out\""
+check_out "bench_ab.py table: b / a is 0.900 on the decompress row, 1.200 on the compress row" \
+    'grep -Eq "^\| 64 MB  taco G=64 delayed decompress \| 100.0, 102.0 \| 90.9 \| 0.90 \| 0.90 \| 0.900 \|\$" $OUT_TXT &&
+     grep -Eq "fp8_tensor delayed compress .*\| 1.200 \|\$" $OUT_TXT && grep -q "^a: Test GPU" $OUT_TXT' \
+    "${AB[@]}" table a="$B/a1.txt" b="$B/b1.txt" a="$B/a2.txt"
+check_out "bench_ab.py table --rows --base b: one row, a / b" \
+    '[ $(grep -c "^| 64 MB" $OUT_TXT) = 1 ] && grep -q "| a / b |" $OUT_TXT && grep -Eq "\| 1.100 \|\$" $OUT_TXT' \
+    "${AB[@]}" table --rows decompress --base b a="$B/a1.txt" b="$B/b1.txt"
+check_out "bench_ab.py run: rounds alternate (a b a b), one output per label and round, then the table" \
+    "[ \"\$(tr '\n' ' ' < $B/order)\" = 'a b a b ' ] && ls $B/run/{a,b}_{1,2}.txt > /dev/null &&
+     grep -Eq 'decompress .*\| 0.909 \|\$' \$OUT_TXT" \
+    "${AB[@]}" run --out "$B/run" a="echo a >> $B/order; cat $B/a1.txt" b="echo b >> $B/order; cat $B/b1.txt"
 expect_error "bench_ab.py run with a failing command: reported, the tool exits 1" "b \\(round 1\\) failed with exit status 3" \
     "${AB[@]}" run --rounds 1 --out "$B/run2" a="cat $B/a1.txt" b="echo oops; exit 3"
 : > "$B/empty.txt"
@@ -239,8 +250,11 @@ mk_ops() {  # mk_ops FILE STEP_MS LN_MS: bench_ops_gpu's table, one op name with
              "matmul_backward (lm head)" 1 3.247 10.4 "780 TFLOP/s" 101% norm_backward_finish 1 0.008 0.0 - -; } > "$1"
 }
 mk_ops "$B/o1.txt" 30.00 0.800; mk_ops "$B/o2.txt" 27.00 0.600
-check "bench_ab.py table of bench_ops_gpu outputs: step 0.900, layernorm_backward 0.750, the lm head row" \
-    bash -c "out=\$($(printf '%q ' "${AB[@]}") table a=$B/o1.txt b=$B/o2.txt); grep -Eq '^\| step \(median\) \| 30.000 \| 27.000 \| - \| - \| 0.900 \|\$' <<< \"\$out\" && grep -Eq '^\| layernorm_backward \| 0.800 \| 0.600 \| 0.72 \| 0.72 \| 0.750 \|\$' <<< \"\$out\" && grep -Eq '^\| matmul_backward \(lm head\) \| 3.247 .*\| 1.000 \|\$' <<< \"\$out\""
+check_out "bench_ab.py table of bench_ops_gpu outputs: step 0.900, layernorm_backward 0.750, the lm head row" \
+    'grep -Eq "^\| step \(median\) \| 30.000 \| 27.000 \| - \| - \| 0.900 \|\$" $OUT_TXT &&
+     grep -Eq "^\| layernorm_backward \| 0.800 \| 0.600 \| 0.72 \| 0.72 \| 0.750 \|\$" $OUT_TXT &&
+     grep -Eq "^\| matmul_backward \(lm head\) \| 3.247 .*\| 1.000 \|\$" $OUT_TXT' \
+    "${AB[@]}" table a="$B/o1.txt" b="$B/o2.txt"
 expect_error "bench_ab.py table of a kernel table and an op table together" "mix" \
     "${AB[@]}" table a="$B/a1.txt" b="$B/o1.txt"
 
