@@ -157,14 +157,15 @@ LINES
   echo '"0x7f0000001020","LDG.E R6, desc[UR4][R8.64]","50","0","0","0"'
   echo '"0x7f0000001030","FFMA R7, R6, R6, R7","50","30","2","30"'; } > "$N/counts.csv"
 NL=($PY tools/ncu_lines.py "$N/lines.txt" "$N/counts.csv" kernelPf 320)
-check "ncu_lines.py: 300 warp instructions over 320 elements is 30 per element" \
-    bash -c "$(printf '%q ' "${NL[@]}") | grep -q '^30.00 instructions per element'"
-check "ncu_lines.py: a.cuh:10 has 20 of them, b.cuh:20 10" \
-    bash -c "out=\$($(printf '%q ' "${NL[@]}")); grep -Eq '^ *20.000  a.cuh:10' <<< \"\$out\" && grep -Eq '^ *10.000  b.cuh:20' <<< \"\$out\""
-check "ncu_lines.py --ops: FADD and FMUL 10 each, LDG and FFMA 5" \
-    bash -c "$(printf '%q ' "${NL[@]}") --ops | grep -Eq '^ *5.000  LDG'"
-check "ncu_lines.py --stalls: 40 samples, long_sb 75%, and b.cuh:20 first with 80%" \
-    bash -c "out=\$($(printf '%q ' "${NL[@]}") --stalls); grep -q '^40 warp-state samples' <<< \"\$out\" && grep -Eq '^ *75.0%  long_sb' <<< \"\$out\" && grep -A1 'where warps waited' <<< \"\$out\" | grep -Eq '80.0%  b.cuh:20 +long_sb 94%, wait 6%'"
+check_out "ncu_lines.py: 300 warp instructions over 320 elements is 30 per element" \
+    'grep -q "^30.00 instructions per element" $OUT_TXT' "${NL[@]}"
+check_out "ncu_lines.py: a.cuh:10 has 20 of them, b.cuh:20 10" \
+    'grep -Eq "^ *20.000  a.cuh:10" $OUT_TXT && grep -Eq "^ *10.000  b.cuh:20" $OUT_TXT' "${NL[@]}"
+check_out "ncu_lines.py --ops: FADD and FMUL 10 each, LDG and FFMA 5" \
+    'grep -Eq "^ *5.000  LDG" $OUT_TXT' "${NL[@]}" --ops
+check_out "ncu_lines.py --stalls: 40 samples, long_sb 75%, and b.cuh:20 first with 80%" \
+    'grep -q "^40 warp-state samples" $OUT_TXT && grep -Eq "^ *75.0%  long_sb" $OUT_TXT &&
+     grep -A1 "where warps waited" $OUT_TXT | grep -Eq "80.0%  b.cuh:20 +long_sb 94%, wait 6%"' "${NL[@]}" --stalls
 { echo '"Address","Source","Instructions Executed"'; echo '"0x7f0000001000","FADD R1, R2, R3","100"'; } > "$N/nostalls.csv"
 expect_error "ncu_lines.py --stalls on a CSV without stall columns" "has no stall_\\* columns" \
     $PY tools/ncu_lines.py "$N/lines.txt" "$N/nostalls.csv" kernelPf 320 --stalls
@@ -197,16 +198,20 @@ cat > "$S/k.txt" <<'LINES'
         /*0060*/                   EXIT ;
 LINES
 SW=($PY tools/sass_waits.py "$S/k.cubin" "$S/k.txt" kernelPf)
-check "sass_waits.py: 0x20 stalls 1 cycle and waits on barrier 5, 0x40 sets it" \
-    bash -c "out=\$($(printf '%q ' "${SW[@]}")); grep -Eq '^00020 st1 +w5 .*LOP3' <<< \"\$out\" && grep -Eq '^00040 st1 +W5 .*LDG' <<< \"\$out\""
-check "sass_waits.py --reaching 20: both loads, the one before the loop and the next step's" \
-    bash -c "out=\$($(printf '%q ' "${SW[@]}") --reaching 20); grep -q 'barrier 5 may be set by 00000' <<< \"\$out\" && grep -q 'barrier 5 may be set by 00040' <<< \"\$out\" && [ \$(grep -c 'may be set' <<< \"\$out\") = 2 ]"
-check "sass_waits.py --reaching 30: nothing pending after 0x20's wait" \
-    bash -c "[ \$($(printf '%q ' "${SW[@]}") --reaching 30 | grep -c 'may be set') = 0 ]"
-check "sass_waits.py --global-waits: address order flags 0x20 and 0x30, --flow 0x20 alone with both loads" \
-    bash -c "$(printf '%q ' "${SW[@]}") --global-waits | grep -q '^2 instructions wait on a barrier last set by' && out=\$($(printf '%q ' "${SW[@]}") --global-waits --flow) && grep -q '^1 instructions wait' <<< \"\$out\" && [ \$(grep -c 'may be set by 000[04]0: LDG' <<< \"\$out\") = 2 ]"
-check "sass_waits.py --opcodes: names read off the opcode field" \
-    bash -c "$PY tools/sass_waits.py $S/k.cubin - kernelPf --opcodes $S/k.cubin:$S/k.txt | grep -Eq '^00020 .* LOP3\$'"
+check_out "sass_waits.py: 0x20 stalls 1 cycle and waits on barrier 5, 0x40 sets it" \
+    'grep -Eq "^00020 st1 +w5 .*LOP3" $OUT_TXT && grep -Eq "^00040 st1 +W5 .*LDG" $OUT_TXT' "${SW[@]}"
+check_out "sass_waits.py --reaching 20: both loads, the one before the loop and the next step's" \
+    'grep -q "barrier 5 may be set by 00000" $OUT_TXT && grep -q "barrier 5 may be set by 00040" $OUT_TXT &&
+     [ $(grep -c "may be set" $OUT_TXT) = 2 ]' "${SW[@]}" --reaching 20
+check_out "sass_waits.py --reaching 30: nothing pending after 0x20's wait" \
+    '[ $(grep -c "may be set" $OUT_TXT) = 0 ]' "${SW[@]}" --reaching 30
+check_out "sass_waits.py --global-waits: address order flags 0x20 and 0x30" \
+    'grep -q "^2 instructions wait on a barrier last set by" $OUT_TXT' "${SW[@]}" --global-waits
+check_out "sass_waits.py --global-waits --flow: 0x20 alone, with both loads" \
+    'grep -q "^1 instructions wait" $OUT_TXT && [ $(grep -c "may be set by 000[04]0: LDG" $OUT_TXT) = 2 ]' \
+    "${SW[@]}" --global-waits --flow
+check_out "sass_waits.py --opcodes: names read off the opcode field" \
+    'grep -Eq "^00020 .* LOP3\$" $OUT_TXT' $PY tools/sass_waits.py "$S/k.cubin" - kernelPf --opcodes "$S/k.cubin:$S/k.txt"
 expect_error "sass_waits.py --flow without a listing" "need the listing" \
     $PY tools/sass_waits.py "$S/k.cubin" - kernelPf --opcodes "$S/k.cubin:$S/k.txt" --global-waits --flow
 expect_error "sass_waits.py with a listing of another build" "not one build" \
