@@ -113,17 +113,17 @@ def table(runs, rows_re, base):
     for key in order:
         if pick and not pick.search(key):
             continue
-        us = {l: [r[key][0] for r in data[l] if key in r] for l in labels}
+        t = {l: [r[key][0] for r in data[l] if key in r] for l in labels}  # times, us or ms
         fr = {l: [r[key][1] for r in data[l] if key in r and r[key][1] is not None] for l in labels}
         cells = [key]
-        cells += [", ".join(("%.1f" if unit == "us" else "%.3f") % u for u in us[l]) or "-" for l in labels]
+        cells += [", ".join(("%.1f" if unit == "us" else "%.3f") % u for u in t[l]) or "-" for l in labels]
         cells += [("%.2f-%.2f" % (min(fr[l]), max(fr[l])) if min(fr[l]) != max(fr[l]) else "%.2f" % fr[l][0])
                   if fr[l] else "-" for l in labels]
         for l in labels:
             if l == base:
                 continue
-            ok = us[l] and us[base] and statistics.median(us[base]) > 0
-            cells.append("%.3f" % (statistics.median(us[l]) / statistics.median(us[base])) if ok else "-")
+            ok = t[l] and t[base] and statistics.median(t[base]) > 0
+            cells.append("%.3f" % (statistics.median(t[l]) / statistics.median(t[base])) if ok else "-")
         out.append("| " + " | ".join(cells) + " |")
     return "\n".join(out)
 
@@ -159,7 +159,7 @@ def main():
     pr.add_argument("--out", default="bench_ab.out", help="directory for the outputs (default bench_ab.out)")
     pt = sub.add_parser("table", help="tabulate outputs already there")
     for p in (pr, pt):
-        p.add_argument("--rows", default=None, help="only the rows whose 'MB  method op' matches this regex")
+        p.add_argument("--rows", default=None, help="only the rows whose name ('MB  method op', or the op) matches this regex")
         p.add_argument("--base", default=None, help="the label the others are divided by (default: the first)")
         p.add_argument("specs", nargs="+", metavar="LABEL=COMMAND" if p is pr else "LABEL=FILE")
     a = ap.parse_args()
