@@ -5,10 +5,16 @@
 # launch (~90) and takes minutes to compile. To read one kernel's registers and
 # spills (ptxas -v) or its SASS (tools/sass_waits.py, nvdisasm), this compiles
 # a file that includes compress/cuda_kernels.cuh and takes the address of the
-# named instances only, in a few seconds. The code is that of the full build
-# or very near it (ptxas may place spills a little differently: the TACO RNE
-# recompress spills 236 bytes here, 228 in compress_cuda.cu, 2026-12-06), so
-# time kernels from the real build; use this to compare variants.
+# named instances only, in a few seconds. The code is near the full build's
+# but depends on which kernels share the file: the TACO RNE recompress spills
+# 236 bytes here, 228 in compress_cuda.cu, and the G=64 decode built beside
+# only the recompress has no SHFL where the full build's has 264 (the general
+# path's cross-lane stages, kept with the fp8_group recompress in the same
+# list; 2026-12-07). So compare variants with the same list, and read the real
+# code from the whole file as one cubin (about 3 minutes on 2 cores):
+#   nvcc -O3 -std=c++17 -cubin -gencode arch=compute_90a,code=sm_90a -DOPS_BF16 -I. \
+#        $(mpicc --showme:compile) -o full.cubin compress/compress_cuda.cu
+# and time kernels from the real build.
 #
 #   tools/kernel_cubin.sh OUT.cubin 'k_decompress<IN_E4M3, OUT_RECOMP, FP8_E4M3, false, SHAPE_GROUP64>' ...
 #
@@ -18,7 +24,7 @@
 # register lines.
 set -euo pipefail
 if [ $# -lt 2 ]; then
-    sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
 fi
 out=$1
