@@ -194,6 +194,9 @@ static inline float __fadd_rn(float a, float b) { return a + b; }
 static inline float __fsub_rn(float a, float b) { return a - b; }
 static inline float __fmul_rn(float a, float b) { return a * b; }
 static inline float __fdiv_rn(float a, float b) { return a / b; }
+static inline double __dadd_rn(double a, double b) { return a + b; }
+static inline double __ddiv_rn(double a, double b) { return a / b; }
+static inline float __double2float_rn(double a) { return (float)a; }
 static inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
 /* a + b rounded toward zero: the nearest sum, stepped one ulp toward zero
  * where it rounded away (TwoSum's error, exact in round-to-nearest, has the

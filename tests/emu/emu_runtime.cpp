@@ -24,7 +24,9 @@
  * freeing memory, synchronous copies and sets, waiting for a stream, an
  * event or the device, queueing on the legacy stream, and a captured copy
  * from or to pageable host memory (it would have to wait for the stream).
- * One capture at a time; graphs inside graphs are not emulated.
+ * Streams forked into the capture by an event are captured too, and must be
+ * joined back (the capture section below). One capture at a time; graphs
+ * inside graphs are not emulated.
  */
 #include "tests/emu/emu_cuda.h" /* first: it defines the CUDA keywords before the CUDA headers do */
 
@@ -164,12 +166,33 @@ void check_event(cudaEvent_t e, const char* what) {
     if (!g_events.count(e)) emu_fail("%s of an event that cudaEventCreate did not return (or that was destroyed)", what);
 }
 
-/* ---- stream capture ---- */
-cudaStream_t g_capture = nullptr;   /* the stream being captured, or none */
+/* ---- stream capture ----
+ * The capture starts on one stream (g_capture, the origin) and, as in CUDA,
+ * takes in every stream that waits for an event recorded in it (a fork);
+ * each such stream must be joined back (an event recorded after its last
+ * operation, waited for by a stream of the capture) before the capture ends,
+ * or cudaStreamEndCapture fails with cudaErrorStreamCaptureUnjoined. A stream
+ * of the capture may wait for an event recorded outside it only with
+ * cudaEventWaitExternal (cudaErrorStreamCaptureIsolation otherwise). The
+ * emulator runs everything in the order it is queued, so the graph's nodes
+ * are the capture's operations in that order: one valid order of the DAG. */
+struct CapStream {
+    long ops = 0;    /* operations queued on it in the capture (nodes and waits) */
+    long joined = 0; /* how many of them a wait of another captured stream covers */
+};
+struct CapEvent {
+    cudaStream_t stream; /* the captured stream it was recorded on */
+    long ops;            /* that stream's operations then */
+};
+cudaStream_t g_capture = nullptr;   /* the stream the capture began on, or none */
 bool g_capture_bad = false;         /* a refused call invalidated the capture */
 cudaGraph_t g_recording = nullptr;  /* what the capture has recorded so far */
+std::map<cudaStream_t, CapStream> g_cap_streams; /* the streams in the capture, the origin too */
+std::map<cudaEvent_t, CapEvent> g_cap_events;    /* events whose last record was in the capture */
+std::set<cudaEvent_t> g_graph_only;              /* ... and not cudaEventRecordExternal: no record outside a graph */
 
 bool is_legacy(cudaStream_t s) { return s == 0 || s == cudaStreamLegacy; }
+bool in_capture(cudaStream_t s) { return g_capture && g_cap_streams.count(s); }
 
 /* a call the runtime refuses while this thread captures (it could allocate or wait for the device) */
 cudaError_t refused_in_capture(const char* what) {
@@ -201,8 +224,9 @@ std::set<cudaGraphExec_t> g_execs;
 } /* namespace */
 
 cudaError_t emu_enqueue(cudaStream_t stream, const char* what, std::function<void()> node) {
-    if (g_capture && stream == g_capture) {
+    if (in_capture(stream)) {
         g_recording->nodes.push_back(std::move(node));
+        g_cap_streams[stream].ops++;
         return cudaSuccess;
     }
     if (g_capture && is_legacy(stream)) { /* the capturing stream is a blocking one: an implicit dependency */
@@ -213,6 +237,11 @@ cudaError_t emu_enqueue(cudaStream_t stream, const char* what, std::function<voi
     }
     node();
     return cudaSuccess;
+}
+
+/* the same for C callers (tests/emu/nccl_emu.c): fn(arg) as the node */
+extern "C" cudaError_t emu_enqueue_host(cudaStream_t stream, const char* what, void (*fn)(void*), void* arg) {
+    return emu_enqueue(stream, what, [fn, arg]() { fn(arg); });
 }
 
 namespace emu {
@@ -319,6 +348,10 @@ const char* CUDARTAPI cudaGetErrorString(cudaError_t e) {
         case cudaErrorInvalidConfiguration: return "invalid configuration argument";
         case cudaErrorMemoryAllocation: return "out of memory";
         case cudaErrorInvalidDevice: return "invalid device ordinal";
+        case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+        case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
+        case cudaErrorStreamCaptureUnjoined: return "capture sequence contains a fork that was not joined to the primary stream";
+        case cudaErrorStreamCaptureIsolation: return "dependency created on uncaptured work in another stream";
         default: return "emulated CUDA error";
     }
 }
@@ -329,6 +362,10 @@ const char* CUDARTAPI cudaGetErrorName(cudaError_t e) {
         case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
         case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
         case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+        case cudaErrorStreamCaptureUnsupported: return "cudaErrorStreamCaptureUnsupported";
+        case cudaErrorStreamCaptureInvalidated: return "cudaErrorStreamCaptureInvalidated";
+        case cudaErrorStreamCaptureUnjoined: return "cudaErrorStreamCaptureUnjoined";
+        case cudaErrorStreamCaptureIsolation: return "cudaErrorStreamCaptureIsolation";
         default: return "cudaErrorUnknown";
     }
 }
@@ -412,9 +449,20 @@ cudaError_t CUDARTAPI cudaStreamSynchronize(cudaStream_t s) {
     return refused_in_capture("cudaStreamSynchronize");
 }
 cudaError_t CUDARTAPI cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flags) {
-    (void)flags;
     check_stream(s, "cudaStreamWaitEvent");
     check_event(e, "cudaStreamWaitEvent");
+    if (!g_capture) return cudaSuccess;
+    auto ev = g_cap_events.find(e);
+    if (ev == g_cap_events.end()) { /* recorded outside the capture (or never) */
+        if (!in_capture(s) || (flags & cudaEventWaitExternal)) return cudaSuccess;
+        fprintf(stderr, "emu: cudaStreamWaitEvent of a captured stream on an event recorded outside the capture, "
+                "without cudaEventWaitExternal: refused (cudaErrorStreamCaptureIsolation), the capture is invalidated\n");
+        g_capture_bad = true;
+        return cudaErrorStreamCaptureIsolation;
+    }
+    CapStream& from = g_cap_streams[ev->second.stream];
+    if (ev->second.ops > from.joined) from.joined = ev->second.ops;
+    g_cap_streams[s].ops++; /* joins s to the capture if it was not in it: a fork */
     return cudaSuccess;
 }
 cudaError_t CUDARTAPI cudaDeviceSynchronize(void) { return refused_in_capture("cudaDeviceSynchronize"); }
@@ -427,20 +475,49 @@ cudaError_t CUDARTAPI cudaEventCreateWithFlags(cudaEvent_t* e, unsigned int flag
 cudaError_t CUDARTAPI cudaEventCreate(cudaEvent_t* e) { return cudaEventCreateWithFlags(e, 0); }
 cudaError_t CUDARTAPI cudaEventDestroy(cudaEvent_t e) {
     handle_free(g_events, e, "cudaEventDestroy");
+    g_cap_events.erase(e);
+    g_graph_only.erase(e);
     return cudaSuccess;
 }
-cudaError_t CUDARTAPI cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+cudaError_t CUDARTAPI cudaEventRecordWithFlags(cudaEvent_t e, cudaStream_t s, unsigned int flags) {
     check_event(e, "cudaEventRecord");
     check_stream(s, "cudaEventRecord");
+    if (!in_capture(s)) {
+        if (flags & cudaEventRecordExternal) return cudaErrorInvalidValue; /* only inside a capture */
+        g_cap_events.erase(e);
+        g_graph_only.erase(e);
+        return cudaSuccess;
+    }
+    CapStream& cs = g_cap_streams[s];
+    if (flags & cudaEventRecordExternal) { /* a node: the replay records it */
+        g_recording->nodes.push_back([]() {});
+        cs.ops++;
+        g_graph_only.erase(e);
+    } else {
+        g_graph_only.insert(e);
+    }
+    g_cap_events[e] = CapEvent{s, cs.ops};
     return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaEventRecord(cudaEvent_t e, cudaStream_t s) { return cudaEventRecordWithFlags(e, s, 0); }
+/* an event recorded in a capture without cudaEventRecordExternal stands for
+ * no work outside it: asking it for completion or time is a bug here */
+static void check_recorded_outside(cudaEvent_t e, const char* what) {
+    if (g_graph_only.count(e))
+        emu_fail("%s of an event last recorded inside a stream capture (a dependency of the graph, not a record "
+                 "of the device's progress; cudaEventRecordWithFlags(..., cudaEventRecordExternal) makes one)", what);
 }
 cudaError_t CUDARTAPI cudaEventQuery(cudaEvent_t e) {
     check_event(e, "cudaEventQuery");
-    return refused_in_capture("cudaEventQuery");
+    if (cudaError_t r = refused_in_capture("cudaEventQuery")) return r;
+    check_recorded_outside(e, "cudaEventQuery");
+    return cudaSuccess;
 }
 cudaError_t CUDARTAPI cudaEventSynchronize(cudaEvent_t e) {
     check_event(e, "cudaEventSynchronize");
-    return refused_in_capture("cudaEventSynchronize");
+    if (cudaError_t r = refused_in_capture("cudaEventSynchronize")) return r;
+    check_recorded_outside(e, "cudaEventSynchronize");
+    return cudaSuccess;
 }
 
 /* ---- stream capture and graphs (the header comment says what is emulated) ---- */
@@ -452,12 +529,31 @@ cudaError_t CUDARTAPI cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCapt
     g_capture = s;
     g_capture_bad = false;
     g_recording = new CUgraph_st();
+    g_cap_streams.clear();
+    g_cap_streams[s] = CapStream();
+    g_cap_events.clear();
     return cudaSuccess;
 }
 cudaError_t CUDARTAPI cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* graph) {
     check_stream(s, "cudaStreamEndCapture");
     if (!g_capture || s != g_capture) return cudaErrorIllegalState;
     g_capture = nullptr;
+    bool unjoined = false;
+    for (const auto& kv : g_cap_streams)
+        if (kv.first != s && kv.second.joined < kv.second.ops) {
+            fprintf(stderr, "emu: cudaStreamEndCapture: a stream forked into the capture was not joined back (%ld of "
+                    "its %ld operations waited for by the capture's other streams): cudaErrorStreamCaptureUnjoined\n",
+                    kv.second.joined, kv.second.ops);
+            unjoined = true;
+        }
+    g_cap_streams.clear();
+    g_cap_events.clear(); /* (g_graph_only keeps its events: they still have no record outside the graph) */
+    if (unjoined) {
+        delete g_recording;
+        g_recording = nullptr;
+        *graph = nullptr;
+        return cudaErrorStreamCaptureUnjoined;
+    }
     if (g_capture_bad) {
         delete g_recording;
         g_recording = nullptr;
@@ -471,7 +567,7 @@ cudaError_t CUDARTAPI cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* graph) {
 }
 cudaError_t CUDARTAPI cudaStreamIsCapturing(cudaStream_t s, enum cudaStreamCaptureStatus* status) {
     check_stream(s, "cudaStreamIsCapturing");
-    *status = !g_capture || s != g_capture ? cudaStreamCaptureStatusNone
+    *status = !in_capture(s)               ? cudaStreamCaptureStatusNone
               : g_capture_bad              ? cudaStreamCaptureStatusInvalidated
                                            : cudaStreamCaptureStatusActive;
     return cudaSuccess;
@@ -493,7 +589,7 @@ cudaError_t CUDARTAPI cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t gr
 cudaError_t CUDARTAPI cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
     if (!g_execs.count(exec)) emu_fail("cudaGraphLaunch of a graph that cudaGraphInstantiate did not return");
     check_stream(s, "cudaGraphLaunch");
-    if (g_capture && s == g_capture) emu_fail("cudaGraphLaunch into a stream being captured (a child graph) is not emulated");
+    if (in_capture(s)) emu_fail("cudaGraphLaunch into a stream being captured (a child graph) is not emulated");
     return emu_enqueue(s, "cudaGraphLaunch", [exec]() {
         for (auto& node : exec->nodes) node();
     });
@@ -582,9 +678,12 @@ cudaError_t CUDARTAPI cudaIpcOpenEventHandle(cudaEvent_t* e, cudaIpcEventHandle_
 /* One emulated GPU per process, on the same "bus" for all: the ranks share it
  * (and IPC works). The sanitizer build cannot export blocks, so there each
  * process has a GPU of its own, which the others cannot see: IPC is then
- * found unusable (comm/ipc_cuda.c, coll_ipc_usable) and not tried. */
+ * found unusable (comm/ipc_cuda.c, coll_ipc_usable) and not tried. So has
+ * each process with EMU_OWN_GPU=1 in its environment: the runs that need
+ * one GPU per rank (comm.backend "nccl") set it. */
 static void bus_id(char* id, size_t len) {
-    if (kGuards) snprintf(id, len, "0000:00:00.0");
+    const char* own = getenv("EMU_OWN_GPU");
+    if (kGuards && !(own && strcmp(own, "1") == 0)) snprintf(id, len, "0000:00:00.0");
     else snprintf(id, len, "%04x:%02x:00.0", ((unsigned)getpid() >> 8) & 0xFFFFu, (unsigned)getpid() & 0xFFu);
 }
 cudaError_t CUDARTAPI cudaDeviceGetPCIBusId(char* id, int len, int device) {
@@ -607,6 +706,8 @@ cudaError_t CUDARTAPI cudaDeviceCanAccessPeer(int* can, int device, int peer) {
 cudaError_t CUDARTAPI cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
     check_event(a, "cudaEventElapsedTime");
     check_event(b, "cudaEventElapsedTime");
+    check_recorded_outside(a, "cudaEventElapsedTime");
+    check_recorded_outside(b, "cudaEventElapsedTime");
     *ms = 0.0f;
     return cudaSuccess;
 }

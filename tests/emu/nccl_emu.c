@@ -13,8 +13,11 @@
  * groups in the same order, that cannot deadlock. A communicator is an MPI
  * communicator split from MPI_COMM_WORLD by the colour the unique id carries
  * (so ncclCommInitRank must be called by every world rank at the same time,
- * as the trainer and the tests do). What it cannot show: NCCL's own
- * behaviour and speed.
+ * as the trainer and the tests do). On a stream being captured into a CUDA
+ * graph the group (or all-gather) is recorded instead, as NCCL's kernels
+ * would be, and runs at every launch of the graph (emu_enqueue_host): every
+ * rank replays the same operations in the same order. What it cannot show:
+ * NCCL's own behaviour and speed.
  */
 #include <mpi.h>
 #include <nccl.h>
@@ -23,6 +26,7 @@
 #include <string.h>
 
 #include "common/check.h"
+#include "common/cuda_check.h"
 
 struct ncclComm {
     MPI_Comm mpi;
@@ -39,6 +43,10 @@ typedef struct {
 
 static PendingOp g_ops[4096];
 static int g_nops = 0, g_depth = 0;
+static cudaStream_t g_stream; /* the stream of the group's operations */
+
+/* tests/emu/emu_runtime.cpp: fn(arg) queued on stream (run now, or recorded by a capture) */
+cudaError_t emu_enqueue_host(cudaStream_t stream, const char* what, void (*fn)(void*), void* arg);
 
 static size_t type_bytes(ncclDataType_t t) {
     switch (t) {
@@ -51,26 +59,48 @@ static size_t type_bytes(ncclDataType_t t) {
     return 0;
 }
 
-static void run_pending(void) {
-    if (g_nops == 0) return;
-    MPI_Request* req = mallocCheck(sizeof(MPI_Request) * (size_t)g_nops);
+/* a group's operations, as queued on its stream (a graph node keeps its own copy) */
+typedef struct {
+    int n;
+    PendingOp op[];
+} Group;
+
+static void group_run(void* arg) {
+    const Group* g = arg;
+    MPI_Request* req = mallocCheck(sizeof(MPI_Request) * (size_t)g->n);
     for (int pass = 0; pass < 2; pass++) { /* receives first, then sends */
-        for (int i = 0; i < g_nops; i++) {
-            PendingOp* o = &g_ops[i];
+        for (int i = 0; i < g->n; i++) {
+            const PendingOp* o = &g->op[i];
             if (o->send != pass) continue;
             if (o->bytes > (size_t)INT32_MAX) FATAL("nccl_emu: message of %zu bytes", o->bytes);
             if (o->send) MPI_CHECK(MPI_Isend(o->buf, (int)o->bytes, MPI_BYTE, o->peer, 77, o->comm->mpi, &req[i]));
             else MPI_CHECK(MPI_Irecv(o->buf, (int)o->bytes, MPI_BYTE, o->peer, 77, o->comm->mpi, &req[i]));
         }
     }
-    MPI_CHECK(MPI_Waitall(g_nops, req, MPI_STATUSES_IGNORE));
+    MPI_CHECK(MPI_Waitall(g->n, req, MPI_STATUSES_IGNORE));
     free(req);
-    g_nops = 0;
 }
 
-static void push(int send, const void* buf, size_t count, ncclDataType_t t, int peer, ncclComm_t comm) {
+/* the group's operations onto its stream: run now, or kept by a capture for
+ * its graph (that copy lives as long as the process: graphs are few) */
+static void run_pending(void) {
+    if (g_nops == 0) return;
+    Group* g = mallocCheck(sizeof(Group) + sizeof(PendingOp) * (size_t)g_nops);
+    g->n = g_nops;
+    memcpy(g->op, g_ops, sizeof(PendingOp) * (size_t)g_nops);
+    g_nops = 0;
+    enum cudaStreamCaptureStatus cap;
+    CUDA_CHECK(cudaStreamIsCapturing(g_stream, &cap));
+    CUDA_CHECK(emu_enqueue_host(g_stream, "an NCCL group", group_run, g));
+    if (cap == cudaStreamCaptureStatusNone) free(g);
+}
+
+static void push(int send, const void* buf, size_t count, ncclDataType_t t, int peer, ncclComm_t comm,
+                 cudaStream_t s) {
     if (g_nops == (int)(sizeof(g_ops) / sizeof(g_ops[0]))) FATAL("nccl_emu: too many operations in one group");
     if (peer < 0 || peer >= comm->size) FATAL("nccl_emu: peer %d outside a communicator of %d", peer, comm->size);
+    if (g_nops > 0 && s != g_stream) FATAL("nccl_emu: one group's operations on two streams (not emulated)");
+    g_stream = s;
     g_ops[g_nops++] = (PendingOp){send, (void*)buf, count * type_bytes(t), peer, comm};
     if (g_depth == 0) run_pending();
 }
@@ -118,26 +148,42 @@ ncclResult_t ncclGroupEnd(void) {
 }
 
 ncclResult_t ncclSend(const void* buf, size_t count, ncclDataType_t t, int peer, ncclComm_t comm, cudaStream_t s) {
-    (void)s;
-    push(1, buf, count, t, peer, comm);
+    push(1, buf, count, t, peer, comm, s);
     return ncclSuccess;
 }
 
 ncclResult_t ncclRecv(void* buf, size_t count, ncclDataType_t t, int peer, ncclComm_t comm, cudaStream_t s) {
-    (void)s;
-    push(0, buf, count, t, peer, comm);
+    push(0, buf, count, t, peer, comm, s);
     return ncclSuccess;
+}
+
+typedef struct {
+    const void* sendbuf;
+    void* recvbuf;
+    size_t bytes;
+    ncclComm_t comm;
+} AllGather;
+
+static void allgather_run(void* arg) {
+    const AllGather* a = arg;
+    const int b = (int)a->bytes;
+    /* in place (sendbuf == recvbuf + rank * b) is allowed, as in NCCL */
+    if ((const char*)a->sendbuf == (char*)a->recvbuf + (size_t)a->comm->rank * a->bytes)
+        MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_BYTE, a->recvbuf, b, MPI_BYTE, a->comm->mpi));
+    else
+        MPI_CHECK(MPI_Allgather(a->sendbuf, b, MPI_BYTE, a->recvbuf, b, MPI_BYTE, a->comm->mpi));
 }
 
 ncclResult_t ncclAllGather(const void* sendbuf, void* recvbuf, size_t count, ncclDataType_t t, ncclComm_t comm,
                            cudaStream_t s) {
-    (void)s;
     size_t b = count * type_bytes(t);
     if (b > (size_t)INT32_MAX) FATAL("nccl_emu: all-gather of %zu bytes", b);
-    /* in place (sendbuf == recvbuf + rank * b) is allowed, as in NCCL */
-    if ((const char*)sendbuf == (char*)recvbuf + (size_t)comm->rank * b)
-        MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_BYTE, recvbuf, (int)b, MPI_BYTE, comm->mpi));
-    else
-        MPI_CHECK(MPI_Allgather(sendbuf, (int)b, MPI_BYTE, recvbuf, (int)b, MPI_BYTE, comm->mpi));
+    if (g_depth > 0) FATAL("nccl_emu: an all-gather inside a group (not emulated)");
+    AllGather* a = mallocCheck(sizeof(AllGather));
+    *a = (AllGather){sendbuf, recvbuf, b, comm};
+    enum cudaStreamCaptureStatus cap;
+    CUDA_CHECK(cudaStreamIsCapturing(s, &cap));
+    CUDA_CHECK(emu_enqueue_host(s, "ncclAllGather", allgather_run, a));
+    if (cap == cudaStreamCaptureStatusNone) free(a);
     return ncclSuccess;
 }
