@@ -172,6 +172,26 @@ static cudaEvent_t ev_rs_h2d(const Call* C, int k) { return C->s->ev[EV_FIXED + 
 static cudaEvent_t ev_ag(const Call* C, int k) { return C->s->ev[EV_FIXED + 2 * C->K + k]; }
 static cudaEvent_t ev_ag_h2d(const Call* C, int k) { return C->s->ev[EV_FIXED + 3 * C->K + k]; }
 
+/* EV_END: the end of a call's work on cs, which the next call waits for
+ * before it reuses the buffers. In a step captured into a CUDA graph
+ * (train.cuda_graph) the records and waits are the graph's edges; an event
+ * recorded outside the capture cannot be waited for inside it, nor one
+ * recorded inside it outside (cudaErrorStreamCaptureIsolation), and neither
+ * need be: the trainer synchronises with the device before each step, and
+ * after the step it captured, so a capture starts and ends with no call's
+ * work in flight. (Two captures back to back, with no call between them,
+ * would find the first one's record: the trainer makes one.) */
+static int capturing(cudaStream_t cs) {
+    enum cudaStreamCaptureStatus st;
+    CUDA_CHECK(cudaStreamIsCapturing(cs, &st));
+    return st != cudaStreamCaptureStatusNone;
+}
+static void end_record(CollScratchDev* s, cudaStream_t cs) {
+    CUDA_CHECK(cudaEventRecord(s->ev[EV_END], cs));
+    s->end_captured = capturing(cs);
+}
+static int end_waitable(const CollScratchDev* s, cudaStream_t cs) { return s->end_captured == capturing(cs); }
+
 static uint8_t* mpi_base(const Call* C) { return C->s->aware ? C->s->d_buf : C->s->h_buf; }
 
 /* (the progress loop's waits for device work: the transport's, counted in
@@ -499,7 +519,7 @@ static void run_mpi(Call* C) {
     /* the next call may reuse every buffer: host copies done now, device work
      * fenced by EV_END; with device pointers in MPI, the next call's receives
      * would write under this call's kernels, so wait for them */
-    CUDA_CHECK(cudaEventRecord(s->ev[EV_END], C->cs));
+    end_record(s, C->cs);
     if (!s->aware) CUDA_CHECK(cudaStreamSynchronize(s->s_h2d));
     else CUDA_CHECK(cudaStreamSynchronize(C->cs));
     s->host_syncs++;
@@ -560,7 +580,7 @@ static void run_nccl(Call* C) {
      * (stream order after EV_END) must wait for them too */
     CUDA_CHECK(cudaEventRecord(s->ev[EV_NET_END], s->s_net));
     CUDA_CHECK(cudaStreamWaitEvent(C->cs, s->ev[EV_NET_END], 0));
-    CUDA_CHECK(cudaEventRecord(s->ev[EV_END], C->cs));
+    end_record(s, C->cs);
 }
 
 /* IPC transport: the peers read what this rank encodes where it lies
@@ -570,7 +590,7 @@ static void run_ipc(Call* C) {
                      C->ag_in, C->ag_in_bf16, C->ag_out, C->damax_rs, C->damax_ag};
     coll_ipc_two_shot(C->comm, &a, C->s, C->cs);
     stats_copy(C);
-    CUDA_CHECK(cudaEventRecord(C->s->ev[EV_END], C->cs));
+    end_record(C->s, C->cs);
 }
 
 /* Runs the call; returns the bytes this rank sent. The host waits for the
@@ -636,9 +656,12 @@ static uint64_t coll_run(Call* C, CollStats* st, const CollDevSite* site) {
     C->plan = s->plan;
     C->jobs = callocCheck((size_t)P + 1, sizeof(CompressJobDev));
 
-    /* the previous call's kernels and copies are done with the buffers */
-    CUDA_CHECK(cudaStreamWaitEvent(C->cs, s->ev[EV_END], 0));
-    CUDA_CHECK(cudaStreamWaitEvent(s->s_h2d, s->ev[EV_END], 0));
+    /* the previous call's kernels and copies are done with the buffers (only
+     * the MPI transport copies up on s_h2d) */
+    if (end_waitable(s, C->cs)) {
+        CUDA_CHECK(cudaStreamWaitEvent(C->cs, s->ev[EV_END], 0));
+        if (!s->ipc && !s->nccl) CUDA_CHECK(cudaStreamWaitEvent(s->s_h2d, s->ev[EV_END], 0));
+    }
     compress_stats_dev_reset(s->d_st, P + 1, C->cs);
 
     C->host_stats = st != NULL;

@@ -63,6 +63,7 @@ typedef struct CollScratchDev {
     int ipc;            /* 1: the CUDA IPC transport (comm/ipc_cuda.h; the group on one node) */
     /* state (owned by the collectives; zero it or call coll_scratch_dev_init) */
     int initialized, aware;
+    int end_captured;   /* EV_END was last recorded on a stream being captured into a CUDA graph */
     uint8_t* d_buf;     /* device: every message of a call, laid out by the plan */
     uint8_t* h_buf;     /* pinned host mirror of d_buf (staged mode) */
     size_t buf_cap;
@@ -165,6 +166,12 @@ uint64_t coll_one_shot_mpi_dev(MPI_Comm comm, const CompressParams* p, uint16_t*
                                CollScratchDev* s, const CollDevSite* site, CollStats* st, cudaStream_t cs);
 /* (internal to the device collectives: comm/scratch_cuda.c) */
 void coll_scratch_dev_ensure(CollScratchDev* s, int nst, int nev, int nreq, size_t bytes, size_t acc, size_t plan_bytes);
+/* Before device scratch of the exchanges grows (what: the buffer): a fatal
+ * error once coll_dev_freeze has been called (by the trainer, as it starts
+ * capturing a step into a CUDA graph, whose nodes will point at the buffers
+ * as they are; the warm-up step before the capture sizes every one). */
+void coll_dev_may_grow(const char* what, size_t bytes);
+void coll_dev_freeze(void);
 
 /* 1 if this MPI takes device pointers (compile-time and run-time check). */
 int coll_mpi_cuda_aware(void);

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "comm/comm.h"
+#include "comm/step_graph.h"
 #include "comm/watchdog.h"
 #include "common/check.h"
 #include "ops/ops.h"
@@ -56,6 +57,7 @@ void comm_free(Comm* c) {
     comm_nccl_free(c);
 #endif
     coll_scratch_free(&c->scratch);
+    comm_graph_tally_free(c);
     ops_free(c->auto_x);
     MPI_Comm_free(&c->tp_comm);
     MPI_Comm_free(&c->dp_comm);
@@ -119,6 +121,20 @@ void tp_allreduce_small(Comm* c, float* x, size_t n, MPI_Op op) {
 double comm_sum_double(MPI_Comm comm, double v) {
     allgather_reduce(comm, &v, 1, MPI_DOUBLE, MPI_SUM);
     return v;
+}
+
+int comm_sum_step_dev(Comm* c, double* sumsq, float* loss) {
+#ifdef OPS_BF16
+    if (c->nccl_tp && c->nccl_dp) {
+        comm_nccl_step_sums(c, sumsq, loss);
+        return 1;
+    }
+#else
+    (void)c;
+    (void)sumsq;
+    (void)loss;
+#endif
+    return 0;
 }
 
 /* x (fp32, backend memory) = its exact sum over comm, times scale: the

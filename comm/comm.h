@@ -61,8 +61,10 @@ typedef struct {
     struct ncclComm* nccl_dp;        /* NCCL communicators; NULL with the MPI backend */
     float* dev_gather;               /* device scratch of the NCCL backend's reductions */
     size_t dev_gather_cap;
+    double* dev_sums;                /* ... and of its step sums (comm_nccl_step_sums) */
 #endif
     CollScratch scratch;
+    struct CommGraphTally* graph_tally; /* what a replayed step's exchanges leave on the host (comm/step_graph.h) */
     void* auto_x;           /* backend copy (floatX) of an exchange under an "auto" trial */
     size_t auto_cap;
 } Comm;
@@ -85,6 +87,12 @@ void tp_allreduce_sum(Comm* c, float* x, size_t n);
 float* comm_host_buffer(Comm* c, size_t n);
 /* Sum of a host double over a communicator (losses, norms). */
 double comm_sum_double(MPI_Comm comm, double v);
+/* The step's two scalars summed over the ranks where they lie, on the
+ * device (backend memory): *sumsq over TP, *loss = the mean over DP, with
+ * comm_sum_double's arithmetic. Returns 0, queueing nothing, when this run's
+ * groups cannot (the MPI backend, the CPU build): the caller then sums them
+ * on the host. */
+int comm_sum_step_dev(Comm* c, double* sumsq, float* loss);
 
 #ifdef __cplusplus
 }

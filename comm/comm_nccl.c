@@ -12,8 +12,9 @@
  *                      sum and scale on the device, all-gather the same way
  * Every result is computed with the same fp32 operations in the same order
  * as the MPI backend (comm/comm.c), so both backends give identical bits and
- * identical runs. The two host scalars summed per step (loss, grad norm^2:
- * comm_sum_double) stay on MPI.
+ * identical runs. The step's two scalars (loss, grad norm^2) are gathered by
+ * NCCL and summed on the device in comm_sum_double's order, so a step queues
+ * no host wait (comm_nccl_step_sums).
  *
  * NCCL needs one GPU per rank within a communicator; ranks sharing a GPU
  * (as the one-GPU tests do) are detected here and told to use "mpi".
@@ -91,11 +92,14 @@ void comm_nccl_free(Comm* c) {
     if (c->dev_gather) CUDA_CHECK(cudaFree(c->dev_gather));
     c->dev_gather = NULL;
     c->dev_gather_cap = 0;
+    if (c->dev_sums) CUDA_CHECK(cudaFree(c->dev_sums));
+    c->dev_sums = NULL;
 }
 
 /* device scratch of at least n floats (grown, never shrunk) */
 static float* gather_buffer(Comm* c, size_t n) {
     if (n > c->dev_gather_cap) {
+        coll_dev_may_grow("the NCCL backend's gather buffer", n * sizeof(float));
         cudaStream_t s = (cudaStream_t)ops_cuda_stream();
         CUDA_CHECK(cudaStreamSynchronize(s)); /* queued work may still use the old buffer */
         if (c->dev_gather) CUDA_CHECK(cudaFree(c->dev_gather));
@@ -114,6 +118,23 @@ void comm_nccl_allreduce_small(Comm* c, float* x, size_t n, MPI_Op op) {
     /* the caller reads the result right after (a loss, a norm): wait here,
      * under the watchdog, rather than in a blocking copy */
     wd_stream_wait((cudaStream_t)s, c->tp_comm, "small all-reduce (NCCL)");
+}
+
+void comm_nccl_step_sums(Comm* c, double* sumsq, float* loss) {
+    const int tp = c->tp_size, dp = c->dp_size;
+    cudaStream_t s = (cudaStream_t)ops_cuda_stream();
+    if (!c->dev_sums) { /* made by the first (eager) step, before any capture */
+        coll_dev_may_grow("the step sums' buffer", sizeof(double) * (size_t)(tp + dp));
+        CUDA_CHECK(cudaMalloc((void**)&c->dev_sums, sizeof(double) * (size_t)(tp + dp)));
+    }
+    double* tp_all = c->dev_sums;
+    double* dp_all = c->dev_sums + tp;
+    if (tp > 1) NCCL_CHECK(ncclAllGather(sumsq, tp_all, 1, ncclFloat64, c->nccl_tp, s));
+    if (dp > 1) {
+        loss_to_double_dev(dp_all + c->dp_rank, loss, s);
+        NCCL_CHECK(ncclAllGather(dp_all + c->dp_rank, dp_all, 1, ncclFloat64, c->nccl_dp, s));
+    }
+    step_sums_dev(sumsq, tp_all, tp, loss, dp_all, dp, s);
 }
 
 void comm_nccl_dp_mean(Comm* c, float* x, size_t n) {

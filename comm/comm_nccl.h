@@ -25,6 +25,9 @@ void comm_nccl_free(Comm* c);
 /* the NCCL versions of tp_allreduce_small / dp_allreduce_mean (same bits) */
 void comm_nccl_allreduce_small(Comm* c, float* x, size_t n, MPI_Op op);
 void comm_nccl_dp_mean(Comm* c, float* x, size_t n);
+/* comm_sum_step_dev's NCCL version: the squared norm over TP and the loss
+ * over DP (device pointers), gathered by NCCL and summed on the device */
+void comm_nccl_step_sums(Comm* c, double* sumsq, float* loss);
 
 #ifdef __cplusplus
 }

@@ -58,9 +58,14 @@ static inline void wd_event_wait(cudaEvent_t ev, MPI_Comm comm, const char* op) 
 }
 
 /* The same for everything queued on stream s so far (one event per
- * translation unit, made on first use). */
+ * translation unit, made on first use). On a stream being captured into a
+ * CUDA graph nothing can be waited for, so nothing is: the step's closing
+ * wait (comm_step_wait) watches the replay instead. */
 static inline void wd_stream_wait(cudaStream_t s, MPI_Comm comm, const char* op) {
     static cudaEvent_t ev = NULL;
+    enum cudaStreamCaptureStatus cap;
+    CUDA_CHECK(cudaStreamIsCapturing(s, &cap));
+    if (cap != cudaStreamCaptureStatusNone) return;
     if (!ev) CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventRecord(ev, s));
     wd_event_wait(ev, comm, op);

@@ -41,6 +41,7 @@ static void one_shot_stats(CollScratchDev* s) {
 /* the device slots, grown as needed */
 static void one_shot_buffers(CollScratchDev* s, size_t bytes) {
     if (bytes <= s->one_cap) return;
+    coll_dev_may_grow("the one-shot all-reduce's slots", bytes);
     CUDA_CHECK(cudaDeviceSynchronize()); /* queued work may still use the old buffer (first calls only) */
     if (s->d_one) CUDA_CHECK(cudaFree(s->d_one));
     s->one_cap = bytes + bytes / 4 + 4096;

@@ -66,6 +66,17 @@ void coll_scratch_dev_free(CollScratchDev* s) {
     s->nccl = nccl;
 }
 
+static int g_frozen = 0; /* coll_dev_freeze was called */
+
+void coll_dev_freeze(void) { g_frozen = 1; }
+
+void coll_dev_may_grow(const char* what, size_t bytes) {
+    if (g_frozen)
+        FATAL("%s must grow to %zu bytes while or after the training step is captured as a CUDA graph, whose nodes "
+              "use the old one: the warm-up step before the capture should have sized it (run with "
+              "train.cuda_graph=false and report this)", what, bytes);
+}
+
 /* Grow what a call needs, never shrink: the streams (made once), d_buf (and
  * its pinned mirror when staged) to `bytes`, the fp32 sum to `acc` floats,
  * nst statistics slots, nev events, nreq MPI requests, the message table to
@@ -81,7 +92,10 @@ void coll_scratch_dev_ensure(CollScratchDev* s, int nst, int nev, int nreq, size
     }
     /* growing: wait for everything queued (copies, kernels, the stats copy)
      * that may still use the old buffers; happens on the first calls only */
-    if (bytes > s->buf_cap || acc > s->acc_cap || nst > s->st_cap) CUDA_CHECK(cudaDeviceSynchronize());
+    if (bytes > s->buf_cap || acc > s->acc_cap || nst > s->st_cap) {
+        coll_dev_may_grow("the device exchange's buffers", bytes);
+        CUDA_CHECK(cudaDeviceSynchronize());
+    }
     if (bytes > s->buf_cap) {
         if (s->d_buf) CUDA_CHECK(cudaFree(s->d_buf));
         if (s->h_buf) CUDA_CHECK(cudaFreeHost(s->h_buf));

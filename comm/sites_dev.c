@@ -130,8 +130,17 @@ void sites_dev_mark(Comm* c, void* cs) {
         for (int i = d->ev_cap; i < cap; i++) CUDA_CHECK(cudaEventCreate(&d->ev[i])); /* with timing */
         d->ev_cap = cap;
     }
-    CUDA_CHECK(cudaEventRecord(d->ev[d->ev_used++], cs ? (cudaStream_t)cs : cs_of()));
+    /* in a step captured into a CUDA graph, as a node of its own that each
+     * replay records (a plain record would only be an edge of the graph) */
+    const cudaStream_t st = cs ? (cudaStream_t)cs : cs_of();
+    enum cudaStreamCaptureStatus cap;
+    CUDA_CHECK(cudaStreamIsCapturing(st, &cap));
+    CUDA_CHECK(cudaEventRecordWithFlags(d->ev[d->ev_used++], st,
+                                        cap != cudaStreamCaptureStatusNone ? cudaEventRecordExternal : 0));
 }
+
+int sites_dev_marks(const Comm* c) { return c->sdev ? c->sdev->ev_used : 0; }
+void sites_dev_marks_set(Comm* c, int n) { sites_dev(c)->ev_used = n; }
 
 double sites_dev_step_ms(Comm* c) {
     SitesDev* d = sites_dev(c);

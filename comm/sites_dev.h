@@ -53,6 +53,10 @@ void sites_dev_step_begin(Comm* c);
  * stream; one event each, a pair on one stream); comm_step_end sums the
  * pairs. */
 void sites_dev_mark(Comm* c, void* cs);
+/* how many marks the step has made so far; set it (a replayed CUDA graph
+ * makes the marks its captured step made, with no host call) */
+int sites_dev_marks(const Comm* c);
+void sites_dev_marks_set(Comm* c, int n);
 /* The step's exchange time in ms: sums the marked pairs (the step's work
  * must be done: the caller has synchronised). */
 double sites_dev_step_ms(Comm* c);

@@ -601,7 +601,7 @@ double gpt_grad_sumsq(const GPT* m, int count_replicated) {
 
 void gpt_grad_clip(GPT* m, Comm* c, float grad_clip) {
     grad_sumsq_queue(m, c->tp_rank == 0);
-    if (c->world_size > 1) {
+    if (c->world_size > 1 && !comm_sum_step_dev(c, &m->step->sumsq, &m->step->loss)) {
         StepScalars h;
         ops_to_host(&h, m->step, sizeof(h));
         h.sumsq = comm_sum_double(c->tp_comm, h.sumsq);

@@ -131,8 +131,9 @@ double gpt_grad_sumsq(const GPT* m, int count_replicated);
 /* The step's global gradient norm and loss into m->step, and from them the
  * clip scale and the skip flag (ops_grad_clip). This rank's squared norm is
  * summed on the device (replicated tensors counted on TP rank 0 only); with
- * more than one rank the sums over TP (norm) and DP (loss) are host doubles
- * (comm_sum_double), the step's one wait for the device. */
+ * more than one rank the sums over TP (norm) and DP (loss) are doubles added
+ * in rank order: on the device with the NCCL backend (comm_sum_step_dev),
+ * else on the host (comm_sum_double), the step's one wait for the device. */
 void gpt_grad_clip(GPT* m, Comm* c, float grad_clip);
 /* AdamW on every tensor, with the scalars of m->step (skipped when skip) */
 void gpt_update(GPT* m, float beta1, float beta2, float eps, float weight_decay);

@@ -6,7 +6,9 @@
 # GPU get a clear error (no hang). With 2+ GPUs: the collectives with NCCL
 # transport bit for bit against the host collectives, and TP=2 / DP=2 training
 # with NCCL giving the MPI backend's losses and gradient norms exactly (both
-# compute the same fp32 operations in the same order: comm/comm_nccl.c).
+# compute the same fp32 operations in the same order: comm/comm_nccl.c); the
+# NCCL runs capture their steps as CUDA graphs (train.cuda_graph, on by
+# default there), and TP=2 with the graph gives the eager step's bits.
 
 NGPU=$(nvidia-smi -L 2>/dev/null | wc -l)
 
@@ -37,6 +39,17 @@ nccl_vs_mpi() {
 t_nccl_tp2_none() { nccl_vs_mpi nccl_tp2_none 2 --set parallel.tp=2 --set compress.method=none; }
 t_nccl_tp2_taco() { nccl_vs_mpi nccl_tp2_taco 2 --set parallel.tp=2 --set compress.method=taco; }
 t_nccl_dp2() { nccl_vs_mpi nccl_dp2 2 --set parallel.tp=1 --set parallel.dp=2; }
+t_nccl_tp2_graph() {
+    local a=(--set parallel.tp=2 --set compress.method=taco --set comm.backend=nccl)
+    timeout 600 $MPIRUN -np 2 build/train_gpu "${GPT[@]}" "${a[@]}" --set log.dir=$T/nccl_graph_on > $T/nccl_graph_on.out || return 1
+    timeout 600 $MPIRUN -np 2 build/train_gpu "${GPT[@]}" "${a[@]}" --set train.cuda_graph=false \
+        --set log.dir=$T/nccl_graph_off > $T/nccl_graph_off.out || return 1
+    grep "captured" $T/nccl_graph_on.out || { echo "no step was captured"; return 1; }
+    local k
+    for k in loss grad_norm comm_bytes; do
+        python3 tests/compare_logs.py $T/nccl_graph_on/log.jsonl $T/nccl_graph_off/log.jsonl --key $k --exact || return 1
+    done
+}
 
 echo "NCCL backend ($NGPU GPU(s))"
 run nccl_tp1_equals_mpi t_nccl_tp1
@@ -46,6 +59,7 @@ if [ "$NGPU" -ge 2 ]; then
     run nccl_tp2_none_equals_mpi t_nccl_tp2_none
     run nccl_tp2_taco_equals_mpi t_nccl_tp2_taco
     run nccl_dp2_equals_mpi t_nccl_dp2
+    run nccl_tp2_graph_equals_eager t_nccl_tp2_graph
 else
     run nccl_shared_gpu_clear_error t_nccl_shared_gpu_error
 fi

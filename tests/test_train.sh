@@ -209,8 +209,11 @@ t_cuda_graph_cpu_note() {
 # and that gives the eager step's losses, gradient norms and validation losses bit for bit, with
 # evaluation, sampling and checkpoints between the replays; a checkpoint resumes with the graph
 # on, bit for bit (the step after the resume is the warm-up); a diverging run stops at a replayed
-# step with the message of the eager one and no checkpoint of that step; with two ranks a graph
-# that was asked for is refused with a note.
+# step with the message of the eager one and no checkpoint of that step; with several ranks on
+# the NCCL backend (nccl_emu.c, one emulated GPU per rank: EMU_OWN_GPU) the step is captured
+# too, its NCCL groups, event forks and joins recorded, and gives the eager run's bits; where
+# the exchanges need the host (the MPI backend, stochastic rounding) a graph that was asked for
+# is refused with a note.
 EMU_TRAIN=build/emu/train_gpu_emu
 EMU_CFG=(configs/default.json --set parallel.tp=1 --set model.n_layer=2 --set model.d_model=64 --set model.n_head=2
          --set model.max_seq_len=32 --set train.batch_size=2 --set train.seq_len=32 --set train.eval_every=3
@@ -258,8 +261,48 @@ t_emu_cuda_graph_two_ranks() {
     out=$(timeout 300 $MPIRUN -np 2 $EMU_TRAIN "${EMU_CFG[@]}" --set parallel.tp=2 --set train.steps=0 \
           --set train.eval_every=0 --set train.cuda_graph=true --set log.dir=$T/emu_graph_tp2 2>&1) || { echo "$out"; return 1; }
     echo "$out" | grep "cuda_graph"
-    echo "$out" | grep -q "^note: train.cuda_graph: a CUDA graph needs one rank (tp = dp = 1) and this run has 2" || return 1
+    echo "$out" | grep -q '^note: train.cuda_graph: not for this run of 2 ranks: .*comm.backend "nccl" does' || return 1
     [ "$(echo "$out" | grep -c cuda_graph)" -eq 1 ] || { echo "not one note"; return 1; }
+    out=$(timeout 300 $MPIRUN -x EMU_OWN_GPU=1 -np 2 $EMU_TRAIN "${EMU_CFG[@]}" --set parallel.tp=2 --set comm.backend=nccl \
+          --set compress.method=taco --set compress.rounding=stochastic --set train.steps=0 --set train.eval_every=0 \
+          --set train.cuda_graph=true --set log.dir=$T/emu_graph_sr 2>&1) || { echo "$out"; return 1; }
+    echo "$out" | grep "cuda_graph"
+    echo "$out" | grep -q '^note: train.cuda_graph: not for this run of 2 ranks: stochastic rounding' || return 1
+}
+
+# the NCCL backend's steps as graphs, each against its eager run: the same losses, gradient
+# norms, validation losses and bytes, bit for bit, and the MPI backend's eager run the same
+# losses and norms (the step sums on the device add as the host does). TP = 2 (two-shot all-reduces: a network
+# stream forked from the compute stream and joined back in every exchange, the step sums
+# gathered on the device), its error sampled every 4 steps: steps 1 and 5 sample and run
+# eagerly, 2 is the warm-up, 3 is captured, 4 and 6 replay. DP = 2: no exchange sites, step 2
+# captured. TP = 2 x DP = 2 with the group size calibrated over 2 steps: steps 1-3 calibrate or
+# decide, 4 warms up, 5 is captured.
+t_emu_cuda_graph_nccl() {
+    local nccl=(--set comm.backend=nccl --set compress.method=taco --set comm.allreduce=two_shot)
+    local c np first par d k i=0
+    for c in "2|3|--set parallel.tp=2 --set compress.stats_every=4" "2|2|--set parallel.tp=1 --set parallel.dp=2" \
+             "4|5|--set parallel.tp=2 --set parallel.dp=2 --set compress.group_size=0 --set compress.calib_steps=2"; do
+        IFS='|' read -r np first rest <<< "$c"
+        read -r -a par <<< "$rest"
+        i=$((i + 1))
+        d=$T/emu_graph_nccl_$i
+        $TRAIN -x EMU_OWN_GPU=1 -np $np $EMU_TRAIN "${EMU_CFG[@]}" "${nccl[@]}" "${par[@]}" \
+            --set train.cuda_graph=false --set log.dir=${d}_off > ${d}_off.out || return 1
+        $TRAIN -x EMU_OWN_GPU=1 -np $np $EMU_TRAIN "${EMU_CFG[@]}" "${nccl[@]}" "${par[@]}" \
+            --set log.dir=${d}_on > ${d}_on.out || return 1
+        grep "captured" ${d}_on.out
+        grep -q "^train.cuda_graph: step $first captured as one CUDA graph of [0-9]* nodes" ${d}_on.out || return 1
+        for k in loss grad_norm val_loss comm_bytes; do
+            python3 tests/compare_logs.py ${d}_on/log.jsonl ${d}_off/log.jsonl --key $k --exact || return 1
+        done
+        # and the MPI backend (host sums of the step's scalars) gives the same bits
+        $TRAIN -x EMU_OWN_GPU=1 -np $np $EMU_TRAIN "${EMU_CFG[@]}" "${nccl[@]}" "${par[@]}" --set comm.backend=mpi \
+            --set comm.transport=staged --set train.cuda_graph=false --set log.dir=${d}_mpi > ${d}_mpi.out || return 1
+        for k in loss grad_norm; do
+            python3 tests/compare_logs.py ${d}_on/log.jsonl ${d}_mpi/log.jsonl --key $k --exact || return 1
+        done
+    done
 }
 
 run tp_equivalence t_tp_equivalence
@@ -274,6 +317,7 @@ if [ -d "${CUDA_HOME:-/usr/local/cuda}/include" ]; then  # the emulated GPU trai
     run emu_cuda_graph_eq_eager t_emu_cuda_graph
     run emu_cuda_graph_nonfinite_stops t_emu_cuda_graph_nonfinite
     run emu_cuda_graph_two_ranks_note t_emu_cuda_graph_two_ranks
+    run emu_cuda_graph_nccl_eq_eager t_emu_cuda_graph_nccl
 fi
 run learns_default_data t_learns
 run taco_vs_none_300_steps t_taco_vs_none

@@ -131,11 +131,11 @@ int config_check_sp(const Config* c, char* err, size_t errlen);
 /* comm.sp_chunks with 0 resolved (4 with comm.overlap, else 1). */
 int config_sp_chunks(const Config* c);
 /* Whether the training step runs as one CUDA graph (train.cuda_graph): where
- * the backend has graphs (graphs = ops_graph_supported()) and the world is
- * one rank, unless the key is false. note gets the line rank 0 prints at the
- * start ("" for none): that it is on, or, when the key was set true, why it
- * cannot be. */
-int config_cuda_graph(const Config* c, int world_size, int graphs, char* note, size_t len);
+ * the backend has graphs (graphs = ops_graph_supported()) and the exchanges
+ * allow it (blocker = comm_graph_blocker(): NULL, or why not), unless the key
+ * is false. note gets the line rank 0 prints at the start ("" for none): that
+ * it is on, or, when the key was set true, why it cannot be. */
+int config_cuda_graph(const Config* c, int world_size, int graphs, const char* blocker, char* note, size_t len);
 /* The model's shape at TP degree tp, derived defaults resolved (n_kv_head
  * 0 = n_head, d_ff 0 = 4 d_model). */
 GPTShape config_model_shape(const Config* c, int tp);

@@ -134,19 +134,21 @@ void config_comm_policy(const Config* c, CommPolicy* p) {
 }
 
 
-int config_cuda_graph(const Config* c, int world_size, int graphs, char* note, size_t len) {
+int config_cuda_graph(const Config* c, int world_size, int graphs, const char* blocker, char* note, size_t len) {
     const int asked = c->train.cuda_graph;   /* -1 = not set, which means on where it can be */
     note[0] = '\0';
     if (asked == 0) return 0;
-    if (!graphs || world_size > 1) {
+    if (!graphs || blocker) {
         if (asked == 1 && !graphs)
             snprintf(note, len, "note: train.cuda_graph: the CPU build has no CUDA graphs; the steps run as usual");
         else if (asked == 1)
-            snprintf(note, len, "note: train.cuda_graph: a CUDA graph needs one rank (tp = dp = 1) and this run has "
-                     "%d; the steps run without one", world_size);
+            snprintf(note, len, "note: train.cuda_graph: not for this run of %d ranks: %s; the steps run without one",
+                     world_size, blocker);
         return 0;
     }
     snprintf(note, len, "note: train.cuda_graph: on: the first step runs eagerly, then the whole step is captured as "
-             "one CUDA graph and replayed (train.cuda_graph=false turns it off)");
+             "one CUDA graph and replayed%s (train.cuda_graph=false turns it off)",
+             world_size > 1 ? "; steps whose exchanges do host work (group-size calibration, \"auto\" trials, error "
+                              "samples, dumps) run eagerly" : "");
     return 1;
 }

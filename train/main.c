@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "comm/sites.h"
+#include "comm/step_graph.h"
 #include "common/check.h"
 #include "train/checkpoint.h"
 #ifdef OPS_BF16
@@ -117,7 +118,8 @@ static void generate(GPT* m, Comm* c, const Config* cfg, const Tokenizer* tok, c
 /* The device part of one training step on the staged batch and scalars.
  * At world size 1 nothing in it waits for the device (the TP and DP
  * exchanges are no-ops there), which is what lets ops_graph_* capture it;
- * with more ranks gpt_grad_clip waits once, for the cross-rank sums. */
+ * with more ranks the same holds for the NCCL backend (comm/step_graph.h),
+ * and with MPI gpt_grad_clip waits once, for the cross-rank sums. */
 static void train_step(GPT* m, Comm* c, const Config* cfg) {
     ops_from_host_async(m->step, m->step_host, sizeof(StepScalars));   /* lr and the bias corrections */
     gpt_forward_staged(m, c);
@@ -283,12 +285,14 @@ int main(int argc, char** argv) {
     }
 
     char note[256];
-    const int graph = config_cuda_graph(&cfg, world_size, ops_graph_supported(), note, sizeof(note));
+    const int graph = config_cuda_graph(&cfg, world_size, ops_graph_supported(), comm_graph_blocker(&comm), note,
+                                        sizeof(note));
     if (world_rank == 0 && note[0]) {
         printf("%s\n", note);
         fflush(stdout);
     }
-    int graph_ready = 0;
+    int graph_ready = 0; /* captured */
+    int warmed = 0;      /* the step before ran eagerly and could have been captured: it sized every buffer */
 
     size_t N = (size_t)B * T;
     int* inputs = mallocCheck(N * sizeof(int));
@@ -312,15 +316,21 @@ int main(int argc, char** argv) {
         float lr = schedule_lr(step, cfg.train.steps, cfg.train.lr, cfg.train.warmup_steps, cfg.train.lr_min_frac);
         gpt_stage(&model, inputs, targets);
         gpt_stage_step(&model, lr, cfg.train.beta1, cfg.train.beta2, done);
-        if (graph_ready) {
+        /* a step whose exchanges do host work runs eagerly (comm_step_plain:
+         * always plain at one rank; the same answer on every rank) */
+        const int plain = graph && comm_step_plain(&comm);
+        if (plain && graph_ready) {
             ops_graph_launch();
-        } else if (graph && step > start) {   /* the step before was the warm-up: every buffer is sized */
+            comm_graph_replayed(&comm);
+        } else if (plain && warmed) {
+            comm_graph_begin(&comm);
             ops_graph_begin();
             train_step(&model, &comm, &cfg);
             int nodes = ops_graph_end();
+            comm_graph_captured(&comm);
             if (world_rank == 0) {
-                printf("train.cuda_graph: step %d captured as one CUDA graph of %d nodes, replayed from now on\n", done,
-                       nodes);
+                printf("train.cuda_graph: step %d captured as one CUDA graph of %d nodes, replayed from now on%s\n",
+                       done, nodes, world_size > 1 ? " (but for steps whose exchanges do host work)" : "");
                 fflush(stdout);
             }
             ops_graph_launch();
@@ -328,7 +338,8 @@ int main(int argc, char** argv) {
         } else {
             train_step(&model, &comm, &cfg);
         }
-        ops_sync();
+        warmed = plain;
+        comm_step_wait(&comm);
         double ms = (MPI_Wtime() - t0) * 1e3;
         const StepScalars res = *model.step_host;
         float mean_loss = res.loss, norm = res.norm;
