@@ -1,10 +1,10 @@
 /*
  * common/cuda_async.cuh - the asynchronous global -> shared copies the
  * kernels use to keep loads in flight while they compute (cp.async, 16
- * bytes per thread and call), and the block's dynamic shared memory.
+ * or 4 bytes per thread and call), and the block's dynamic shared memory.
  *
  * Under the CPU emulator (tests/emu, CUDA_EMU) emu_cuda.h supplies the same
- * four names, so the kernels that use them run unchanged there.
+ * names, so the kernels that use them run unchanged there.
  */
 #ifndef COMMON_CUDA_ASYNC_CUH
 #define COMMON_CUDA_ASYNC_CUH
@@ -23,6 +23,11 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool va
     const int n = valid ? 16 : 0;
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(smem)), "l"(gmem), "r"(n)
                  : "memory");
+}
+/* 4-byte async copy global -> shared (both 4-byte aligned; through the L1,
+ * the only cache level cp.async offers below 16 bytes) */
+__device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_u32(smem)), "l"(gmem) : "memory");
 }
 /* closes the group of this thread's copies issued since the last commit */
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }

@@ -270,7 +270,7 @@ typedef void (*DKernel)(Codec, Codec, DLaunch);
 
 template <int IN, int OUT, int FMT_OUT, bool SR, int SHAPE = SHAPE_ANY>
 static Kernel dkernel() {
-    return Kernel{(const void*)k_decompress<IN, OUT, FMT_OUT, SR, SHAPE>, decompress_smem_bytes<IN, OUT>()};
+    return Kernel{(const void*)k_decompress<IN, OUT, FMT_OUT, SR, SHAPE>, decompress_smem_bytes<IN, OUT, SHAPE>()};
 }
 /* the kernel for OUT of the input codec's shape (and, for OUT_RECOMP, the
  * output's: `shape` is SHAPE_ANY unless both have it); the shapes that do not

@@ -36,11 +36,13 @@ namespace {
 constexpr int MAX_IN = COMPRESS_DEV_MAX_IN;
 constexpr int MAX_JOBS = COMPRESS_DEV_MAX_JOBS;
 
-/* the input pipelines of the two kernel families (cuda_pipeline.cuh) */
+/* the input pipelines of the two kernel families (cuda_pipeline.cuh); a
+ * decompress kernel's M from decompress_loads */
 template <int EB>
-using CRows = InRows<EB, COMPRESS_STAGES, false>;
-template <int EB>
-using DRows = InRows<EB, DECOMPRESS_STAGES, true>;
+using CRows = InRows<EB, COMPRESS_STAGES, LOADS_NONE>;
+template <int EB, int M>
+using DRows = InRows<EB, DECOMPRESS_STAGES, M>;
+
 
 /* one chunk range a compress launch works on */
 struct CJob {
@@ -138,6 +140,17 @@ struct DLaunch {
 /* OUT_BF16_SUM: OUT_BF16 for sums of two or more copies (decompress-reduce),
  * built for its own resident blocks per SM (decompress_min_blocks) */
 enum OutKind { OUT_F32 = 0, OUT_BF16 = 1, OUT_AMAX = 2, OUT_RECOMP = 3, OUT_BF16_SUM = 4 };
+
+/* How a decompress kernel's steps bring their group bytes and scales
+ * (cuda_pipeline.cuh, Loads): in the side words for the fused recompress of
+ * every FP8 shape but fp8_tensor's and for TACO at G = 128, whose kernels
+ * they made 3-9% faster on an H100; in registers for the rest, where they
+ * made TACO G=64's decode and reduce 4-5% slower at 256 MB, or changed
+ * nothing (2026-12-07, compress/CUDA.md section 2). */
+template <int OUT, int SHAPE>
+__host__ __device__ constexpr int decompress_loads() {
+    return (OUT == OUT_RECOMP && SHAPE != SHAPE_TENSOR) || SHAPE == SHAPE_WIDE128 ? LOADS_SIDE : LOADS_REGS;
+}
 
 /* ========================================================================== */
 /* statistics                                                                  */
@@ -283,8 +296,8 @@ __device__ __forceinline__ void add_late(const Codec& ci, const DLaunch& L, cons
 /* copy i's row of step t, its group bytes and scale, and which of its
  * groups hold a NaN code: from the warp's pipeline (every lane calls), or,
  * RELOAD, by this lane alone (reload_copy) */
-template <int FMT, bool RELOAD>
-__device__ __forceinline__ void take_codes(DRows<1>& rows, const Codec& ci, const DLaunch& L, const DJob& J,
+template <int FMT, bool RELOAD, class Rows>
+__device__ __forceinline__ void take_codes(Rows& rows, const Codec& ci, const DLaunch& L, const DJob& J,
                                            unsigned t, int i, const WarpUnits& w, Row<1>& r, unsigned (&nan)[SB],
                                            unsigned* eb, unsigned* sc) {
     if (RELOAD) {
@@ -303,9 +316,9 @@ __device__ __forceinline__ void take_codes(DRows<1>& rows, const Codec& ci, cons
  * left as R; *stay gets bit sb for its sub-blocks). A sum starts from -0.0f,
  * the exact identity of IEEE addition (-0 + x is x, also for x = +-0), so
  * "the first term, then the others added" needs no flags. */
-template <int FMT, bool RELOAD>
+template <int FMT, bool RELOAD, class Rows>
 __device__ __forceinline__ void fp8_sum_unit(const Codec& ci, const DLaunch& L, const DJob& J, const WarpUnits& w,
-                                             DRows<1>& rows, unsigned t, int lane, float (&acc)[UNIT], unsigned* stay) {
+                                             Rows& rows, unsigned t, int lane, float (&acc)[UNIT], unsigned* stay) {
     const Span& sp = J.sp;
     bool rotatable[SB], rsum[SB];
     float fin[SB]; /* the multiplier after the transform: norm, or C for a folded single copy */
@@ -394,7 +407,7 @@ __device__ __forceinline__ void fp8_sum_unit(const Codec& ci, const DLaunch& L, 
 template <int FMT>
 __device__ __noinline__ void fp8_sum_redo_lane(const Codec ci, const DLaunch& L, const DJob& J, WarpUnits w, int lane,
                                                float* out, unsigned* stay) {
-    DRows<1> none; /* not read: RELOAD takes every copy from memory */
+    DRows<1, LOADS_REGS> none; /* not read: RELOAD takes every copy from memory */
     float acc[UNIT];
     if (w.nv <= 0 && ci.tpg == 1) { /* a unit past the range's end (a tail warp's): nothing to load or store */
         for (int j = 0; j < UNIT; j++) out[j] = 0.0f;
@@ -457,9 +470,9 @@ __host__ __device__ constexpr int in_bytes(int in) { return in == IN_F32 ? 4 : i
  * does not). Every lane of the warp calls. Returns true when the sum is kept
  * rotated and its codes were not scanned for NaN (fast_sum's
  * FAST_UNCHECKED): keep_check then tests it. */
-template <int IN>
+template <int IN, class Rows>
 __device__ __forceinline__ bool sum_unit(const Codec& ci, const DLaunch& L, const DJob& J, const WarpUnits& w,
-                                         DRows<in_bytes(IN)>& rows, unsigned t, int lane, float (&acc)[UNIT],
+                                         Rows& rows, unsigned t, int lane, float (&acc)[UNIT],
                                          unsigned* stay, int* e0) {
     *stay = 0u;
     if (e0) *e0 = 0;
@@ -537,16 +550,17 @@ __device__ __forceinline__ bool sum_unit(const Codec& ci, const DLaunch& L, cons
  * launches with it) */
 template <bool BF16, int FAM>
 __host__ __device__ constexpr int compress_smem_bytes() {
-    return WARPS * warp_smem_bytes<BF16 ? 2 : 4, FAM == FAM_NONE ? 4 : 1, COMPRESS_STAGES>();
+    return WARPS * warp_smem_bytes<BF16 ? 2 : 4, FAM == FAM_NONE ? 4 : 1, COMPRESS_STAGES, LOADS_NONE>();
 }
 template <int IN, int OUT>
 __host__ __device__ constexpr int decompress_out_bytes() {
     /* a raw -> raw recompress may widen bf16 words to fp32 ones */
     return OUT == OUT_F32 ? 4 : (OUT == OUT_BF16 || OUT == OUT_BF16_SUM) ? 2 : OUT == OUT_RECOMP ? (in_bytes(IN) > 1 ? 4 : 1) : 1;
 }
-template <int IN, int OUT>
+template <int IN, int OUT, int SHAPE>
 __host__ __device__ constexpr int decompress_smem_bytes() {
-    return WARPS * warp_smem_bytes<in_bytes(IN), decompress_out_bytes<IN, OUT>(), DECOMPRESS_STAGES>();
+    return WARPS * warp_smem_bytes<in_bytes(IN), decompress_out_bytes<IN, OUT>(), DECOMPRESS_STAGES,
+                                   decompress_loads<OUT, SHAPE>()>();
 }
 
 /* The input rows of a compress kernel's warp, from its share of the smem. */
@@ -555,7 +569,7 @@ __device__ __forceinline__ CRows<BF16 ? 2 : 4> compress_rows(unsigned char* smem
                                                              const Span& sp, int lane) {
     constexpr int EBI = BF16 ? 2 : 4;
     CRows<EBI> rows;
-    rows.area0 = reinterpret_cast<uint4*>(smem + (size_t)warp * warp_smem_bytes<EBI, EBO, COMPRESS_STAGES>());
+    rows.area0 = reinterpret_cast<uint4*>(smem + (size_t)warp * warp_smem_bytes<EBI, EBO, COMPRESS_STAGES, LOADS_NONE>());
     rows.bytes = xb;
     rows.gbytes = nullptr;
     rows.gshape = GroupShape{UNIT, 6, 0};
@@ -731,8 +745,9 @@ __global__ void __launch_bounds__(THREADS, decompress_min_blocks<IN, OUT, SR, SH
     const GOut go = {J.oexps, (unsigned)(((u64)UNIT * sp.u0) >> co.lg)};
     TStats ts = {0u, 0u, 0.0f};
     float tam = 0.0f;
-    DRows<EBI> rows;
-    rows.area0 = reinterpret_cast<uint4*>(smem + (size_t)warp * warp_smem_bytes<EBI, EBO, DECOMPRESS_STAGES>());
+    constexpr int M = decompress_loads<OUT, SHAPE>();
+    DRows<EBI, M> rows;
+    rows.area0 = reinterpret_cast<uint4*>(smem + (size_t)warp * warp_smem_bytes<EBI, EBO, DECOMPRESS_STAGES, M>());
     rows.bytes = s_codes;
     rows.gbytes = s_exps;
     rows.gshape = group_shape(ci);

@@ -205,19 +205,17 @@ __device__ __forceinline__ WarpUnits warp_units(const Span& sp, unsigned lu0, in
 /* This lane's row of the step issued INFLIGHT rows_issues earlier: from area when
  * it was copied there (fast), else from memory: this lane's row is at bytes[i] +
  * off, nv valid elements (its address worked out only on that rare path). Every
- * lane of the warp calls.
- * The row reaches r from shared memory on both paths: the rare one loads it and
- * puts it in the lane's own slot (that step's area received no copies). Had r
- * been joined from the shared-memory loads and from the rare path's global ones,
- * ptxas would make its first use wait for the dependency barrier of those global
- * loads, which it shares with the loads of the group bytes and scales that
- * rows_issue has just sent for a later step: one whole memory latency per copy
- * and step (the control bits of the TACO recompress: its decode waited on the
- * barrier of the group-byte load of the step issued just before, 23% of the
- * kernel's stall samples; H100, 2026-12-06). A pipeline that loads nothing into
- * registers (no group bytes or scales: every compress, the int8 and raw
- * decodes) passes slot_only = false and keeps the join, which costs it nothing
- * (the caller's flag is a compile-time constant there). */
+ * lane of the warp calls; the caller ends the take with a __syncwarp() once it
+ * has read what else the area holds (the next issue may refill it).
+ * slot_only (a pipeline with loads into registers in flight across the take,
+ * LOADS_REGS): the row reaches r from shared memory on both paths, the rare one
+ * putting it in the lane's own slot first. Had r been joined from the
+ * shared-memory loads and from the rare path's global ones, ptxas would make
+ * its first use wait for the dependency barrier of those global loads, which it
+ * shares with the group-byte and scale loads just sent for a later step: one
+ * whole memory latency per copy and step (the TACO recompress: 23% of its stall
+ * samples; H100, 2026-12-06). Without such loads (a compress, LOADS_SIDE) the
+ * join costs nothing. */
 template <int EB, int INFLIGHT>
 __device__ __forceinline__ void rows_take(uint4* area, bool fast, bool slot_only, const uint8_t* const* bytes, int i,
                                           size_t off, int nv, int lane, Row<EB>& r) {
@@ -241,7 +239,6 @@ __device__ __forceinline__ void rows_take(uint4* area, bool fast, bool slot_only
     } else {
         load_row_slow<EB>(bytes[i] + off, nv, r);
     }
-    __syncwarp(); /* the area may be refilled by the next issue */
 }
 
 /* This lane's row of the job's output `base` (the bytes of unit u0, EB per

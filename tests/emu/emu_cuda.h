@@ -150,6 +150,7 @@ static inline unsigned __reduce_max_sync(unsigned mask, unsigned v) { return (un
 unsigned char* emu_dynamic_smem();
 #define DYNAMIC_SMEM(name) unsigned char* name = emu_dynamic_smem() /* common/cuda_async.cuh */
 void cp_async16(void* smem, const void* gmem, bool valid);
+void cp_async4(void* smem, const void* gmem);
 void cp_async_commit();
 void emu_cp_async_wait(int n);
 template <int N>

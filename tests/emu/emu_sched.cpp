@@ -83,6 +83,7 @@ struct Copy {
     void* dst;
     const void* src;
     bool valid;
+    int n; /* bytes: 16 or 4 */
 };
 
 struct Fiber {
@@ -538,18 +539,23 @@ static bool in_smem(const void* p, size_t bytes) {
     return q >= g_smem && q + bytes <= g_smem + SMEM_BYTES;
 }
 
-void cp_async16(void* smem, const void* gmem, bool valid) {
-    if ((uintptr_t)smem & 15) emu_fail("cp.async destination not 16-byte aligned");
-    if (!in_smem(smem, 16)) emu_fail("cp.async destination outside dynamic shared memory");
-    if (valid) emu_check_global(gmem, 16, 16, "cp.async source");
-    else if ((uintptr_t)gmem & 15) emu_fail("cp.async source not 16-byte aligned");
+/* a cp.async of n bytes (16 or 4): checked, then landing at once or at its
+ * wait, at random, so a kernel that reads before waiting is caught */
+static void cp_async_n(void* smem, const void* gmem, bool valid, int n) {
+    const uintptr_t mis = (uintptr_t)(n - 1);
+    if ((uintptr_t)smem & mis) emu_fail(n == 16 ? "cp.async destination not 16-byte aligned" : "cp.async destination not 4-byte aligned");
+    if (!in_smem(smem, (size_t)n)) emu_fail("cp.async destination outside dynamic shared memory");
+    if (valid) emu_check_global(gmem, (size_t)n, (size_t)n, "cp.async source");
+    else if ((uintptr_t)gmem & mis) emu_fail("cp.async source not 16-byte aligned"); /* only cp_async16 zero-fills */
     if (emu_rand() & 1) { /* lands at once ... */
-        if (valid) memcpy(smem, gmem, 16);
-        else memset(smem, 0, 16);
+        if (valid) memcpy(smem, gmem, (size_t)n);
+        else memset(smem, 0, (size_t)n);
         return;
     }
-    fibers[cur].open.push_back(Copy{smem, gmem, valid}); /* ... or at its wait */
+    fibers[cur].open.push_back(Copy{smem, gmem, valid, n}); /* ... or at its wait */
 }
+void cp_async16(void* smem, const void* gmem, bool valid) { cp_async_n(smem, gmem, valid, 16); }
+void cp_async4(void* smem, const void* gmem) { cp_async_n(smem, gmem, true, 4); }
 void cp_async_commit() {
     Fiber& f = fibers[cur];
     f.groups.push_back(f.open);
@@ -559,8 +565,8 @@ void emu_cp_async_wait(int n) {
     Fiber& f = fibers[cur];
     while ((int)f.groups.size() > n) {
         for (const Copy& c : f.groups.front()) {
-            if (c.valid) memcpy(c.dst, c.src, 16);
-            else memset(c.dst, 0, 16);
+            if (c.valid) memcpy(c.dst, c.src, (size_t)c.n);
+            else memset(c.dst, 0, (size_t)c.n);
         }
         f.groups.pop_front();
     }
