@@ -43,7 +43,6 @@ using CRows = InRows<EB, COMPRESS_STAGES, LOADS_NONE>;
 template <int EB, int M>
 using DRows = InRows<EB, DECOMPRESS_STAGES, M>;
 
-
 /* one chunk range a compress launch works on */
 struct CJob {
     const void* x;     /* element 0 of the chunk's input */
@@ -143,13 +142,17 @@ enum OutKind { OUT_F32 = 0, OUT_BF16 = 1, OUT_AMAX = 2, OUT_RECOMP = 3, OUT_BF16
 
 /* How a decompress kernel's steps bring their group bytes and scales
  * (cuda_pipeline.cuh, Loads): in the side words for the fused recompress of
- * every FP8 shape but fp8_tensor's and for TACO at G = 128, whose kernels
- * they made 3-9% faster on an H100; in registers for the rest, where they
- * made TACO G=64's decode and reduce 4-5% slower at 256 MB, or changed
- * nothing (2026-12-07, compress/CUDA.md section 2). */
+ * the straight-line group shapes (TACO G=64, fp8_group G=128) and for TACO at
+ * G = 128, whose kernels they made 3-10% faster on an H100; in registers for
+ * the rest: they made TACO G=64's decode and reduce 4-5% slower at 256 MB
+ * and TACO G=256's recompress (SHAPE_ANY) 10-17% slower, and changed
+ * fp8_tensor's, fp8_group's decoders and int8_group's by under 1%
+ * (2026-12-07, compress/CUDA.md section 2). */
 template <int OUT, int SHAPE>
 __host__ __device__ constexpr int decompress_loads() {
-    return (OUT == OUT_RECOMP && SHAPE != SHAPE_TENSOR) || SHAPE == SHAPE_WIDE128 ? LOADS_SIDE : LOADS_REGS;
+    return (OUT == OUT_RECOMP && (SHAPE == SHAPE_GROUP64 || SHAPE == SHAPE_GROUP128)) || SHAPE == SHAPE_WIDE128
+               ? LOADS_SIDE
+               : LOADS_REGS;
 }
 
 /* ========================================================================== */
