@@ -305,6 +305,29 @@ t_emu_cuda_graph_nccl() {
     done
 }
 
+# TP = 2 on the NCCL backend with a checkpoint every 3 steps, resumed at step 3 with the graph
+# on: step 4 is the warm-up, 5 is captured, 6 replays, and the losses, norms and bytes of steps
+# 4-6 are the eager run's, bit for bit (no error samples: comm.stats_every=0)
+t_emu_cuda_graph_nccl_resume() {
+    local d=$T/emu_graph_nccl_resume
+    local a=(--set comm.backend=nccl --set compress.method=taco --set comm.allreduce=two_shot --set parallel.tp=2
+             --set compress.stats_every=0 --set checkpoint.every=3)
+    $TRAIN -x EMU_OWN_GPU=1 -np 2 $EMU_TRAIN "${EMU_CFG[@]}" "${a[@]}" --set train.cuda_graph=false \
+        --set log.dir=${d}_off > ${d}_off.out || return 1
+    $TRAIN -x EMU_OWN_GPU=1 -np 2 $EMU_TRAIN "${EMU_CFG[@]}" "${a[@]}" --set log.dir=${d}_on > ${d}_on.out || return 1
+    grep -q "^train.cuda_graph: step 2 captured" ${d}_on.out || { grep cuda_graph ${d}_on.out; return 1; }
+    rm -f ${d}_on/ckpt/*00000006*
+    $TRAIN -x EMU_OWN_GPU=1 -np 2 $EMU_TRAIN "${EMU_CFG[@]}" "${a[@]}" --set checkpoint.resume=true \
+        --set log.dir=${d}_on > ${d}_resume.out || return 1
+    grep -q "resumed from .* at step 3" ${d}_resume.out || return 1
+    grep "captured" ${d}_resume.out
+    grep -q "^train.cuda_graph: step 5 captured" ${d}_resume.out || return 1
+    local k
+    for k in loss grad_norm comm_bytes; do
+        python3 tests/compare_logs.py ${d}_on/log.jsonl ${d}_off/log.jsonl --key $k --exact --from-step 4 || return 1
+    done
+}
+
 run tp_equivalence t_tp_equivalence
 run one_shot_allreduce t_one_shot
 run allreduce_auto t_allreduce_auto
@@ -318,6 +341,7 @@ if [ -d "${CUDA_HOME:-/usr/local/cuda}/include" ]; then  # the emulated GPU trai
     run emu_cuda_graph_nonfinite_stops t_emu_cuda_graph_nonfinite
     run emu_cuda_graph_two_ranks_note t_emu_cuda_graph_two_ranks
     run emu_cuda_graph_nccl_eq_eager t_emu_cuda_graph_nccl
+    run emu_cuda_graph_nccl_resume t_emu_cuda_graph_nccl_resume
 fi
 run learns_default_data t_learns
 run taco_vs_none_300_steps t_taco_vs_none
