@@ -11,10 +11,11 @@
  * The host stages the batch and the step's scalars first (gpt_stage,
  * gpt_stage_step); the device part (train_step) then takes everything it
  * needs from backend memory and leaves the loss, the norm and the skip flag
- * there, so on one rank it queues without a single wait for the device,
- * and with train.cuda_graph it is captured once, after a warm-up step, and
- * replayed as one CUDA graph. The host reads the step's scalars once, after
- * the step.
+ * there, so on one rank (or several on the NCCL backend) it queues without
+ * a single wait for the device, and with train.cuda_graph it is captured
+ * once, after a warm-up step, and replayed as one CUDA graph; steps whose
+ * exchanges do host work run eagerly between replays (comm/step_graph.h).
+ * The host reads the step's scalars once, after the step.
  */
 #include <limits.h>
 #include <math.h>
