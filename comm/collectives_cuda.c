@@ -181,16 +181,11 @@ static cudaEvent_t ev_ag_h2d(const Call* C, int k) { return C->s->ev[EV_FIXED + 
  * after the step it captured, so a capture starts and ends with no call's
  * work in flight. (Two captures back to back, with no call between them,
  * would find the first one's record: the trainer makes one.) */
-static int capturing(cudaStream_t cs) {
-    enum cudaStreamCaptureStatus st;
-    CUDA_CHECK(cudaStreamIsCapturing(cs, &st));
-    return st != cudaStreamCaptureStatusNone;
-}
 static void end_record(CollScratchDev* s, cudaStream_t cs) {
     CUDA_CHECK(cudaEventRecord(s->ev[EV_END], cs));
-    s->end_captured = capturing(cs);
+    s->end_captured = cuda_stream_capturing(cs);
 }
-static int end_waitable(const CollScratchDev* s, cudaStream_t cs) { return s->end_captured == capturing(cs); }
+static int end_waitable(const CollScratchDev* s, cudaStream_t cs) { return s->end_captured == cuda_stream_capturing(cs); }
 
 static uint8_t* mpi_base(const Call* C) { return C->s->aware ? C->s->d_buf : C->s->h_buf; }
 

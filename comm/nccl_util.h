@@ -63,9 +63,7 @@ static inline void wd_event_wait(cudaEvent_t ev, MPI_Comm comm, const char* op) 
  * wait (comm_step_wait) watches the replay instead. */
 static inline void wd_stream_wait(cudaStream_t s, MPI_Comm comm, const char* op) {
     static cudaEvent_t ev = NULL;
-    enum cudaStreamCaptureStatus cap;
-    CUDA_CHECK(cudaStreamIsCapturing(s, &cap));
-    if (cap != cudaStreamCaptureStatusNone) return;
+    if (cuda_stream_capturing(s)) return;
     if (!ev) CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventRecord(ev, s));
     wd_event_wait(ev, comm, op);

@@ -170,6 +170,8 @@ void comm_setup_sites(Comm* c, int L, const CommPolicy* pol) {
 
 static void auto_decide(Comm* c);
 
+int comm_step_samples(const Comm* c) { return c->policy.stats_every > 0 && c->step % c->policy.stats_every == 0; }
+
 void comm_step_begin(Comm* c, int step) {
     if (c->policy.auto_select) auto_decide(c);
     c->step = step;
@@ -499,7 +501,7 @@ static void site_begin(Comm* c, TpSeg* x, SiteKind kind, int layer, const floatX
     wd_set_site(s->name);   /* what a watchdog report names; cleared in site_end */
     x->dump = c->train_mode && c->step == c->policy.dump_step && c->policy.dump_sites[0] && site_selected(c->policy.dump_sites, s->name);
     x->trial = c->train_mode && s->auto_pending; /* compress.method "auto": timed on both paths */
-    x->sample = c->train_mode && s->compressed && !x->trial && c->policy.stats_every > 0 && c->step % c->policy.stats_every == 0;
+    x->sample = c->train_mode && s->compressed && !x->trial && comm_step_samples(c);
     if (s->calibrating && c->train_mode) {
         if (c->step < c->policy.calib_steps) x->calibrate = 1;
         else calibrate_decide(c, s);   /* before anything is compressed with the group size */

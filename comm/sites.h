@@ -85,6 +85,9 @@ typedef struct CommSite {
 void comm_setup_sites(Comm* c, int L, const CommPolicy* policy);
 /* Resets the per-step statistics; step numbers the SR streams and samples. */
 void comm_step_begin(Comm* c, int step);
+/* 1 if the current step samples the compressed sites' error and reads their
+ * statistics (every policy.stats_every steps) */
+int comm_step_samples(const Comm* c);
 
 /* The TP exchange of the model: x[rows, cols] (backend memory, partial sums
  * on every TP rank) becomes the full sum on every TP rank. */

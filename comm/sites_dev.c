@@ -133,10 +133,7 @@ void sites_dev_mark(Comm* c, void* cs) {
     /* in a step captured into a CUDA graph, as a node of its own that each
      * replay records (a plain record would only be an edge of the graph) */
     const cudaStream_t st = cs ? (cudaStream_t)cs : cs_of();
-    enum cudaStreamCaptureStatus cap;
-    CUDA_CHECK(cudaStreamIsCapturing(st, &cap));
-    CUDA_CHECK(cudaEventRecordWithFlags(d->ev[d->ev_used++], st,
-                                        cap != cudaStreamCaptureStatusNone ? cudaEventRecordExternal : 0));
+    CUDA_CHECK(cudaEventRecordWithFlags(d->ev[d->ev_used++], st, cuda_stream_capturing(st) ? cudaEventRecordExternal : 0));
 }
 
 int sites_dev_marks(const Comm* c) { return c->sdev ? c->sdev->ev_used : 0; }

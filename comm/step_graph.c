@@ -3,7 +3,6 @@
  * graph (comm/step_graph.h says what qualifies and why).
  */
 #include <stdlib.h>
-#include <string.h>
 
 #include "comm/sites.h"
 #include "comm/step_graph.h"
@@ -51,7 +50,7 @@ int comm_step_plain(const Comm* c) {
     for (int i = 0; i < c->nsites; i++) {
         const CommSite* s = &c->sites[i];
         if (s->calibrating || s->auto_pending) return 0;
-        if (s->compressed && p->stats_every > 0 && c->step % p->stats_every == 0) return 0; /* a sampled step */
+        if (s->compressed && comm_step_samples(c)) return 0; /* the error sample's exact collective */
     }
     return 1;
 }

@@ -24,6 +24,14 @@
                         cudaGetErrorString(cuda_err_), cudaGetErrorName(cuda_err_));               \
     } while (0)
 
+/* 1 while stream s is being captured into a CUDA graph (work queued on it
+ * is recorded, not run: nothing may wait for it) */
+static inline int cuda_stream_capturing(cudaStream_t s) {
+    enum cudaStreamCaptureStatus st;
+    CUDA_CHECK(cudaStreamIsCapturing(s, &st));
+    return st != cudaStreamCaptureStatusNone;
+}
+
 /* After every launch: a bad launch configuration (grid, shared memory, ...)
  * shows up here at once; a fault inside a kernel surfaces at the next checked
  * synchronising call. */

@@ -367,7 +367,7 @@ int main(int argc, char** argv) {
 
         StepRecord rec = {done, cfg.train.steps, mean_loss, lr, norm, ms, (double)N * comm.dp_size / (ms / 1e3),
                           comm.step_bytes, comm.step_ms, -1.0f, 0};
-        rec.with_sites = comm.policy.stats_every > 0 && step % comm.policy.stats_every == 0;
+        rec.with_sites = comm_step_samples(&comm); /* (comm.step is this step's) */
         if (rec.with_sites) comm_sites_read(&comm); /* the one read of the step's site statistics */
         int last = done == cfg.train.steps;
         int eval = have_val && cfg.train.eval_every > 0 && (done % cfg.train.eval_every == 0 || last);

@@ -89,10 +89,9 @@ static void run_pending(void) {
     g->n = g_nops;
     memcpy(g->op, g_ops, sizeof(PendingOp) * (size_t)g_nops);
     g_nops = 0;
-    enum cudaStreamCaptureStatus cap;
-    CUDA_CHECK(cudaStreamIsCapturing(g_stream, &cap));
+    const int captured = cuda_stream_capturing(g_stream);
     CUDA_CHECK(emu_enqueue_host(g_stream, "an NCCL group", group_run, g));
-    if (cap == cudaStreamCaptureStatusNone) free(g);
+    if (!captured) free(g);
 }
 
 static void push(int send, const void* buf, size_t count, ncclDataType_t t, int peer, ncclComm_t comm,
@@ -181,9 +180,8 @@ ncclResult_t ncclAllGather(const void* sendbuf, void* recvbuf, size_t count, ncc
     if (g_depth > 0) FATAL("nccl_emu: an all-gather inside a group (not emulated)");
     AllGather* a = mallocCheck(sizeof(AllGather));
     *a = (AllGather){sendbuf, recvbuf, b, comm};
-    enum cudaStreamCaptureStatus cap;
-    CUDA_CHECK(cudaStreamIsCapturing(s, &cap));
+    const int captured = cuda_stream_capturing(s);
     CUDA_CHECK(emu_enqueue_host(s, "ncclAllGather", allgather_run, a));
-    if (cap == cudaStreamCaptureStatusNone) free(a);
+    if (!captured) free(a);
     return ncclSuccess;
 }
