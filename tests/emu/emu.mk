@@ -42,7 +42,7 @@ EMU_CFLAGS := -std=c11 -O2 -fopenmp -Wall -Wextra -ffp-contract=off -D_GNU_SOURC
 DEPFLAGS = -MMD -MP -MF $(@:.o=.dep)
 SED_LAUNCH := s/([A-Za-z_][A-Za-z0-9_]*(<[^<>;]*>)?)<<<(.*)>>>\(/emu_launch(\1, \3)(/
 
-EMU_RT   := $(E)/tests/emu/emu_sched.o $(E)/tests/emu/emu_wgmma.o $(E)/tests/emu/emu_runtime.o $(E)/tests/emu/emu_cublaslt.o
+EMU_RT   := $(E)/tests/emu/emu_sched.o $(E)/tests/emu/emu_wgmma.o $(E)/tests/emu/emu_tma.o $(E)/tests/emu/emu_runtime.o $(E)/tests/emu/emu_cublaslt.o
 EMU_REF  := $(patsubst %.c,$(E)/%.o,$(wildcard compress/*.c) comm/collectives.c comm/watchdog.c common/check.c)
 OPS_OBJS := $(patsubst %.cu,$(E)/%.o,$(wildcard ops/*.cu))
 CMP_OBJ  := $(patsubst %.cu,$(E)/%.o,$(wildcard compress/*.cu))

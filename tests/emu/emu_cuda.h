@@ -15,9 +15,10 @@
  *
  * The files: this header (force-included, g++ -include, into every C++
  * translation unit of an emulated build); emu_sched.cpp (the SIMT scheduler,
- * the launches, the warp primitives), emu_runtime.cpp (the CUDA runtime:
- * memory, streams, events, errors) and emu_cublaslt.cpp (cuBLASLt), which
- * share emu_internal.h; curand_kernel.h (stands in for cuRAND's device
+ * the launches, the warp primitives), emu_wgmma.cpp (the warpgroup MMA),
+ * emu_tma.cpp (TMA tile copies, mbarriers, the driver's tensor-map encoder),
+ * emu_runtime.cpp (the CUDA runtime: memory, streams, events, errors) and
+ * emu_cublaslt.cpp (cuBLASLt), which share emu_internal.h; curand_kernel.h (stands in for cuRAND's device
  * header: this directory goes first on the include path); nccl_emu.c (NCCL
  * over MPI, linked in place of libnccl). The real
  * CUDA headers supply the types (cudaError_t, __nv_bfloat16, __nv_fp8_*,
@@ -48,14 +49,20 @@
  *   - __syncthreads completes when every thread of the block is there; a
  *     barrier after some threads exited, or threads waiting at a barrier
  *     while others wait at a warp collective (a deadlock on the GPU), stop
- *     the run with an error.
+ *     the run with an error;
+ *   - an mbarrier wait (common/cuda_tma.cuh) parks the thread until the
+ *     phase it waits for completes; nothing left that could complete it is
+ *     reported as a deadlock (emu_tma.cpp).
  * Memory: device memory is host memory. cudaMalloc'd blocks are filled with
  * 0xA5 (fresh device memory is not zero) and carry guard zones from their
  * exact end, checked after every launch and at cudaFree (an out-of-bounds
  * write names the launch); __ldg and cp.async sources must lie inside an
  * allocation and be aligned (an out-of-bounds read is caught too). Dynamic
  * shared memory is NaN-filled (0xFF bytes) before each block; cp.async
- * copies land at random either at issue or at the wait that retires them.
+ * copies land at random either at issue or at the wait that retires them,
+ * TMA tile copies at issue or at the first wait on their mbarrier (their
+ * destination NaN until then), and a copy still in flight at the block's end
+ * is an error.
  * Launches fail as the runtime would (bad grid/block, more dynamic shared
  * memory than the kernel's attribute allows). Streams and events are
  * synchronous: queued work runs when it is queued, except on a stream being
@@ -85,7 +92,9 @@
 #define __noinline__
 #define __launch_bounds__(...)
 #define __shared__ static /* blocks run one after another: one instance, shared by the block's threads */
+#define __grid_constant__
 
+#include <cuda.h> /* CUtensorMap (common/cuda_tma.cuh) */
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <float.h>
@@ -186,6 +195,16 @@ static inline void wg_mma_rs(float (&d)[8][4], const uint32_t (&a)[4], uint64_t 
 }
 /* every lane's four words, for each lane (a warp collective; valid until the next one) */
 const uint32_t (*emu_warp_gather4(const uint32_t (&v)[4]))[4];
+
+/* ---- common/cuda_tma.cuh's tile copies and mbarriers (tests/emu/emu_tma.cpp) -------------
+ * A copy lands at random at issue or at the first wait on its barrier (NaN until then); a
+ * wait for a phase not yet complete parks the thread until it is. */
+void mbar_init(uint64_t* bar, unsigned count);
+static inline void mbar_init_fence() {}
+void mbar_expect_tx(uint64_t* bar, unsigned bytes);
+void mbar_wait(uint64_t* bar, unsigned parity);
+void tma_load_2d(void* dst, const CUtensorMap* map, int c0, int c1, uint64_t* bar);
+void tma_load_3d(void* dst, const CUtensorMap* map, int c0, int c1, int c2, uint64_t* bar);
 
 /* ---- arithmetic and bit intrinsics (the host's IEEE operations) -------------------------- */
 #define __log2f log2f

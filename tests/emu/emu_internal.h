@@ -4,6 +4,7 @@
  * the error exit, and the runtime's checks that the launches and cuBLASLt make.
  *   emu_sched.cpp    the SIMT scheduler, launches, warp primitives; emu_fail
  *   emu_wgmma.cpp    the warpgroup MMA (wgmma) of ops/wgmma.cuh
+ *   emu_tma.cpp      the TMA tile copies and mbarriers of common/cuda_tma.cuh
  *   emu_runtime.cpp  the CUDA runtime: memory and its guard zones, streams,
  *                    events, errors, device queries
  *   emu_cublaslt.cpp cuBLASLt's matmul on host memory
@@ -26,6 +27,19 @@ extern cudaError_t last_error;                      /* what cudaGetLastError ret
 void check_stream(cudaStream_t s, const char* what); /* a live stream, or a default one */
 void check_all_guards(const char* when);             /* every device block's guard zones intact */
 int kernel_smem_limit(const void* fn);               /* dynamic shared memory allowed for kernel fn */
+
+/* emu_sched.cpp: a random bit of the scheduler's generator (EMU_SEED); the thread parks
+ * until the mbarrier at shared offset off has completed its phase of this parity */
+bool emu_rand_bit();
+void emu_park_mbar(uint32_t off, unsigned parity);
+
+/* emu_tma.cpp: whether that phase has completed (landing the copies that were waiting
+ * for a reader); the mbarriers' state at a block's start and end; the encoder that
+ * cudaGetDriverEntryPointByVersion hands out for cuTensorMapEncodeTiled */
+bool mbar_phase_done(uint32_t off, unsigned parity);
+void tma_block_start();
+void tma_block_end();
+void* tma_encode_entry();
 
 } /* namespace emu */
 

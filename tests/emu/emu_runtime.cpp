@@ -303,6 +303,16 @@ cudaError_t CUDARTAPI cudaGetDeviceProperties(cudaDeviceProp* prop, int device) 
     prop->sharedMemPerBlockOptin = 227 * 1024;
     return cudaSuccess;
 }
+/* the driver's entry points: only the tensor-map encoder (common/cuda_tma.cuh) */
+cudaError_t CUDARTAPI cudaGetDriverEntryPointByVersion(const char* symbol, void** funcPtr, unsigned int cudaVersion,
+                                                       unsigned long long flags,
+                                                       cudaDriverEntryPointQueryResult* status) {
+    (void)cudaVersion, (void)flags;
+    const bool known = symbol && strcmp(symbol, "cuTensorMapEncodeTiled") == 0;
+    *funcPtr = known ? tma_encode_entry() : nullptr;
+    if (status) *status = known ? cudaDriverEntryPointSuccess : cudaDriverEntryPointSymbolNotFound;
+    return cudaSuccess;
+}
 cudaError_t CUDARTAPI cudaDeviceGetAttribute(int* value, enum cudaDeviceAttr attr, int device) {
     if (device != 0) return cudaErrorInvalidDevice;
     switch (attr) {

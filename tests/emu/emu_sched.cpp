@@ -77,7 +77,7 @@ emu_switch:
 namespace {
 
 enum { STACK = 256 * 1024 };
-enum { RUN = 0, WAIT_WARP, WAIT_BAR, DONE };
+enum { RUN = 0, WAIT_WARP, WAIT_BAR, WAIT_MBAR, DONE };
 
 struct Copy {
     void* dst;
@@ -99,6 +99,8 @@ struct Fiber {
     uint32_t a[4], b[2], r[4];  /* mma A, B (a: also a gather's words); ldmatrix result */
     uint32_t gathered[32][4];   /* emu_warp_gather4: every lane's a[] */
     float c[4];                 /* mma accumulators in, then out */
+    uint32_t mbar;              /* WAIT_MBAR: the mbarrier (shared offset) and phase parity awaited */
+    unsigned parity;
     /* cp.async: copies issued but not committed, committed groups not yet waited for */
     std::vector<Copy> open;
     std::deque<std::vector<Copy>> groups;
@@ -407,6 +409,9 @@ void run_block() {
     std::vector<int> runnable;
     runnable.reserve(nwarps);
     for (;;) {
+        /* threads waiting on an mbarrier whose phase has completed run again */
+        for (int i = 0; i < nthreads; i++)
+            if (fibers[i].state == WAIT_MBAR && mbar_phase_done(fibers[i].mbar, fibers[i].parity)) fibers[i].state = RUN;
         /* the warps with a lane that can run; resume a random non-empty subset */
         runnable.clear();
         for (int w = 0; w < nwarps; w++) {
@@ -445,6 +450,12 @@ void run_block() {
         for (int i = 0; i < nthreads; i++) {
             const int s = fibers[i].state;
             if (s != DONE) live++;
+            if (s == WAIT_MBAR) {
+                cur = i;
+                set_thread_coords(i);
+                emu_fail("deadlock: a thread waits on an mbarrier (shared offset %u, parity %u) whose phase "
+                         "nothing left running can complete", fibers[i].mbar, fibers[i].parity);
+            }
             if (s == WAIT_BAR && at_bar++ == 0) first_bar = i;
             if (s == WAIT_WARP && at_warp++ == 0) first_warp = i;
         }
@@ -507,7 +518,9 @@ void emu_run_grid(const void* fn, const char* file, int line, dim3 grid, dim3 bl
             for (unsigned x = 0; x < grid.x; x++) {
                 blockIdx = make_uint3(x, y, z);
                 memset(g_smem, 0xFF, smem ? smem : 16); /* NaN bytes: reads of unset data are loud */
+                tma_block_start();
                 run_block();
+                tma_block_end();
             }
     check_all_guards("after the kernel");
     nthreads = 0;
@@ -526,6 +539,15 @@ uint64_t emu_warp_op(int op, int param, uint64_t value, unsigned mask) {
 }
 
 void emu_syncthreads(void) { park(WAIT_BAR); }
+
+bool emu::emu_rand_bit() { return emu_rand() & 1; }
+
+void emu::emu_park_mbar(uint32_t off, unsigned parity) {
+    if (cur < 0) emu_fail("mbar_wait outside a kernel");
+    fibers[cur].mbar = off;
+    fibers[cur].parity = parity;
+    park(WAIT_MBAR);
+}
 
 unsigned char* emu_dynamic_smem() { return g_smem; }
 uint32_t smem_u32(const void* p) {
