@@ -64,15 +64,17 @@ __device__ __forceinline__ void attn_bwd_rows_d(float (&Dr)[2], float* Dbuf, flo
 template <int HS, bool WG>
 struct DkvCfg {
     static constexpr int BN = 64, BQ = HS <= 64 ? 64 : 32, STR = att_stride<HS, WG>(), NS = HS <= 64 ? ATT_STAGES : 2;
+    /* WG: the alignment, and NS + 1 mbarriers (the stages', K and V's) */
     static constexpr size_t SMEM = (size_t)(2 * BN + 2 * NS * BQ) * STR * sizeof(bf16) + 2 * NS * BQ * sizeof(float) +
-                                   (WG ? WG_TILE_ALIGN : 0);
+                                   (WG ? WG_TILE_ALIGN + (NS + 1) * sizeof(uint64_t) : 0);
     static constexpr int MINB = WG ? ATT_WG_BWD_MINB : HS <= 64 ? ATT_BWD_MINB : 2;
 };
 
 template <int HS, bool WG>
 __global__ void __launch_bounds__(ATT_THREADS, DkvCfg<HS, WG>::MINB)
 attn_bwd_dkdv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* Dbuf,
-                     int B, int T, int NH, int NKV, float scale_log2, float scale, int rows16, int raster) {
+                     int B, int T, int NH, int NKV, float scale_log2, float scale, int rows16, int raster,
+                     const __grid_constant__ AttMaps maps) {
     using Cfg = DkvCfg<HS, WG>;
     constexpr int BN = Cfg::BN, BQ = Cfg::BQ, STR = Cfg::STR, NS = Cfg::NS;
     constexpr int KS = HS / 16;
@@ -85,6 +87,9 @@ attn_bwd_dkdv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float*
     bf16* sO = sQ + NS * BQ * STR;                /* dO, [NS][BQ][STR] */
     float* sL = reinterpret_cast<float*>(sO + NS * BQ * STR); /* lse, [NS][BQ] */
     float* sD = sL + NS * BQ;                                 /* D, [NS][BQ] */
+    /* WG: the mbarriers (common/cuda_tma.cuh) of the stages' fills, full[NS], and of K and V */
+    [[maybe_unused]] uint64_t* full = reinterpret_cast<uint64_t*>(sD + NS * BQ);
+    [[maybe_unused]] uint64_t* kvbar = full + NS;
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const AttBlock blk = att_block(NKV, NKV * B, (T + BN - 1) / BN, raster);
@@ -109,11 +114,25 @@ attn_bwd_dkdv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float*
      * group + gh, query tile qt0 + qi */
     auto load_step = [&](int stage, int gh, int qi) {
         const int h = kvh * group + gh, q0 = (qt0 + qi) * BQ;
-        load_q(sQ + stage * BQ * STR, qb + (size_t)h * HS, q0, T);
-        load_o(sO + stage * BQ * STR, ob + (size_t)h * HS, q0, T);
+        if constexpr (WG) { /* one thread's copies, counted on the stage's mbarrier */
+            if (threadIdx.x == 0) {
+                uint64_t* bar = full + stage;
+                mbar_expect_tx(bar, 2 * ATT_TILE_BYTES + (rows16 ? 2 * ATT_ROW_BYTES : 0));
+                tma_load_3d(sQ + stage * BQ * STR, &maps.qkv, h * HS, q0, b, bar);
+                tma_load_3d(sO + stage * BQ * STR, &maps.dout, h * HS, q0, b, bar);
+                if (rows16) {
+                    tma_load_2d(sL + stage * BQ, &maps.lse, q0, b * NH + h, bar);
+                    tma_load_2d(sD + stage * BQ, &maps.dsum, q0, b * NH + h, bar);
+                }
+            }
+            if (rows16) return; /* else the rows as below, published by the steps' barriers */
+        } else {
+            load_q(sQ + stage * BQ * STR, qb + (size_t)h * HS, q0, T);
+            load_o(sO + stage * BQ * STR, ob + (size_t)h * HS, q0, T);
+        }
         const float* lg = lse + ((size_t)b * NH + h) * T;
         const float* dg = Dbuf + ((size_t)b * NH + h) * T;
-        if (rows16) { /* lse and D rows 16-byte aligned (T % 4 == 0): copied with the tiles, no wait here */
+        if (!WG && rows16) { /* lse and D rows 16-byte aligned (T % 4 == 0): copied with the tiles, no wait here */
             for (int c = threadIdx.x; c < BQ / 4; c += ATT_THREADS) {
                 const int q = q0 + 4 * c;
                 const bool ok = q < T; /* the 4 rows of a chunk are all inside T or all past it */
@@ -129,21 +148,42 @@ attn_bwd_dkdv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float*
         }
     };
 
-    /* Steps are loaded DIST = NS - 1 ahead, one commit group each (empty past the
-     * last step, so that "at most DIST - 1 groups in flight" always means this
-     * step's tiles have landed). Step it + DIST goes into step it - 1's stage, after
-     * the barrier that every warp passes once done with step it - 1. */
+    /* Steps are loaded DIST = NS - 1 ahead. Step it + DIST goes into step it - 1's
+     * stage, after the barrier that every warp passes once done with step it - 1.
+     * mma.sync: one cp.async commit group per step (empty past the last step, so that
+     * "at most DIST - 1 groups in flight" always means this step's tiles have landed).
+     * WG: by TMA from one thread, each stage's fill counted on its mbarrier, which the
+     * step waits on. (Each warp telling an "empty" mbarrier when done with a stage, and
+     * the loading thread waiting on that instead of the block's barrier, was slower: H100,
+     * 2026-12-07, ops/CUDA.md.) */
     constexpr int DIST = NS - 1;
     int lh = 0, lq = 0; /* the head in the group and query tile of the next step to load */
     auto advance = [&](int& h_, int& q_) {
         if (++q_ == nq) q_ = 0, h_++;
     };
-    load_tile<BN, HS, WG>(sK, kg, rs, k0, T);
-    load_tile<BN, HS, WG>(sV, vg, rs, k0, T);
-    for (int d = 0; d < DIST; d++) { /* K and V join the first step's group */
-        if (d < nsteps) load_step(d, lh, lq);
-        advance(lh, lq);
-        cp_async_commit();
+    if constexpr (WG) {
+        if (threadIdx.x == 0) {
+            for (int i = 0; i <= NS; i++) mbar_init(full + i, 1); /* full[NS] is kvbar */
+            mbar_init_fence();
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            mbar_expect_tx(kvbar, 2 * ATT_TILE_BYTES);
+            tma_load_3d(sK, &maps.qkv, (NH + kvh) * HS, k0, b, kvbar);
+            tma_load_3d(sV, &maps.qkv, (NH + NKV + kvh) * HS, k0, b, kvbar);
+        }
+        for (int d = 0; d < DIST; d++) {
+            if (d < nsteps) load_step(d, lh, lq);
+            advance(lh, lq);
+        }
+    } else {
+        load_tile<BN, HS, WG>(sK, kg, rs, k0, T);
+        load_tile<BN, HS, WG>(sV, vg, rs, k0, T);
+        for (int d = 0; d < DIST; d++) { /* K and V join the first step's group */
+            if (d < nsteps) load_step(d, lh, lq);
+            advance(lh, lq);
+            cp_async_commit();
+        }
     }
 
     const int g = lane >> 2, t4 = lane & 3;
@@ -157,12 +197,22 @@ attn_bwd_dkdv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float*
 
     /* the step's stage (it % NS), head in the group (it / nq) and query tile (it % nq),
      * counted rather than divided for */
+    unsigned par = 0; /* WG: the parity of stage st's fill this step waits for */
     for (int it = 0, st = 0, gh = 0, qi = 0; it < nsteps; it++) {
-        att_tiles_landed<DIST - 1, WG>();
-        __syncthreads();
-        if (it + DIST < nsteps) load_step(st == 0 ? NS - 1 : st - 1, lh, lq);
-        advance(lh, lq);
-        cp_async_commit();
+        const int prev = st == 0 ? NS - 1 : st - 1; /* step it - 1's stage, refilled with step it + DIST */
+        if constexpr (WG) {
+            __syncthreads(); /* every warp is done with step it - 1 (its products retired) */
+            if (it + DIST < nsteps) load_step(prev, lh, lq);
+            advance(lh, lq);
+            if (it == 0) mbar_wait(kvbar, 0);
+            mbar_wait(full + st, par);
+        } else {
+            att_tiles_landed<DIST - 1, WG>();
+            __syncthreads();
+            if (it + DIST < nsteps) load_step(prev, lh, lq);
+            advance(lh, lq);
+            cp_async_commit();
+        }
         const bf16* cQ = sQ + st * BQ * STR;
         const bf16* cO = sO + st * BQ * STR;
         const float* cL = sL + st * BQ;
@@ -265,6 +315,7 @@ attn_bwd_dkdv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float*
             mma_pb<STR>(dk, da, cQ, lane);
         }
         st = st + 1 == NS ? 0 : st + 1;
+        if (st == 0) par ^= 1u;
         advance(gh, qi);
     }
 
@@ -291,14 +342,17 @@ attn_bwd_dkdv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float*
 template <int HS, bool WG>
 struct DqCfg {
     static constexpr int BM = 64, BN = HS <= 64 ? 64 : 32, STR = att_stride<HS, WG>(), NS = HS <= 64 ? ATT_STAGES : 2;
-    static constexpr size_t SMEM = (size_t)(3 * BM + 2 * NS * BN) * STR * sizeof(bf16) + (WG ? WG_TILE_ALIGN : 0);
+    /* WG: the alignment, and NS + 1 mbarriers (the K/V stages', Q, dO and out's) */
+    static constexpr size_t SMEM = (size_t)(3 * BM + 2 * NS * BN) * STR * sizeof(bf16) +
+                                   (WG ? WG_TILE_ALIGN + (NS + 1) * sizeof(uint64_t) : 0);
     static constexpr int MINB = WG ? ATT_WG_BWD_MINB : HS <= 64 ? ATT_BWD_MINB : 2;
 };
 
 template <int HS, bool WG>
 __global__ void __launch_bounds__(ATT_THREADS, DqCfg<HS, WG>::MINB)
 attn_bwd_dq_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* lse, float* Dbuf,
-                   int B, int T, int NH, int NKV, float scale_log2, float scale, int raster) {
+                   int B, int T, int NH, int NKV, float scale_log2, float scale, int raster,
+                   const __grid_constant__ AttMaps maps) {
     using Cfg = DqCfg<HS, WG>;
     constexpr int BM = Cfg::BM, BN = Cfg::BN, STR = Cfg::STR, NS = Cfg::NS;
     constexpr int KS = HS / 16;
@@ -310,6 +364,9 @@ attn_bwd_dq_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* ou
     bf16* sK = sO + BM * STR;                     /* [NS][BN][STR] */
     bf16* sV = sK + NS * BN * STR;                /* [NS][BN][STR] */
     bf16* sOut = sV + NS * BN * STR;              /* out [BM][STR]: D of the rows */
+    /* WG: the mbarriers (common/cuda_tma.cuh) of the K/V stages' fills, full[NS], and of Q, dO and out */
+    [[maybe_unused]] uint64_t* full = reinterpret_cast<uint64_t*>(sOut + BM * STR);
+    [[maybe_unused]] uint64_t* qbar = full + NS;
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int nqt = (T + BM - 1) / BM;
@@ -326,12 +383,35 @@ attn_bwd_dq_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* ou
     const int nkt = min((T + BN - 1) / BN, (q0 + BM - 1) / BN + 1);
 
     const TileLoader<BN, HS, WG> load_kv(rs);
-    load_tile<BM, HS, WG>(sQ, qg, rs, q0, T);
-    load_tile<BM, HS, WG>(sO, og, os, q0, T);
-    load_tile<BM, HS, WG>(sOut, out + (size_t)b * T * os + (size_t)h * HS, os, q0, T);
-    load_kv(sK, kg, 0, T);
-    load_kv(sV, vg, 0, T);
-    cp_async_commit();
+    /* WG: key tile j's K and V by TMA into stage j % NS, counted on that stage's barrier */
+    const int kvcol = (NH + h / (NH / NKV)) * HS; /* this head's k columns in qkv; v's NKV * HS on */
+    auto tma_kv = [&](int stage, int j) {
+        mbar_expect_tx(full + stage, 2 * ATT_TILE_BYTES);
+        tma_load_3d(sK + stage * BN * STR, &maps.qkv, kvcol, j * BN, b, full + stage);
+        tma_load_3d(sV + stage * BN * STR, &maps.qkv, kvcol + NKV * HS, j * BN, b, full + stage);
+    };
+    if constexpr (WG) {
+        if (threadIdx.x == 0) {
+            for (int i = 0; i <= NS; i++) mbar_init(full + i, 1); /* full[NS] is qbar */
+            mbar_init_fence();
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            mbar_expect_tx(qbar, 3 * ATT_TILE_BYTES);
+            tma_load_3d(sQ, &maps.qkv, h * HS, q0, b, qbar);
+            tma_load_3d(sO, &maps.dout, h * HS, q0, b, qbar);
+            tma_load_3d(sOut, &maps.out, h * HS, q0, b, qbar);
+            tma_kv(0, 0);
+            if (nkt > 1) tma_kv(1, 1);
+        }
+    } else {
+        load_tile<BM, HS, WG>(sQ, qg, rs, q0, T);
+        load_tile<BM, HS, WG>(sO, og, os, q0, T);
+        load_tile<BM, HS, WG>(sOut, out + (size_t)b * T * os + (size_t)h * HS, os, q0, T);
+        load_kv(sK, kg, 0, T);
+        load_kv(sV, vg, 0, T);
+        cp_async_commit();
+    }
 
     const int g = lane >> 2, t4 = lane & 3;
     const int qrow0 = q0 + warp * 16 + g;
@@ -360,8 +440,12 @@ attn_bwd_dq_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* ou
      * the barrier that publishes tile j + 1. */
     static_assert(!WG || NS >= 3, "the overlapped steps refill a stage two tiles on");
     float s[NT][4], dp[NT][4];
-    att_tiles_landed<0, WG>(); /* Q, dO, out and the first K, V tile */
-    __syncthreads();
+    if constexpr (WG) {
+        mbar_wait(qbar, 0); /* Q, dO and out */
+    } else {
+        att_tiles_landed<0, WG>(); /* Q, dO, out and the first K, V tile */
+        __syncthreads();
+    }
     attn_bwd_rows_d<HS, WG, STR>(Dr, Dbuf + ((size_t)b * NH + h) * T, sD[warp], sO, sOut, warp * 16, q0, T, lane, g);
     if constexpr (!WG) {
 #pragma unroll
@@ -370,16 +454,18 @@ attn_bwd_dq_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* ou
             load_a<STR>(of[ks], sO, warp * 16, ks * 16, lane);
         }
     }
-    if (nkt > 1) {
+    if (!WG && nkt > 1) {
         load_kv(sK + BN * STR, kg, BN, T);
         load_kv(sV + BN * STR, vg, BN, T);
         cp_async_commit();
     }
 
+    unsigned par = 0; /* WG: the parity of stage st's fill that step j waits for */
     for (int j = 0, st = 0; j < nkt; j++) {
         const bf16* cK = sK + st * BN * STR;
         const bf16* cV = sV + st * BN * STR;
         const int k0 = j * BN;
+        if constexpr (WG) mbar_wait(full + st, par);
 
         /* S = Q K^T (16 queries x BN keys per warp); WG: dP = dO V^T is issued with it,
          * and the wait for S also retires the step before's dQ product */
@@ -440,14 +526,19 @@ attn_bwd_dq_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* ou
         if (j + 1 < nkt) {
             const int nx = st + 1 == NS ? 0 : st + 1;   /* tile j + 1's stage */
             const int n2 = nx + 1 == NS ? 0 : nx + 1;   /* tile j + 2's: tile j - 1's */
-            att_tiles_landed<0, WG>(); /* tile j + 1 */
+            if constexpr (!WG) att_tiles_landed<0, WG>(); /* tile j + 1 (WG: waited for by the next step) */
             __syncthreads();
             if (j + 2 < nkt) {
-                load_kv(sK + n2 * BN * STR, kg, (j + 2) * BN, T);
-                load_kv(sV + n2 * BN * STR, vg, (j + 2) * BN, T);
-                cp_async_commit();
+                if constexpr (WG) {
+                    if (threadIdx.x == 0) tma_kv(n2, j + 2);
+                } else {
+                    load_kv(sK + n2 * BN * STR, kg, (j + 2) * BN, T);
+                    load_kv(sV + n2 * BN * STR, vg, (j + 2) * BN, T);
+                    cp_async_commit();
+                }
             }
             st = nx;
+            if (st == 0) par ^= 1u;
         }
     }
     if constexpr (WG) {

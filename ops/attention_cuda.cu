@@ -13,7 +13,8 @@
  * Tensor cores through mma.sync.m16n8k16 (bf16 in, fp32 accumulate) with
  * ldmatrix loads from shared memory, and cp.async tile loads in 2-3 stages;
  * at hs = 64 on Hopper through the warpgroup MMA instead (ops/wgmma.cuh, the
- * kernels' WG form; attention_cuda_init decides, ops/CUDA.md has the numbers).
+ * kernels' WG form; attention_cuda_init decides, ops/CUDA.md has the numbers),
+ * the backward's tiles then coming by TMA (common/cuda_tma.cuh; att_maps).
  * Every kernel uses 4 warps; each warp owns 16 rows of the block's tile, so a
  * warp's softmax statistics and accumulators never leave its registers.
  *
@@ -150,6 +151,38 @@ static void attn_forward_launch(bf16* out, float* lse, const bf16* qkv, int B, i
     else attn_forward_run<HS, false>(out, lse, qkv, B, T, NH, NKV);
 }
 
+/* Whether the per-row lse and D of the backward can be copied in 16-byte pieces (cp.async)
+ * or as TMA rows (a row stride of whole 16 bytes): T % 4 == 0 and aligned bases */
+static int att_rows16(int T, const float* lse, const float* Dbuf) {
+    return T % 4 == 0 && is_aligned16(lse) && is_aligned16(Dbuf);
+}
+
+/* The tensors the WG backward kernels copy by TMA (AttMaps), described anew at each call
+ * (a few microseconds of host time; a captured graph keeps the values it was given) */
+static AttMaps att_maps(const bf16* qkv, const bf16* dout, const bf16* out, const float* lse, const float* Dbuf,
+                        int B, int T, int NH, int NKV, int HS) {
+    AttMaps m;
+    memset(&m, 0, sizeof m);
+    const uint32_t tile[3] = {64, 64, 1}, rows[2] = {64, 1};
+    const uint64_t c3 = (uint64_t)(NH + 2 * NKV) * HS, co = (uint64_t)NH * HS;
+    const uint64_t dq[3] = {c3, (uint64_t)T, (uint64_t)B}, sq[2] = {c3 * 2, c3 * 2 * T};
+    const uint64_t d_o[3] = {co, (uint64_t)T, (uint64_t)B}, s_o[2] = {co * 2, co * 2 * T};
+    tma_map_encode(&m.qkv, "attention_backward (qkv)", CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, qkv, dq, sq, tile,
+                   CU_TENSOR_MAP_SWIZZLE_128B);
+    tma_map_encode(&m.dout, "attention_backward (dout)", CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, dout, d_o, s_o, tile,
+                   CU_TENSOR_MAP_SWIZZLE_128B);
+    tma_map_encode(&m.out, "attention_backward (out)", CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, out, d_o, s_o, tile,
+                   CU_TENSOR_MAP_SWIZZLE_128B);
+    if (att_rows16(T, lse, Dbuf)) {
+        const uint64_t dl[2] = {(uint64_t)T, (uint64_t)B * NH}, sl[1] = {(uint64_t)T * sizeof(float)};
+        tma_map_encode(&m.lse, "attention_backward (lse)", CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, lse, dl, sl, rows,
+                       CU_TENSOR_MAP_SWIZZLE_NONE);
+        tma_map_encode(&m.dsum, "attention_backward (D)", CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, Dbuf, dl, sl, rows,
+                       CU_TENSOR_MAP_SWIZZLE_NONE);
+    }
+    return m;
+}
+
 /* the dQ kernel, which also writes D = rowsum(dout * out), then the dK/dV kernel, which reads it */
 template <int HS, bool WG>
 static void attn_backward_run(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* lse,
@@ -159,12 +192,15 @@ static void attn_backward_run(bf16* dqkv, const bf16* dout, const bf16* qkv, con
     const float scale = 1.0f / sqrtf((float)HS);
     const float scale_log2 = LOG2E * scale;
     float* Dbuf = (float*)cuda_scratch(SCRATCH_ATTN_D, (size_t)B * NH * T * sizeof(float));
+    AttMaps maps;
+    if (WG) maps = att_maps(qkv, dout, out, lse, Dbuf, B, T, NH, NKV, HS);
+    else memset(&maps, 0, sizeof maps);
     {
         const size_t smem = DqCfg<HS, WG>::SMEM;
         attn_set_smem(attn_bwd_dq_kernel<HS, WG>, smem, &smem_dq);
         const unsigned blocks = (unsigned)(NH * B) * ((T + DqCfg<HS, WG>::BM - 1) / DqCfg<HS, WG>::BM);
         attn_bwd_dq_kernel<HS, WG><<<blocks, ATT_THREADS, smem, s>>>(dqkv, dout, qkv, out, lse, Dbuf, B, T, NH, NKV,
-                                                                     scale_log2, scale, att_raster(NH * B, T, HS));
+                                                                     scale_log2, scale, att_raster(NH * B, T, HS), maps);
         CUDA_CHECK_LAUNCH("attn_bwd_dq_kernel");
     }
     {
@@ -173,10 +209,10 @@ static void attn_backward_run(bf16* dqkv, const bf16* dout, const bf16* qkv, con
         /* one block per kv head, batch row and key tile */
         const unsigned blocks = (unsigned)(NKV * B) * ((T + DkvCfg<HS, WG>::BN - 1) / DkvCfg<HS, WG>::BN);
         /* the per-step lse and D rows go by cp.async when they are 16-byte aligned */
-        const int rows16 = T % 4 == 0 && is_aligned16(lse) && is_aligned16(Dbuf);
+        const int rows16 = att_rows16(T, lse, Dbuf);
         attn_bwd_dkdv_kernel<HS, WG><<<blocks, ATT_THREADS, smem, s>>>(dqkv, dout, qkv, lse, Dbuf, B, T, NH, NKV,
                                                                        scale_log2, scale, rows16,
-                                                                       att_raster(NKV * B, T, HS * (NH / NKV)));
+                                                                       att_raster(NKV * B, T, HS * (NH / NKV)), maps);
         CUDA_CHECK_LAUNCH("attn_bwd_dkdv_kernel");
     }
 }

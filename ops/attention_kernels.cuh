@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "common/cuda_async.cuh"
+#include "common/cuda_tma.cuh"
 #include "ops/wgmma.cuh"
 
 #define ATT_THREADS 128 /* 4 warps */
@@ -228,6 +229,19 @@ __device__ __forceinline__ void att_tiles_landed() {
     cp_async_wait<N>();
     if (WG) fence_async_smem();
 }
+
+/* The tensors the WG backward kernels load by TMA (common/cuda_tma.cuh), described on the
+ * host for each call (attention_cuda.cu, att_maps): qkv, dout and out as [B][T][columns]
+ * bf16 in 64 x 64 boxes with the 128-byte swizzle (rows past T read as zeros); lse and D
+ * as [B * NH][T] fp32 in boxes of 64 rows, only when T % 4 == 0 (a TMA row stride is a
+ * whole number of 16 bytes; the launch's rows16 says so): else the kernel's threads load
+ * those rows. (The two as flat 1-D maps, any T, stopped the GPU with an illegal
+ * instruction at T = 1: H100, 2026-12-07.) */
+struct AttMaps {
+    CUtensorMap qkv, dout, out, lse, dsum;
+};
+#define ATT_TILE_BYTES (64 * 64 * 2) /* one TMA box of a bf16 tensor: a 64 x 64 tile */
+#define ATT_ROW_BYTES (64 * 4)       /* one of lse or D: 64 rows */
 
 /* The two products of the WG kernels, each issued as one commit group (the caller
  * waits for it). acc is this warp's 16 rows x 64 columns of the 64 x 64 result.
