@@ -14,7 +14,7 @@
  * ldmatrix loads from shared memory, and cp.async tile loads in 2-3 stages;
  * at hs = 64 on Hopper through the warpgroup MMA instead (ops/wgmma.cuh, the
  * kernels' WG form; attention_cuda_init decides, ops/CUDA.md has the numbers),
- * the backward's tiles then coming by TMA (common/cuda_tma.cuh; att_maps).
+ * the tiles then coming by TMA (common/cuda_tma.cuh; att_map_rows, att_maps).
  * Every kernel uses 4 warps; each warp owns 16 rows of the block's tile, so a
  * warp's softmax statistics and accumulators never leave its registers.
  *
@@ -133,46 +133,28 @@ static int att_raster(int npairs, int T, int hs) {
     return (int)(n < 1 ? 1 : n > (size_t)npairs ? (size_t)npairs : n);
 }
 
-template <int HS, bool WG>
-static void attn_forward_run(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH, int NKV) {
-    static bool smem_set = false;
-    const size_t smem = FwdCfg<HS, WG>::SMEM;
-    attn_set_smem(attn_fwd_kernel<HS, WG>, smem, &smem_set);
-    const float scale_log2 = LOG2E / sqrtf((float)HS);
-    const unsigned blocks = (unsigned)(NH * B) * ((T + FwdCfg<HS, WG>::BM - 1) / FwdCfg<HS, WG>::BM);
-    attn_fwd_kernel<HS, WG><<<blocks, ATT_THREADS, smem, cuda_stream()>>>(out, lse, qkv, B, T, NH, NKV, scale_log2,
-                                                                         att_raster(NH * B, T, HS));
-    CUDA_CHECK_LAUNCH("attn_fwd_kernel");
-}
-
-template <int HS>
-static void attn_forward_launch(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH, int NKV) {
-    if (HS == 64 && g_att_wgmma) attn_forward_run<64, true>(out, lse, qkv, B, T, NH, NKV);
-    else attn_forward_run<HS, false>(out, lse, qkv, B, T, NH, NKV);
-}
-
 /* Whether the per-row lse and D of the backward can be copied in 16-byte pieces (cp.async)
  * or as TMA rows (a row stride of whole 16 bytes): T % 4 == 0 and aligned bases */
 static int att_rows16(int T, const float* lse, const float* Dbuf) {
     return T % 4 == 0 && is_aligned16(lse) && is_aligned16(Dbuf);
 }
 
-/* The tensors the WG backward kernels copy by TMA (AttMaps), described anew at each call
- * (a few microseconds of host time; a captured graph keeps the values it was given) */
+/* The tensors the WG kernels copy by TMA, described anew at each call (a few
+ * microseconds of host time; a captured graph keeps the values it was given).
+ * att_map_rows: a [B][T][cols] bf16 activation in 64 x 64 boxes, 128-byte swizzle. */
+static void att_map_rows(CUtensorMap* m, const char* what, const bf16* base, int B, int T, size_t cols) {
+    const uint32_t tile[3] = {64, 64, 1};
+    const uint64_t d[3] = {(uint64_t)cols, (uint64_t)T, (uint64_t)B}, s[2] = {cols * 2, cols * 2 * T};
+    tma_map_encode(m, what, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, base, d, s, tile, CU_TENSOR_MAP_SWIZZLE_128B);
+}
 static AttMaps att_maps(const bf16* qkv, const bf16* dout, const bf16* out, const float* lse, const float* Dbuf,
                         int B, int T, int NH, int NKV, int HS) {
     AttMaps m;
     memset(&m, 0, sizeof m);
-    const uint32_t tile[3] = {64, 64, 1}, rows[2] = {64, 1};
-    const uint64_t c3 = (uint64_t)(NH + 2 * NKV) * HS, co = (uint64_t)NH * HS;
-    const uint64_t dq[3] = {c3, (uint64_t)T, (uint64_t)B}, sq[2] = {c3 * 2, c3 * 2 * T};
-    const uint64_t d_o[3] = {co, (uint64_t)T, (uint64_t)B}, s_o[2] = {co * 2, co * 2 * T};
-    tma_map_encode(&m.qkv, "attention_backward (qkv)", CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, qkv, dq, sq, tile,
-                   CU_TENSOR_MAP_SWIZZLE_128B);
-    tma_map_encode(&m.dout, "attention_backward (dout)", CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, dout, d_o, s_o, tile,
-                   CU_TENSOR_MAP_SWIZZLE_128B);
-    tma_map_encode(&m.out, "attention_backward (out)", CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, out, d_o, s_o, tile,
-                   CU_TENSOR_MAP_SWIZZLE_128B);
+    const uint32_t rows[2] = {64, 1};
+    att_map_rows(&m.qkv, "attention_backward (qkv)", qkv, B, T, (size_t)(NH + 2 * NKV) * HS);
+    att_map_rows(&m.dout, "attention_backward (dout)", dout, B, T, (size_t)NH * HS);
+    att_map_rows(&m.out, "attention_backward (out)", out, B, T, (size_t)NH * HS);
     if (att_rows16(T, lse, Dbuf)) {
         const uint64_t dl[2] = {(uint64_t)T, (uint64_t)B * NH}, sl[1] = {(uint64_t)T * sizeof(float)};
         tma_map_encode(&m.lse, "attention_backward (lse)", CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, lse, dl, sl, rows,
@@ -181,6 +163,27 @@ static AttMaps att_maps(const bf16* qkv, const bf16* dout, const bf16* out, cons
                        CU_TENSOR_MAP_SWIZZLE_NONE);
     }
     return m;
+}
+
+template <int HS, bool WG>
+static void attn_forward_run(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH, int NKV) {
+    static bool smem_set = false;
+    const size_t smem = FwdCfg<HS, WG>::SMEM;
+    attn_set_smem(attn_fwd_kernel<HS, WG>, smem, &smem_set);
+    const float scale_log2 = LOG2E / sqrtf((float)HS);
+    const unsigned blocks = (unsigned)(NH * B) * ((T + FwdCfg<HS, WG>::BM - 1) / FwdCfg<HS, WG>::BM);
+    CUtensorMap qkv_map;
+    memset(&qkv_map, 0, sizeof qkv_map);
+    if (WG) att_map_rows(&qkv_map, "attention_forward (qkv)", qkv, B, T, (size_t)(NH + 2 * NKV) * HS);
+    attn_fwd_kernel<HS, WG><<<blocks, ATT_THREADS, smem, cuda_stream()>>>(out, lse, qkv, B, T, NH, NKV, scale_log2,
+                                                                         att_raster(NH * B, T, HS), qkv_map);
+    CUDA_CHECK_LAUNCH("attn_fwd_kernel");
+}
+
+template <int HS>
+static void attn_forward_launch(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH, int NKV) {
+    if (HS == 64 && g_att_wgmma) attn_forward_run<64, true>(out, lse, qkv, B, T, NH, NKV);
+    else attn_forward_run<HS, false>(out, lse, qkv, B, T, NH, NKV);
 }
 
 /* the dQ kernel, which also writes D = rowsum(dout * out), then the dK/dV kernel, which reads it */

@@ -8,13 +8,14 @@
  * (any GPU from sm_80; tiles padded by 16 bytes per row for ldmatrix);
  * WG = true, for hs = 64 on Hopper, with the warpgroup MMA of
  * ops/wgmma.cuh (tiles in its 128-byte swizzle, operands straight from
- * shared memory). Both keep one layout of the accumulators: warp w owns rows
+ * shared memory, the tiles brought by TMA: common/cuda_tma.cuh; the
+ * mma.sync form loads them by cp.async). Both keep one layout of the accumulators: warp w owns rows
  * 16w..16w+15 of the block's 64-row tile, in mma.sync's C fragments, so
  * the softmax and masking code between the products is shared.
  *
  * Everything below the PTX wrappers is plain CUDA C++ on those few
  * primitives, so the CPU emulation of tests/emu can supply them instead
- * (ATT_EMULATE; the async copies: common/cuda_async.cuh) and run these same
+ * (ATT_EMULATE; the async copies: common/cuda_async.cuh, common/cuda_tma.cuh) and run these same
  * kernels lane by lane.
  *
  * Needs before inclusion: bf16 (= __nv_bfloat16), load8(), fast_exp2() and LOG2E,
@@ -325,13 +326,14 @@ struct FwdCfg {
      * ms on the H100, 2026-12-06) */
     static constexpr int BM = 64, BN = 64, STR = att_stride<HS, WG>(), NS = 2;
     static constexpr size_t SMEM = (size_t)(BM + 2 * NS * BN) * STR * sizeof(bf16) /* Q + NS stages of K, V */
-                                   + (WG ? WG_TILE_ALIGN : 0);
+                                   + (WG ? WG_TILE_ALIGN + (NS + 1) * sizeof(uint64_t) : 0); /* WG: mbarriers */
     static constexpr int MINB = HS <= 64 ? ATT_FWD_MINB : 2; /* blocks per SM the register cap aims at */
 };
 
 template <int HS, bool WG>
 __global__ void __launch_bounds__(ATT_THREADS, FwdCfg<HS, WG>::MINB)
-attn_fwd_kernel(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH, int NKV, float scale_log2, int raster) {
+attn_fwd_kernel(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH, int NKV, float scale_log2, int raster,
+                const __grid_constant__ CUtensorMap qkv_map) {
     using Cfg = FwdCfg<HS, WG>;
     constexpr int BM = Cfg::BM, BN = Cfg::BN, STR = Cfg::STR, NS = Cfg::NS;
     constexpr int KS = HS / 16; /* k-steps over the head dim */
@@ -341,6 +343,9 @@ attn_fwd_kernel(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH, in
     bf16* sQ = att_tiles<WG>(smem_raw);
     bf16* sK = sQ + BM * STR; /* [NS][BN][STR] */
     bf16* sV = sK + NS * BN * STR;
+    /* WG: the mbarriers (common/cuda_tma.cuh) of the K/V stages' fills, full[NS], and of Q */
+    [[maybe_unused]] uint64_t* full = reinterpret_cast<uint64_t*>(sV + NS * BN * STR);
+    [[maybe_unused]] uint64_t* qbar = full + NS;
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int nqt = (T + BM - 1) / BM;
@@ -357,17 +362,39 @@ attn_fwd_kernel(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH, in
 
     static_assert(BM == BN, "Q comes through the K/V loader");
     const TileLoader<BN, HS, WG> load_kv(rs); /* also Q's: the same shape and stride */
-    /* K/V tiles are loaded DIST = NS - 1 ahead, one commit group each (empty past the
-     * last tile); tile j + DIST goes into tile j - 1's stage after the barrier that
-     * every warp passes once done with tile j - 1 */
+    /* K/V tiles are loaded DIST = NS - 1 ahead; tile j + DIST goes into tile j - 1's
+     * stage after the barrier that every warp passes once done with tile j - 1.
+     * mma.sync: one cp.async commit group per tile (empty past the last tile).
+     * WG: by TMA from one thread, each stage's fill counted on its mbarrier. */
     constexpr int DIST = NS - 1;
-    load_kv(sQ, qg, q0, T);
-    for (int d = 0; d < DIST; d++) { /* Q joins the first tile's group */
-        if (d < nkt) {
-            load_kv(sK + d * BN * STR, kg, d * BN, T);
-            load_kv(sV + d * BN * STR, vg, d * BN, T);
+    const int kvcol = (NH + h / (NH / NKV)) * HS; /* the group's kv head: k's columns in qkv, v's NKV * HS on */
+    auto tma_kv = [&](int stage, int j) {
+        mbar_expect_tx(full + stage, 2 * ATT_TILE_BYTES);
+        tma_load_3d(sK + stage * BN * STR, &qkv_map, kvcol, j * BN, b, full + stage);
+        tma_load_3d(sV + stage * BN * STR, &qkv_map, kvcol + NKV * HS, j * BN, b, full + stage);
+    };
+    if constexpr (WG) {
+        static_assert(!WG || HS == 64, "the TMA boxes are 64 x 64 tiles");
+        if (threadIdx.x == 0) {
+            for (int i = 0; i <= NS; i++) mbar_init(full + i, 1); /* full[NS] is qbar */
+            mbar_init_fence();
         }
-        cp_async_commit();
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            mbar_expect_tx(qbar, ATT_TILE_BYTES);
+            tma_load_3d(sQ, &qkv_map, h * HS, q0, b, qbar);
+            for (int d = 0; d < DIST && d < nkt; d++) tma_kv(d, d);
+        }
+        mbar_wait(qbar, 0);
+    } else {
+        load_kv(sQ, qg, q0, T);
+        for (int d = 0; d < DIST; d++) { /* Q joins the first tile's group */
+            if (d < nkt) {
+                load_kv(sK + d * BN * STR, kg, d * BN, T);
+                load_kv(sV + d * BN * STR, vg, d * BN, T);
+            }
+            cp_async_commit();
+        }
     }
 
     const int g = lane >> 2, t4 = lane & 3;
@@ -379,15 +406,22 @@ attn_fwd_kernel(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH, in
     float m_run[2] = {-INFINITY, -INFINITY}; /* running max of s * scale * log2(e) */
     float l_run[2] = {0.0f, 0.0f};            /* this thread's part of the running sum */
 
+    unsigned par = 0; /* WG: the parity of stage st's fill that tile j waits for */
     for (int j = 0, st = 0; j < nkt; j++) {
-        att_tiles_landed<DIST - 1, WG>();
-        __syncthreads();
-        if (j + DIST < nkt) {
-            const int pv = st == 0 ? NS - 1 : st - 1; /* tile j - 1's stage */
-            load_kv(sK + pv * BN * STR, kg, (j + DIST) * BN, T);
-            load_kv(sV + pv * BN * STR, vg, (j + DIST) * BN, T);
+        const int pv = st == 0 ? NS - 1 : st - 1; /* tile j - 1's stage */
+        if constexpr (WG) {
+            __syncthreads(); /* every warp is done with tile j - 1 */
+            if (j + DIST < nkt && threadIdx.x == 0) tma_kv(pv, j + DIST);
+            mbar_wait(full + st, par);
+        } else {
+            att_tiles_landed<DIST - 1, WG>();
+            __syncthreads();
+            if (j + DIST < nkt) {
+                load_kv(sK + pv * BN * STR, kg, (j + DIST) * BN, T);
+                load_kv(sV + pv * BN * STR, vg, (j + DIST) * BN, T);
+            }
+            cp_async_commit();
         }
-        cp_async_commit();
         if (!WG && j == 0) {
 #pragma unroll
             for (int ks = 0; ks < KS; ks++) load_a<STR>(qf[ks], sQ, warp * 16, ks * 16, lane);
@@ -461,6 +495,7 @@ attn_fwd_kernel(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH, in
             mma_pb<STR>(o, pa, cV, lane);
         }
         st = st + 1 == NS ? 0 : st + 1;
+        if (st == 0) par ^= 1u;
     }
 
     /* finish: full row sums across the 4 owners, normalise, write */
