@@ -102,6 +102,33 @@ __device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap* map, i
     __trap();
 #endif
 }
+/* The other way: the box at coordinates (c0, c1, c2) of map <- src, a tile in shared
+ * memory laid out as a load would leave it (elements outside the tensor are not
+ * written). The threads that wrote src each fence it to the async proxy
+ * (fence.proxy.async.shared::cta) before the barrier that publishes it to the storing thread, which then commits its stores as one bulk group and waits until
+ * they have read shared memory, after which the block may reuse or leave it; the
+ * global writes complete on their own. */
+__device__ __forceinline__ void tma_store_3d(const CUtensorMap* map, int c0, int c1, int c2, const void* src) {
+#ifdef TMA_HAVE
+    asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];\n"
+                 ::"l"(map), "r"(smem_u32(src)), "r"(c0), "r"(c1), "r"(c2)
+                 : "memory");
+#else
+    (void)map, (void)c0, (void)c1, (void)c2, (void)src;
+    __trap();
+#endif
+}
+__device__ __forceinline__ void tma_store_commit() {
+#ifdef TMA_HAVE
+    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+#endif
+}
+/* until this thread's committed stores have read their shared memory */
+__device__ __forceinline__ void tma_store_wait_read() {
+#ifdef TMA_HAVE
+    asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+#endif
+}
 #undef TMA_HAVE
 #endif /* CUDA_EMU */
 

@@ -1,8 +1,9 @@
 /*
  * tests/emu/emu_tma.cpp - common/cuda_tma.cuh on the CPU emulator: the driver's
  * cuTensorMapEncodeTiled (found through cudaGetDriverEntryPointByVersion, as on the
- * GPU), the mbarriers of a block, and the tile copies (cp.async.bulk.tensor) that
- * complete on them, read from our reading of the PTX ISA and the driver API.
+ * GPU), the mbarriers of a block, the tile copies (cp.async.bulk.tensor) that
+ * complete on them, and the tile stores back to global memory, read from our reading
+ * of the PTX ISA and the driver API.
  *
  * A copy is checked when issued (map, destination alignment, inside the block's
  * dynamic shared memory, a barrier that was initialised and expects bytes) and then
@@ -12,6 +13,9 @@
  * for a phase that has not completed parks the thread until it has (emu_sched.cpp);
  * nothing that could complete it, a deadlock, is reported as one. A copy still in
  * flight when its block ends is an error (on the GPU it would write freed memory).
+ * A store reads its shared tile at its commit or at the thread's wait, at random, so
+ * a tile rewritten before the wait shows; one not waited for by the block's end is an
+ * error too.
  */
 #include "tests/emu/emu_internal.h"
 
@@ -50,6 +54,22 @@ struct MBar {
     std::vector<TileCopy> copies;        /* issued, not landed */
 };
 std::map<uint32_t, MBar> g_bars; /* by offset in the block's shared memory */
+
+/* a tile store (cp.async.bulk.tensor, shared -> global): done at issue or at the thread's
+ * wait_group.read, at random; per thread, the stores not yet committed and those
+ * committed and not yet waited for */
+struct TileStore {
+    MapDesc m;
+    int c[3];
+    const unsigned char* src;
+};
+struct ThreadStores {
+    std::vector<TileStore> open, committed;
+};
+std::vector<ThreadStores> g_stores(emu::MAX_THREADS);
+ThreadStores& my_stores() {
+    return g_stores[threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)];
+}
 
 CUresult encode(CUtensorMap* map, CUtensorMapDataType type, cuuint32_t rank, void* base, const cuuint64_t* dims,
                 const cuuint64_t* strides, const cuuint32_t* box, const cuuint32_t* estr, CUtensorMapInterleave il,
@@ -103,6 +123,12 @@ size_t box_bytes(const MapDesc& m) {
     return n;
 }
 
+/* the 128-byte swizzle's place of byte `byte` of row r (no swizzle: byte itself) */
+size_t box_at(const MapDesc& m, size_t r, size_t byte) {
+    const size_t row_bytes = (size_t)m.box[0] * m.esize;
+    return r * row_bytes + (m.swizzle ? ((((byte >> 4) ^ (r & 7)) << 4) | (byte & 15)) : byte);
+}
+
 /* the box's elements in order (dimension 0 fastest), zeros outside the tensor; with
  * the 128-byte swizzle, 16-byte chunk c of each 128-byte row r goes to chunk c ^ (r % 8) */
 void land(const TileCopy& t) {
@@ -123,11 +149,30 @@ void land(const TileCopy& t) {
             emu_check_global(src, (size_t)(hi - lo) * m.esize, 1, "TMA tile source");
         }
         for (int64_t i0 = 0; i0 < (int64_t)m.box[0]; i0++) {
-            const size_t byte = (size_t)i0 * m.esize;
-            const size_t at = r * row_bytes + (m.swizzle ? ((((byte >> 4) ^ (r & 7)) << 4) | (byte & 15)) : byte);
+            const size_t at = box_at(m, r, (size_t)i0 * m.esize);
             if (src && i0 >= lo && i0 < hi) memcpy(t.dst + at, src + (size_t)(i0 - lo) * m.esize, (size_t)m.esize);
             else memset(t.dst + at, 0, (size_t)m.esize);
         }
+    }
+}
+
+void store_now(const TileStore& t) {
+    const MapDesc& m = t.m;
+    const size_t row_bytes = (size_t)m.box[0] * m.esize;
+    const size_t rows = box_bytes(m) / row_bytes;
+    const int64_t lo = std::max<int64_t>(0, -(int64_t)t.c[0]);
+    const int64_t hi = std::min<int64_t>((int64_t)m.box[0], (int64_t)m.dims[0] - t.c[0]);
+    for (size_t r = 0; r < rows; r++) {
+        const int64_t g1 = (int64_t)t.c[1] + (int64_t)(m.rank > 1 ? r % m.box[1] : 0);
+        const int64_t g2 = (int64_t)t.c[2] + (int64_t)(m.rank > 2 ? r / m.box[1] : 0);
+        const bool row_in = (m.rank < 2 || (g1 >= 0 && (uint64_t)g1 < m.dims[1])) &&
+                            (m.rank < 3 || (g2 >= 0 && (uint64_t)g2 < m.dims[2]));
+        if (!row_in || lo >= hi) continue; /* outside the tensor: not written */
+        unsigned char* dst = const_cast<unsigned char*>(m.base) + (uint64_t)(m.rank > 1 ? g1 : 0) * m.strides[1] +
+                             (uint64_t)(m.rank > 2 ? g2 : 0) * m.strides[2] + (uint64_t)(t.c[0] + lo) * m.strides[0];
+        emu_check_global(dst, (size_t)(hi - lo) * m.esize, 1, "TMA tile store destination");
+        for (int64_t i0 = lo; i0 < hi; i0++)
+            memcpy(dst + (size_t)(i0 - lo) * m.esize, t.src + box_at(m, r, (size_t)i0 * m.esize), (size_t)m.esize);
     }
 }
 
@@ -207,6 +252,39 @@ void mbar_wait(uint64_t* bar, unsigned parity) {
     emu_park_mbar(smem_u32(bar), parity & 1u);
 }
 
+void tma_store_3d(const CUtensorMap* map, int c0, int c1, int c2, const void* src) {
+    MapDesc m;
+    memcpy(&m, map, sizeof m);
+    if (m.magic != MAP_MAGIC) emu_fail("TMA store to a tensor map that cuTensorMapEncodeTiled did not write");
+    if (m.rank != 3) emu_fail("tma_store_3d with a %d-d tensor map", m.rank);
+    const unsigned char* p = (const unsigned char*)src;
+    smem_u32(src);
+    smem_u32(p + box_bytes(m) - 1); /* both ends inside the block's dynamic shared memory */
+    if ((uintptr_t)smem_u32(src) & (m.swizzle ? 1023 : 127))
+        emu_fail("TMA store source not %d-byte aligned", m.swizzle ? 1024 : 128);
+    TileStore t;
+    t.m = m;
+    t.c[0] = c0, t.c[1] = c1, t.c[2] = c2;
+    t.src = p;
+    my_stores().open.push_back(t);
+}
+
+void tma_store_commit() {
+    ThreadStores& ts = my_stores();
+    for (const TileStore& t : ts.open) {
+        if (emu_rand_bit()) store_now(t); /* reads shared memory at once ... */
+        else ts.committed.push_back(t);  /* ... or by the wait */
+    }
+    ts.open.clear();
+}
+
+void tma_store_wait_read() {
+    ThreadStores& ts = my_stores();
+    if (!ts.open.empty()) emu_fail("tma_store_wait_read with %zu TMA store(s) not committed", ts.open.size());
+    for (const TileStore& t : ts.committed) store_now(t);
+    ts.committed.clear();
+}
+
 void tma_load_2d(void* dst, const CUtensorMap* map, int c0, int c1, uint64_t* bar) {
     const int c[2] = {c0, c1};
     tma_load(dst, map, c, 2, bar);
@@ -228,6 +306,9 @@ bool emu::mbar_phase_done(uint32_t off, unsigned parity) {
 void emu::tma_block_start() { g_bars.clear(); }
 
 void emu::tma_block_end() {
+    for (ThreadStores& ts : g_stores)
+        if (!ts.open.empty() || !ts.committed.empty())
+            emu_fail("a TMA store was not waited for (tma_store_wait_read) before its block ended");
     for (auto& kv : g_bars)
         if (!kv.second.copies.empty() || kv.second.tx > 0)
             emu_fail("a TMA copy was still in flight (mbarrier at shared offset %u) when the block ended", kv.first);
