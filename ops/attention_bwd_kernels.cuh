@@ -319,19 +319,32 @@ attn_bwd_dkdv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float*
         advance(gh, qi);
     }
 
-    /* write dK * scale and dV for this thread's two keys */
+    if constexpr (WG) { /* dK * scale and dV through K's and V's tiles, stored by TMA */
+        __syncthreads(); /* every warp's products have retired: the tiles are free */
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int key = key0 + r * 8;
-        if (key >= T) continue;
-        bf16* row = dqkv + ((size_t)b * T + key) * rs + os + (size_t)kvh * HS;   /* this kv head's k */
+        for (int r = 0; r < 2; r++)
 #pragma unroll
-        for (int i = 0; i < OT; i++) {
-            const int c = i * 8 + 2 * t4;
-            *reinterpret_cast<__nv_bfloat162*>(row + c) =
-                __floats2bfloat162_rn(dk[i][2 * r] * scale, dk[i][2 * r + 1] * scale);
-            *reinterpret_cast<__nv_bfloat162*>(row + (size_t)NKV * HS + c) =
-                __floats2bfloat162_rn(dv[i][2 * r], dv[i][2 * r + 1]);
+            for (int i = 0; i < OT; i++) {
+                const int at = wg_swz(kr + g + 8 * r, i * 8 + 2 * t4);
+                *reinterpret_cast<__nv_bfloat162*>(sK + at) =
+                    __floats2bfloat162_rn(dk[i][2 * r] * scale, dk[i][2 * r + 1] * scale);
+                *reinterpret_cast<__nv_bfloat162*>(sV + at) = __floats2bfloat162_rn(dv[i][2 * r], dv[i][2 * r + 1]);
+            }
+        att_store_tiles(sK, sV, &maps.dqkv, (NH + kvh) * HS, (NH + NKV + kvh) * HS, k0, b);
+    } else { /* dK * scale and dV for this thread's two keys */
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int key = key0 + r * 8;
+            if (key >= T) continue;
+            bf16* row = dqkv + ((size_t)b * T + key) * rs + os + (size_t)kvh * HS; /* this kv head's k */
+#pragma unroll
+            for (int i = 0; i < OT; i++) {
+                const int c = i * 8 + 2 * t4;
+                *reinterpret_cast<__nv_bfloat162*>(row + c) =
+                    __floats2bfloat162_rn(dk[i][2 * r] * scale, dk[i][2 * r + 1] * scale);
+                *reinterpret_cast<__nv_bfloat162*>(row + (size_t)NKV * HS + c) =
+                    __floats2bfloat162_rn(dv[i][2 * r], dv[i][2 * r + 1]);
+            }
         }
     }
 }
@@ -541,20 +554,28 @@ attn_bwd_dq_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* ou
             if (st == 0) par ^= 1u;
         }
     }
-    if constexpr (WG) {
+    if constexpr (WG) { /* dQ * scale through Q's tile, stored by TMA */
         wg_wait<0>();
         wg_hold(dq);
-    }
-
+        __syncthreads(); /* every warp's products have retired: the tile is free */
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int q = qrow0 + r * 8;
-        if (q >= T) continue;
-        bf16* row = dqkv + ((size_t)b * T + q) * rs + (size_t)h * HS;
+        for (int r = 0; r < 2; r++)
 #pragma unroll
-        for (int i = 0; i < OT; i++)
-            *reinterpret_cast<__nv_bfloat162*>(row + i * 8 + 2 * t4) =
-                __floats2bfloat162_rn(dq[i][2 * r] * scale, dq[i][2 * r + 1] * scale);
+            for (int i = 0; i < OT; i++)
+                *reinterpret_cast<__nv_bfloat162*>(sQ + wg_swz(warp * 16 + g + 8 * r, i * 8 + 2 * t4)) =
+                    __floats2bfloat162_rn(dq[i][2 * r] * scale, dq[i][2 * r + 1] * scale);
+        att_store_tiles(sQ, nullptr, &maps.dqkv, h * HS, 0, q0, b);
+    } else {
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int q = qrow0 + r * 8;
+            if (q >= T) continue;
+            bf16* row = dqkv + ((size_t)b * T + q) * rs + (size_t)h * HS;
+#pragma unroll
+            for (int i = 0; i < OT; i++)
+                *reinterpret_cast<__nv_bfloat162*>(row + i * 8 + 2 * t4) =
+                    __floats2bfloat162_rn(dq[i][2 * r] * scale, dq[i][2 * r + 1] * scale);
+        }
     }
 }
 

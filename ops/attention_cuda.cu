@@ -147,12 +147,13 @@ static void att_map_rows(CUtensorMap* m, const char* what, const bf16* base, int
     const uint64_t d[3] = {(uint64_t)cols, (uint64_t)T, (uint64_t)B}, s[2] = {cols * 2, cols * 2 * T};
     tma_map_encode(m, what, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, base, d, s, tile, CU_TENSOR_MAP_SWIZZLE_128B);
 }
-static AttMaps att_maps(const bf16* qkv, const bf16* dout, const bf16* out, const float* lse, const float* Dbuf,
-                        int B, int T, int NH, int NKV, int HS) {
+static AttMaps att_maps(const bf16* dqkv, const bf16* qkv, const bf16* dout, const bf16* out, const float* lse,
+                        const float* Dbuf, int B, int T, int NH, int NKV, int HS) {
     AttMaps m;
     memset(&m, 0, sizeof m);
     const uint32_t rows[2] = {64, 1};
     att_map_rows(&m.qkv, "attention_backward (qkv)", qkv, B, T, (size_t)(NH + 2 * NKV) * HS);
+    att_map_rows(&m.dqkv, "attention_backward (dqkv)", dqkv, B, T, (size_t)(NH + 2 * NKV) * HS);
     att_map_rows(&m.dout, "attention_backward (dout)", dout, B, T, (size_t)NH * HS);
     att_map_rows(&m.out, "attention_backward (out)", out, B, T, (size_t)NH * HS);
     if (att_rows16(T, lse, Dbuf)) {
@@ -196,7 +197,7 @@ static void attn_backward_run(bf16* dqkv, const bf16* dout, const bf16* qkv, con
     const float scale_log2 = LOG2E * scale;
     float* Dbuf = (float*)cuda_scratch(SCRATCH_ATTN_D, (size_t)B * NH * T * sizeof(float));
     AttMaps maps;
-    if (WG) maps = att_maps(qkv, dout, out, lse, Dbuf, B, T, NH, NKV, HS);
+    if (WG) maps = att_maps(dqkv, qkv, dout, out, lse, Dbuf, B, T, NH, NKV, HS);
     else memset(&maps, 0, sizeof maps);
     {
         const size_t smem = DqCfg<HS, WG>::SMEM;

@@ -239,10 +239,28 @@ __device__ __forceinline__ void att_tiles_landed() {
  * those rows. (The two as flat 1-D maps, any T, stopped the GPU with an illegal
  * instruction at T = 1: H100, 2026-12-07.) */
 struct AttMaps {
-    CUtensorMap qkv, dout, out, lse, dsum;
+    CUtensorMap qkv, dout, out, lse, dsum, dqkv; /* dqkv: the results, stored as qkv is loaded */
 };
 #define ATT_TILE_BYTES (64 * 64 * 2) /* one TMA box of a bf16 tensor: a 64 x 64 tile */
 #define ATT_ROW_BYTES (64 * 4)       /* one of lse or D: 64 rows */
+
+/* The WG backward's results leave through shared memory: each thread has written its
+ * part of tile a (and b, if not null) in the loads' swizzled layout; after the barrier
+ * one thread stores them by TMA to columns ca (cb) of rows r0.. of batch row bt of map,
+ * and waits until they have been read, while the other threads are free to exit. On
+ * the H100 the per-thread stores had the blocks' warps 4-5% of their time waiting at
+ * exit for the writes to drain (ncu, 2026-12-07). */
+__device__ __forceinline__ void att_store_tiles(const bf16* a, const bf16* b, const CUtensorMap* map, int ca, int cb,
+                                                int r0, int bt) {
+    fence_async_smem(); /* this thread's writes -> the copy engine's reads */
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        tma_store_3d(map, ca, r0, bt, a);
+        if (b) tma_store_3d(map, cb, r0, bt, b);
+        tma_store_commit();
+        tma_store_wait_read();
+    }
+}
 
 /* The two products of the WG kernels, each issued as one commit group (the caller
  * waits for it). acc is this warp's 16 rows x 64 columns of the 64 x 64 result.
