@@ -118,6 +118,16 @@ __device__ __forceinline__ void tma_store_3d(const CUtensorMap* map, int c0, int
     __trap();
 #endif
 }
+__device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, int c0, int c1, const void* src) {
+#ifdef TMA_HAVE
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n"
+                 ::"l"(map), "r"(smem_u32(src)), "r"(c0), "r"(c1)
+                 : "memory");
+#else
+    (void)map, (void)c0, (void)c1, (void)src;
+    __trap();
+#endif
+}
 __device__ __forceinline__ void tma_store_commit() {
 #ifdef TMA_HAVE
     asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");

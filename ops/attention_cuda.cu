@@ -147,21 +147,23 @@ static void att_map_rows(CUtensorMap* m, const char* what, const bf16* base, int
     const uint64_t d[3] = {(uint64_t)cols, (uint64_t)T, (uint64_t)B}, s[2] = {cols * 2, cols * 2 * T};
     tma_map_encode(m, what, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, base, d, s, tile, CU_TENSOR_MAP_SWIZZLE_128B);
 }
+/* att_map_lse: a [B * NH][T] fp32 per-row vector (lse, D) in boxes of 64 rows; T % 4 == 0 */
+static void att_map_lse(CUtensorMap* m, const char* what, const float* base, int B, int T, int NH) {
+    const uint32_t rows[2] = {64, 1};
+    const uint64_t d[2] = {(uint64_t)T, (uint64_t)B * NH}, s[1] = {(uint64_t)T * sizeof(float)};
+    tma_map_encode(m, what, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, base, d, s, rows, CU_TENSOR_MAP_SWIZZLE_NONE);
+}
 static AttMaps att_maps(const bf16* dqkv, const bf16* qkv, const bf16* dout, const bf16* out, const float* lse,
                         const float* Dbuf, int B, int T, int NH, int NKV, int HS) {
     AttMaps m;
     memset(&m, 0, sizeof m);
-    const uint32_t rows[2] = {64, 1};
     att_map_rows(&m.qkv, "attention_backward (qkv)", qkv, B, T, (size_t)(NH + 2 * NKV) * HS);
     att_map_rows(&m.dqkv, "attention_backward (dqkv)", dqkv, B, T, (size_t)(NH + 2 * NKV) * HS);
     att_map_rows(&m.dout, "attention_backward (dout)", dout, B, T, (size_t)NH * HS);
     att_map_rows(&m.out, "attention_backward (out)", out, B, T, (size_t)NH * HS);
     if (att_rows16(T, lse, Dbuf)) {
-        const uint64_t dl[2] = {(uint64_t)T, (uint64_t)B * NH}, sl[1] = {(uint64_t)T * sizeof(float)};
-        tma_map_encode(&m.lse, "attention_backward (lse)", CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, lse, dl, sl, rows,
-                       CU_TENSOR_MAP_SWIZZLE_NONE);
-        tma_map_encode(&m.dsum, "attention_backward (D)", CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, Dbuf, dl, sl, rows,
-                       CU_TENSOR_MAP_SWIZZLE_NONE);
+        att_map_lse(&m.lse, "attention_backward (lse)", lse, B, T, NH);
+        att_map_lse(&m.dsum, "attention_backward (D)", Dbuf, B, T, NH);
     }
     return m;
 }
@@ -173,11 +175,16 @@ static void attn_forward_run(bf16* out, float* lse, const bf16* qkv, int B, int 
     attn_set_smem(attn_fwd_kernel<HS, WG>, smem, &smem_set);
     const float scale_log2 = LOG2E / sqrtf((float)HS);
     const unsigned blocks = (unsigned)(NH * B) * ((T + FwdCfg<HS, WG>::BM - 1) / FwdCfg<HS, WG>::BM);
-    CUtensorMap qkv_map;
-    memset(&qkv_map, 0, sizeof qkv_map);
-    if (WG) att_map_rows(&qkv_map, "attention_forward (qkv)", qkv, B, T, (size_t)(NH + 2 * NKV) * HS);
+    AttFwdMaps maps;
+    memset(&maps, 0, sizeof maps);
+    if (WG) {
+        att_map_rows(&maps.qkv, "attention_forward (qkv)", qkv, B, T, (size_t)(NH + 2 * NKV) * HS);
+        att_map_rows(&maps.out, "attention_forward (out)", out, B, T, (size_t)NH * HS);
+        maps.rows = att_rows16(T, lse, lse);
+        if (maps.rows) att_map_lse(&maps.lse, "attention_forward (lse)", lse, B, T, NH);
+    }
     attn_fwd_kernel<HS, WG><<<blocks, ATT_THREADS, smem, cuda_stream()>>>(out, lse, qkv, B, T, NH, NKV, scale_log2,
-                                                                         att_raster(NH * B, T, HS), qkv_map);
+                                                                         att_raster(NH * B, T, HS), maps);
     CUDA_CHECK_LAUNCH("attn_fwd_kernel");
 }
 

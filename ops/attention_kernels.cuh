@@ -241,6 +241,11 @@ __device__ __forceinline__ void att_tiles_landed() {
 struct AttMaps {
     CUtensorMap qkv, dout, out, lse, dsum, dqkv; /* dqkv: the results, stored as qkv is loaded */
 };
+/* the forward's: qkv loaded, out and lse (when rows: T % 4 == 0) stored the same ways */
+struct AttFwdMaps {
+    CUtensorMap qkv, out, lse;
+    int rows;
+};
 #define ATT_TILE_BYTES (64 * 64 * 2) /* one TMA box of a bf16 tensor: a 64 x 64 tile */
 #define ATT_ROW_BYTES (64 * 4)       /* one of lse or D: 64 rows */
 
@@ -344,14 +349,15 @@ struct FwdCfg {
      * ms on the H100, 2026-12-06) */
     static constexpr int BM = 64, BN = 64, STR = att_stride<HS, WG>(), NS = 2;
     static constexpr size_t SMEM = (size_t)(BM + 2 * NS * BN) * STR * sizeof(bf16) /* Q + NS stages of K, V */
-                                   + (WG ? WG_TILE_ALIGN + (NS + 1) * sizeof(uint64_t) : 0); /* WG: mbarriers */
+                                   + (WG ? WG_TILE_ALIGN + BM * sizeof(float) + (NS + 1) * sizeof(uint64_t) : 0);
+                                   /* WG: the rows' lse, and the mbarriers */
     static constexpr int MINB = HS <= 64 ? ATT_FWD_MINB : 2; /* blocks per SM the register cap aims at */
 };
 
 template <int HS, bool WG>
 __global__ void __launch_bounds__(ATT_THREADS, FwdCfg<HS, WG>::MINB)
 attn_fwd_kernel(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH, int NKV, float scale_log2, int raster,
-                const __grid_constant__ CUtensorMap qkv_map) {
+                const __grid_constant__ AttFwdMaps maps) {
     using Cfg = FwdCfg<HS, WG>;
     constexpr int BM = Cfg::BM, BN = Cfg::BN, STR = Cfg::STR, NS = Cfg::NS;
     constexpr int KS = HS / 16; /* k-steps over the head dim */
@@ -361,8 +367,10 @@ attn_fwd_kernel(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH, in
     bf16* sQ = att_tiles<WG>(smem_raw);
     bf16* sK = sQ + BM * STR; /* [NS][BN][STR] */
     bf16* sV = sK + NS * BN * STR;
-    /* WG: the mbarriers (common/cuda_tma.cuh) of the K/V stages' fills, full[NS], and of Q */
-    [[maybe_unused]] uint64_t* full = reinterpret_cast<uint64_t*>(sV + NS * BN * STR);
+    /* WG: the block's lse, for its store; the mbarriers (common/cuda_tma.cuh) of the K/V
+     * stages' fills, full[NS], and of Q */
+    [[maybe_unused]] float* sL = reinterpret_cast<float*>(sV + NS * BN * STR);
+    [[maybe_unused]] uint64_t* full = reinterpret_cast<uint64_t*>(sL + BM);
     [[maybe_unused]] uint64_t* qbar = full + NS;
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -388,8 +396,8 @@ attn_fwd_kernel(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH, in
     const int kvcol = (NH + h / (NH / NKV)) * HS; /* the group's kv head: k's columns in qkv, v's NKV * HS on */
     auto tma_kv = [&](int stage, int j) {
         mbar_expect_tx(full + stage, 2 * ATT_TILE_BYTES);
-        tma_load_3d(sK + stage * BN * STR, &qkv_map, kvcol, j * BN, b, full + stage);
-        tma_load_3d(sV + stage * BN * STR, &qkv_map, kvcol + NKV * HS, j * BN, b, full + stage);
+        tma_load_3d(sK + stage * BN * STR, &maps.qkv, kvcol, j * BN, b, full + stage);
+        tma_load_3d(sV + stage * BN * STR, &maps.qkv, kvcol + NKV * HS, j * BN, b, full + stage);
     };
     if constexpr (WG) {
         static_assert(!WG || HS == 64, "the TMA boxes are 64 x 64 tiles");
@@ -400,7 +408,7 @@ attn_fwd_kernel(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH, in
         __syncthreads();
         if (threadIdx.x == 0) {
             mbar_expect_tx(qbar, ATT_TILE_BYTES);
-            tma_load_3d(sQ, &qkv_map, h * HS, q0, b, qbar);
+            tma_load_3d(sQ, &maps.qkv, h * HS, q0, b, qbar);
             for (int d = 0; d < DIST && d < nkt; d++) tma_kv(d, d);
         }
         mbar_wait(qbar, 0);
@@ -516,15 +524,29 @@ attn_fwd_kernel(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH, in
         if (st == 0) par ^= 1u;
     }
 
-    /* finish: full row sums across the 4 owners, normalise, write */
+    /* finish: full row sums across the 4 owners, normalise, write (WG: through Q's tile
+     * and sL, stored by TMA, as the backward's results; ops/CUDA.md) */
     const size_t os = (size_t)NH * HS;
+    if constexpr (WG) __syncthreads(); /* every warp's products have retired: Q's tile is free */
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         float l = l_run[r];
         l += __shfl_xor_sync(0xffffffffu, l, 1);
         l += __shfl_xor_sync(0xffffffffu, l, 2);
         const int q = qrow0 + r * 8;
-        if (q < T) {
+        if (WG) {
+            const int row = warp * 16 + g + 8 * r; /* rows past T: not stored */
+            const float inv = 1.0f / l;
+#pragma unroll
+            for (int i = 0; i < OT; i++)
+                *reinterpret_cast<__nv_bfloat162*>(sQ + wg_swz(row, i * 8 + 2 * t4)) =
+                    __floats2bfloat162_rn(o[i][2 * r] * inv, o[i][2 * r + 1] * inv);
+            if (t4 == 0) {
+                const float v = (m_run[r] + __log2f(l)) * LN2;
+                if (maps.rows) sL[row] = v;
+                else if (q < T) lse[((size_t)b * NH + h) * T + q] = v;
+            }
+        } else if (q < T) {
             const float inv = 1.0f / l;
             bf16* orow = out + ((size_t)b * T + q) * os + (size_t)h * HS;
 #pragma unroll
@@ -533,6 +555,16 @@ attn_fwd_kernel(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH, in
                 *reinterpret_cast<__nv_bfloat162*>(orow + i * 8 + 2 * t4) = v;
             }
             if (t4 == 0) lse[((size_t)b * NH + h) * T + q] = (m_run[r] + __log2f(l)) * LN2;
+        }
+    }
+    if constexpr (WG) {
+        fence_async_smem(); /* this thread's writes -> the copy engine's reads */
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            tma_store_3d(&maps.out, h * HS, q0, b, sQ);
+            if (maps.rows) tma_store_2d(&maps.lse, q0, b * NH + h, sL);
+            tma_store_commit();
+            tma_store_wait_read();
         }
     }
 }

@@ -205,6 +205,7 @@ void mbar_expect_tx(uint64_t* bar, unsigned bytes);
 void mbar_wait(uint64_t* bar, unsigned parity);
 void tma_load_2d(void* dst, const CUtensorMap* map, int c0, int c1, uint64_t* bar);
 void tma_load_3d(void* dst, const CUtensorMap* map, int c0, int c1, int c2, uint64_t* bar);
+void tma_store_2d(const CUtensorMap* map, int c0, int c1, const void* src);
 void tma_store_3d(const CUtensorMap* map, int c0, int c1, int c2, const void* src);
 void tma_store_commit();
 void tma_store_wait_read();

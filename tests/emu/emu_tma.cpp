@@ -252,11 +252,14 @@ void mbar_wait(uint64_t* bar, unsigned parity) {
     emu_park_mbar(smem_u32(bar), parity & 1u);
 }
 
-void tma_store_3d(const CUtensorMap* map, int c0, int c1, int c2, const void* src) {
+namespace {
+
+/* a store of map's box at c (rank coordinates) from src: checked, then queued */
+void tma_store(const CUtensorMap* map, const int* c, int rank, const void* src) {
     MapDesc m;
     memcpy(&m, map, sizeof m);
     if (m.magic != MAP_MAGIC) emu_fail("TMA store to a tensor map that cuTensorMapEncodeTiled did not write");
-    if (m.rank != 3) emu_fail("tma_store_3d with a %d-d tensor map", m.rank);
+    if (m.rank != rank) emu_fail("tma_store_%dd with a %d-d tensor map", rank, m.rank);
     const unsigned char* p = (const unsigned char*)src;
     smem_u32(src);
     smem_u32(p + box_bytes(m) - 1); /* both ends inside the block's dynamic shared memory */
@@ -264,9 +267,20 @@ void tma_store_3d(const CUtensorMap* map, int c0, int c1, int c2, const void* sr
         emu_fail("TMA store source not %d-byte aligned", m.swizzle ? 1024 : 128);
     TileStore t;
     t.m = m;
-    t.c[0] = c0, t.c[1] = c1, t.c[2] = c2;
+    t.c[0] = c[0], t.c[1] = c[1], t.c[2] = rank > 2 ? c[2] : 0;
     t.src = p;
     my_stores().open.push_back(t);
+}
+
+} /* namespace */
+
+void tma_store_2d(const CUtensorMap* map, int c0, int c1, const void* src) {
+    const int c[2] = {c0, c1};
+    tma_store(map, c, 2, src);
+}
+void tma_store_3d(const CUtensorMap* map, int c0, int c1, int c2, const void* src) {
+    const int c[3] = {c0, c1, c2};
+    tma_store(map, c, 3, src);
 }
 
 void tma_store_commit() {
