@@ -13,7 +13,8 @@
  * reads (ops/wgmma.cuh) by itself.
  *
  * The protocol, one mbarrier per shared-memory stage:
- *  - once: one thread mbar_init(bar, 1), then mbar_init_fence() and a __syncthreads;
+ *  - once: one thread mbar_init(bar, 1), then mbar_init_fence() and a __syncthreads
+ *    (mbar_init_block does the three);
  *  - each fill: the thread that loads calls mbar_expect_tx(bar, bytes) (its arrival,
  *    plus the bytes the copies will bring: a box counts whole, zero-filled rows too),
  *    then the tma_load_* calls naming that barrier;
@@ -141,6 +142,16 @@ __device__ __forceinline__ void tma_store_wait_read() {
 }
 #undef TMA_HAVE
 #endif /* CUDA_EMU */
+
+/* n mbarriers of one arrival each at bars, initialised by thread 0 and, on return, seen
+ * by the whole block and the copy engine (a __syncthreads: every thread calls it) */
+__device__ __forceinline__ void mbar_init_block(uint64_t* bars, int n) {
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < n; i++) mbar_init(bars + i, 1);
+        mbar_init_fence();
+    }
+    __syncthreads();
+}
 
 /* ---- host side ------------------------------------------------------------------------- */
 typedef CUresult (*TmaEncodeFn)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,

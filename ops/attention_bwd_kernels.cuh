@@ -162,11 +162,7 @@ attn_bwd_dkdv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float*
         if (++q_ == nq) q_ = 0, h_++;
     };
     if constexpr (WG) {
-        if (threadIdx.x == 0) {
-            for (int i = 0; i <= NS; i++) mbar_init(full + i, 1); /* full[NS] is kvbar */
-            mbar_init_fence();
-        }
-        __syncthreads();
+        mbar_init_block(full, NS + 1); /* full[NS] is kvbar */
         if (threadIdx.x == 0) {
             mbar_expect_tx(kvbar, 2 * ATT_TILE_BYTES);
             tma_load_3d(sK, &maps.qkv, (NH + kvh) * HS, k0, b, kvbar);
@@ -404,11 +400,7 @@ attn_bwd_dq_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* ou
         tma_load_3d(sV + stage * BN * STR, &maps.qkv, kvcol + NKV * HS, j * BN, b, full + stage);
     };
     if constexpr (WG) {
-        if (threadIdx.x == 0) {
-            for (int i = 0; i <= NS; i++) mbar_init(full + i, 1); /* full[NS] is qbar */
-            mbar_init_fence();
-        }
-        __syncthreads();
+        mbar_init_block(full, NS + 1); /* full[NS] is qbar */
         if (threadIdx.x == 0) {
             mbar_expect_tx(qbar, 3 * ATT_TILE_BYTES);
             tma_load_3d(sQ, &maps.qkv, h * HS, q0, b, qbar);

@@ -401,11 +401,7 @@ attn_fwd_kernel(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH, in
     };
     if constexpr (WG) {
         static_assert(!WG || HS == 64, "the TMA boxes are 64 x 64 tiles");
-        if (threadIdx.x == 0) {
-            for (int i = 0; i <= NS; i++) mbar_init(full + i, 1); /* full[NS] is qbar */
-            mbar_init_fence();
-        }
-        __syncthreads();
+        mbar_init_block(full, NS + 1); /* full[NS] is qbar */
         if (threadIdx.x == 0) {
             mbar_expect_tx(qbar, ATT_TILE_BYTES);
             tma_load_3d(sQ, &maps.qkv, h * HS, q0, b, qbar);

@@ -129,50 +129,57 @@ size_t box_at(const MapDesc& m, size_t r, size_t byte) {
     return r * row_bytes + (m.swizzle ? ((((byte >> 4) ^ (r & 7)) << 4) | (byte & 15)) : byte);
 }
 
-/* the box's elements in order (dimension 0 fastest), zeros outside the tensor; with
- * the 128-byte swizzle, 16-byte chunk c of each 128-byte row r goes to chunk c ^ (r % 8) */
+/* The box of m at coordinates c, row by row (dimension 0 fastest): `rows` of them, the
+ * box's columns [lo, hi) inside dimension 0, and row(r) the global address of row r's
+ * column lo, or null when the row lies outside the tensor. */
+struct BoxRows {
+    const MapDesc& m;
+    const int* c;
+    size_t rows;
+    int64_t lo, hi;
+    BoxRows(const MapDesc& m_, const int* c_) : m(m_), c(c_) {
+        rows = box_bytes(m) / ((size_t)m.box[0] * m.esize);
+        lo = std::max<int64_t>(0, -(int64_t)c[0]);
+        hi = std::min<int64_t>((int64_t)m.box[0], (int64_t)m.dims[0] - c[0]);
+    }
+    unsigned char* row(size_t r) const {
+        const int64_t g1 = (int64_t)c[1] + (int64_t)(m.rank > 1 ? r % m.box[1] : 0);
+        const int64_t g2 = (int64_t)c[2] + (int64_t)(m.rank > 2 ? r / m.box[1] : 0);
+        const bool in = lo < hi && (m.rank < 2 || (g1 >= 0 && (uint64_t)g1 < m.dims[1])) &&
+                        (m.rank < 3 || (g2 >= 0 && (uint64_t)g2 < m.dims[2]));
+        if (!in) return nullptr;
+        return const_cast<unsigned char*>(m.base) + (uint64_t)(m.rank > 1 ? g1 : 0) * m.strides[1] +
+               (uint64_t)(m.rank > 2 ? g2 : 0) * m.strides[2] + (uint64_t)(c[0] + lo) * m.strides[0];
+    }
+};
+
+/* the box's elements into shared memory, zeros outside the tensor; with the 128-byte
+ * swizzle, 16-byte chunk c of each 128-byte row r goes to chunk c ^ (r % 8) */
 void land(const TileCopy& t) {
     const MapDesc& m = t.m;
-    const size_t row_bytes = (size_t)m.box[0] * m.esize;
-    const size_t rows = box_bytes(m) / row_bytes;
-    const int64_t lo = std::max<int64_t>(0, -(int64_t)t.c[0]); /* the box's columns inside dimension 0 */
-    const int64_t hi = std::min<int64_t>((int64_t)m.box[0], (int64_t)m.dims[0] - t.c[0]);
-    for (size_t r = 0; r < rows; r++) {
-        const int64_t g1 = (int64_t)t.c[1] + (int64_t)(m.rank > 1 ? r % m.box[1] : 0);
-        const int64_t g2 = (int64_t)t.c[2] + (int64_t)(m.rank > 2 ? r / m.box[1] : 0);
-        const bool row_in = (m.rank < 2 || (g1 >= 0 && (uint64_t)g1 < m.dims[1])) &&
-                            (m.rank < 3 || (g2 >= 0 && (uint64_t)g2 < m.dims[2]));
-        const unsigned char* src = nullptr;
-        if (row_in && lo < hi) {
-            src = m.base + (uint64_t)(m.rank > 1 ? g1 : 0) * m.strides[1] + (uint64_t)(m.rank > 2 ? g2 : 0) * m.strides[2] +
-                  (uint64_t)(t.c[0] + lo) * m.strides[0];
-            emu_check_global(src, (size_t)(hi - lo) * m.esize, 1, "TMA tile source");
-        }
+    const BoxRows box(m, t.c);
+    for (size_t r = 0; r < box.rows; r++) {
+        const unsigned char* src = box.row(r);
+        if (src) emu_check_global(src, (size_t)(box.hi - box.lo) * m.esize, 1, "TMA tile source");
         for (int64_t i0 = 0; i0 < (int64_t)m.box[0]; i0++) {
             const size_t at = box_at(m, r, (size_t)i0 * m.esize);
-            if (src && i0 >= lo && i0 < hi) memcpy(t.dst + at, src + (size_t)(i0 - lo) * m.esize, (size_t)m.esize);
+            if (src && i0 >= box.lo && i0 < box.hi) memcpy(t.dst + at, src + (size_t)(i0 - box.lo) * m.esize, (size_t)m.esize);
             else memset(t.dst + at, 0, (size_t)m.esize);
         }
     }
 }
 
+/* the box's elements from shared memory (laid out as land leaves them) to the tensor;
+ * those outside it are not written */
 void store_now(const TileStore& t) {
     const MapDesc& m = t.m;
-    const size_t row_bytes = (size_t)m.box[0] * m.esize;
-    const size_t rows = box_bytes(m) / row_bytes;
-    const int64_t lo = std::max<int64_t>(0, -(int64_t)t.c[0]);
-    const int64_t hi = std::min<int64_t>((int64_t)m.box[0], (int64_t)m.dims[0] - t.c[0]);
-    for (size_t r = 0; r < rows; r++) {
-        const int64_t g1 = (int64_t)t.c[1] + (int64_t)(m.rank > 1 ? r % m.box[1] : 0);
-        const int64_t g2 = (int64_t)t.c[2] + (int64_t)(m.rank > 2 ? r / m.box[1] : 0);
-        const bool row_in = (m.rank < 2 || (g1 >= 0 && (uint64_t)g1 < m.dims[1])) &&
-                            (m.rank < 3 || (g2 >= 0 && (uint64_t)g2 < m.dims[2]));
-        if (!row_in || lo >= hi) continue; /* outside the tensor: not written */
-        unsigned char* dst = const_cast<unsigned char*>(m.base) + (uint64_t)(m.rank > 1 ? g1 : 0) * m.strides[1] +
-                             (uint64_t)(m.rank > 2 ? g2 : 0) * m.strides[2] + (uint64_t)(t.c[0] + lo) * m.strides[0];
-        emu_check_global(dst, (size_t)(hi - lo) * m.esize, 1, "TMA tile store destination");
-        for (int64_t i0 = lo; i0 < hi; i0++)
-            memcpy(dst + (size_t)(i0 - lo) * m.esize, t.src + box_at(m, r, (size_t)i0 * m.esize), (size_t)m.esize);
+    const BoxRows box(m, t.c);
+    for (size_t r = 0; r < box.rows; r++) {
+        unsigned char* dst = box.row(r);
+        if (!dst) continue;
+        emu_check_global(dst, (size_t)(box.hi - box.lo) * m.esize, 1, "TMA tile store destination");
+        for (int64_t i0 = box.lo; i0 < box.hi; i0++)
+            memcpy(dst + (size_t)(i0 - box.lo) * m.esize, t.src + box_at(m, r, (size_t)i0 * m.esize), (size_t)m.esize);
     }
 }
 
