@@ -103,7 +103,7 @@ $(BUILD)/gpu/ops_cpu_ref.o: ops/ops_cpu.c ops/ops_cpu_qwen2.c ops/ops.h tests/op
 # GPU tests and benchmarks. Each .cu test is compiled by nvcc and linked with mpicc
 # against what it exercises: the op backend alone (test_ops_gpu, bench_ops_gpu), or
 # the trainer's objects (the rest).
-$(BUILD)/gpu/test_ops_gpu: $(BUILD)/gpu/tests/test_ops_gpu.o $(BUILD)/gpu/tests/test_ops_gpu_qwen2.o $(BUILD)/gpu/tests/test_ops_gpu_step.o $(OPS_CU_OBJ) $(BUILD)/gpu/ops_cpu_ref.o $(BUILD)/cpu/common/check.o
+$(BUILD)/gpu/test_ops_gpu: $(BUILD)/gpu/tests/test_ops_gpu.o $(BUILD)/gpu/tests/test_ops_gpu_qwen2.o $(BUILD)/gpu/tests/test_ops_gpu_step.o $(BUILD)/gpu/tests/test_ops_gpu_tma.o $(OPS_CU_OBJ) $(BUILD)/gpu/ops_cpu_ref.o $(BUILD)/cpu/common/check.o
 	$(CC) $(CFLAGS) $^ -o $@ $(CUDA_LIBS) -lstdc++ -lm
 $(BUILD)/gpu/bench_ops_gpu: $(BUILD)/gpu/tools/bench_ops_gpu.o $(OPS_CU_OBJ) $(BUILD)/cpu/common/check.o
 	$(CC) $(CFLAGS) $^ -o $@ $(CUDA_LIBS) -lstdc++ -lm

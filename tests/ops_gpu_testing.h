@@ -192,5 +192,7 @@ static inline void check_bits(const char* op, const char* what, const std::vecto
 void test_ops_gpu_qwen2(const char* only);
 /* tests/test_ops_gpu_step.cu: the groups adamw, step (the step's scalars) and graph (ops_graph_*) */
 void test_ops_gpu_step(const char* only);
+/* tests/test_ops_gpu_tma.cu: the group tma (common/cuda_tma.cuh's copies, byte for byte) */
+void test_ops_gpu_tma(const char* only);
 
 #endif /* OPS_GPU_TESTING_H */

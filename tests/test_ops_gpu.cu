@@ -777,11 +777,12 @@ int main(int argc, char** argv) {
 #undef GROUP
     test_ops_gpu_step(only);
     test_ops_gpu_qwen2(only);
+    test_ops_gpu_tma(only);
 
     printf("\n%d checks, %d failed\n", g_checks, g_fail);
     if (g_checks == 0) {
         printf("no test group matches '%s' (groups: memory encoder position layernorm matmul elementwise "
-               "fused attention crossentropy adamw norms step graph rmsnorm rope swiglu)\n", only ? only : "");
+               "fused attention crossentropy adamw norms step graph rmsnorm rope swiglu tma)\n", only ? only : "");
         return 1;
     }
     return g_fail ? 1 : 0;

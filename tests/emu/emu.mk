@@ -2,7 +2,8 @@
 # (tests/emu/emu_cuda.h says what it is) and links the three emulated tests
 # and the emulated GPU trainer, all under build/emu/:
 #   test_ops_gpu_emu       the op backend (every ops/*.cu)
-#                          vs the fp32 CPU ops: tests/test_ops_gpu.cu (+ test_ops_gpu_qwen2.cu, test_ops_gpu_step.cu)
+#                          vs the fp32 CPU ops: tests/test_ops_gpu.cu (+ test_ops_gpu_qwen2.cu, test_ops_gpu_step.cu,
+#                          test_ops_gpu_tma.cu)
 #   test_compress_gpu_emu  the compression kernels (every compress/*.cu) vs the CPU
 #                          reference, bit for bit: tests/test_compress_gpu.cu (--quick in CI)
 #   test_coll_gpu_emu      the device collectives (comm/collectives_cuda.c, comm/sp_cuda.c, the IPC
@@ -81,7 +82,7 @@ $(E)/ops_cpu_ref.o: ops/ops_cpu.c ops/ops_cpu_qwen2.c ops/ops.h tests/ops_ref.sy
 	@left=$$(nm -g --defined-only $@ | awk '{print $$3}' | grep -v "^cpu_" || true); \
 	  [ -z "$$left" ] || { echo "not renamed (update tests/ops_ref.syms): $$left"; exit 1; }
 
-$(E)/test_ops_gpu_emu: $(E)/tests/test_ops_gpu.o $(E)/tests/test_ops_gpu_qwen2.o $(E)/tests/test_ops_gpu_step.o $(OPS_OBJS) $(EMU_RT) $(E)/ops_cpu_ref.o $(E)/common/check.o
+$(E)/test_ops_gpu_emu: $(E)/tests/test_ops_gpu.o $(E)/tests/test_ops_gpu_qwen2.o $(E)/tests/test_ops_gpu_step.o $(E)/tests/test_ops_gpu_tma.o $(OPS_OBJS) $(EMU_RT) $(E)/ops_cpu_ref.o $(E)/common/check.o
 	$(LINK) -o $@ $^ $(LIBS)
 $(E)/test_compress_gpu_emu: $(E)/tests/test_compress_gpu.o $(CMP_OBJ) $(EMU_RT) $(EMU_REF)
 	$(LINK) -o $@ $^ $(LIBS)
