@@ -2,7 +2,8 @@
  * common/cuda_tma.cuh - Hopper's tensor memory accelerator (TMA) as the kernels use
  * it: a whole tile of a 2-D or 3-D tensor copied from global to shared memory by one
  * thread's instruction (cp.async.bulk.tensor), its arrival counted on an mbarrier in
- * shared memory that the readers wait on; and the host side that describes the tensor
+ * shared memory that the readers wait on; the way back, a tile stored from shared memory
+ * by one instruction (tma_store_*, below); and the host side that describes the tensor
  * (a CUtensorMap, handed to the kernel by value as a __grid_constant__ parameter).
  *
  * Why: a 64 x 64 bf16 tile by cp.async is 512 16-byte copies, each with an address and
@@ -10,7 +11,8 @@
  * was about a quarter of the executed instructions (Nsight Compute, H100, 2026-12-07).
  * The copy engine takes the tile's coordinates instead, writes zeros for the rows past
  * the tensor's end, and lays the tile out in the 128-byte swizzle the warpgroup MMA
- * reads (ops/wgmma.cuh) by itself.
+ * reads (ops/wgmma.cuh) by itself. A store likewise lets the block's warps leave at
+ * once, where per-thread global stores kept them waiting at exit for the writes to drain.
  *
  * The protocol, one mbarrier per shared-memory stage:
  *  - once: one thread mbar_init(bar, 1), then mbar_init_fence() and a __syncthreads
