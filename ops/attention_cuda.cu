@@ -133,11 +133,9 @@ static int att_raster(int npairs, int T, int hs) {
     return (int)(n < 1 ? 1 : n > (size_t)npairs ? (size_t)npairs : n);
 }
 
-/* Whether the per-row lse and D of the backward can be copied in 16-byte pieces (cp.async)
- * or as TMA rows (a row stride of whole 16 bytes): T % 4 == 0 and aligned bases */
-static int att_rows16(int T, const float* lse, const float* Dbuf) {
-    return T % 4 == 0 && is_aligned16(lse) && is_aligned16(Dbuf);
-}
+/* Whether a [B * NH][T] fp32 per-row vector (lse, D) can be copied in 16-byte pieces
+ * (cp.async) or as TMA rows (a row stride of whole 16 bytes): T % 4 == 0, aligned base */
+static int att_rows16(int T, const float* p) { return T % 4 == 0 && is_aligned16(p); }
 
 /* The tensors the WG kernels copy by TMA, described anew at each call (a few
  * microseconds of host time; a captured graph keeps the values it was given).
@@ -161,7 +159,7 @@ static AttMaps att_maps(const bf16* dqkv, const bf16* qkv, const bf16* dout, con
     att_map_rows(&m.dqkv, "attention_backward (dqkv)", dqkv, B, T, (size_t)(NH + 2 * NKV) * HS);
     att_map_rows(&m.dout, "attention_backward (dout)", dout, B, T, (size_t)NH * HS);
     att_map_rows(&m.out, "attention_backward (out)", out, B, T, (size_t)NH * HS);
-    if (att_rows16(T, lse, Dbuf)) {
+    if (att_rows16(T, lse) && att_rows16(T, Dbuf)) {
         att_map_lse(&m.lse, "attention_backward (lse)", lse, B, T, NH);
         att_map_lse(&m.dsum, "attention_backward (D)", Dbuf, B, T, NH);
     }
@@ -180,7 +178,7 @@ static void attn_forward_run(bf16* out, float* lse, const bf16* qkv, int B, int 
     if (WG) {
         att_map_rows(&maps.qkv, "attention_forward (qkv)", qkv, B, T, (size_t)(NH + 2 * NKV) * HS);
         att_map_rows(&maps.out, "attention_forward (out)", out, B, T, (size_t)NH * HS);
-        maps.rows = att_rows16(T, lse, lse);
+        maps.rows = att_rows16(T, lse);
         if (maps.rows) att_map_lse(&maps.lse, "attention_forward (lse)", lse, B, T, NH);
     }
     attn_fwd_kernel<HS, WG><<<blocks, ATT_THREADS, smem, cuda_stream()>>>(out, lse, qkv, B, T, NH, NKV, scale_log2,
@@ -220,7 +218,7 @@ static void attn_backward_run(bf16* dqkv, const bf16* dout, const bf16* qkv, con
         /* one block per kv head, batch row and key tile */
         const unsigned blocks = (unsigned)(NKV * B) * ((T + DkvCfg<HS, WG>::BN - 1) / DkvCfg<HS, WG>::BN);
         /* the per-step lse and D rows go by cp.async when they are 16-byte aligned */
-        const int rows16 = att_rows16(T, lse, Dbuf);
+        const int rows16 = att_rows16(T, lse) && att_rows16(T, Dbuf);
         attn_bwd_dkdv_kernel<HS, WG><<<blocks, ATT_THREADS, smem, s>>>(dqkv, dout, qkv, lse, Dbuf, B, T, NH, NKV,
                                                                        scale_log2, scale, rows16,
                                                                        att_raster(NKV * B, T, HS * (NH / NKV)), maps);
