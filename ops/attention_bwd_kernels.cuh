@@ -163,11 +163,7 @@ attn_bwd_dkdv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float*
     };
     if constexpr (WG) {
         mbar_init_block(full, NS + 1); /* full[NS] is kvbar */
-        if (threadIdx.x == 0) {
-            mbar_expect_tx(kvbar, 2 * ATT_TILE_BYTES);
-            tma_load_3d(sK, &maps.qkv, (NH + kvh) * HS, k0, b, kvbar);
-            tma_load_3d(sV, &maps.qkv, (NH + NKV + kvh) * HS, k0, b, kvbar);
-        }
+        if (threadIdx.x == 0) att_load_kv(sK, sV, kvbar, &maps.qkv, (NH + kvh) * HS, (NH + NKV + kvh) * HS, k0, b);
         for (int d = 0; d < DIST; d++) {
             if (d < nsteps) load_step(d, lh, lq);
             advance(lh, lq);
@@ -326,7 +322,10 @@ attn_bwd_dkdv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float*
                     __floats2bfloat162_rn(dk[i][2 * r] * scale, dk[i][2 * r + 1] * scale);
                 *reinterpret_cast<__nv_bfloat162*>(sV + at) = __floats2bfloat162_rn(dv[i][2 * r], dv[i][2 * r + 1]);
             }
-        att_store_tiles(sK, sV, &maps.dqkv, (NH + kvh) * HS, (NH + NKV + kvh) * HS, k0, b);
+        att_store([&] {
+            tma_store_3d(&maps.dqkv, (NH + kvh) * HS, k0, b, sK);
+            tma_store_3d(&maps.dqkv, (NH + NKV + kvh) * HS, k0, b, sV);
+        });
     } else { /* dK * scale and dV for this thread's two keys */
 #pragma unroll
         for (int r = 0; r < 2; r++) {
@@ -395,9 +394,8 @@ attn_bwd_dq_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* ou
     /* WG: key tile j's K and V by TMA into stage j % NS, counted on that stage's barrier */
     const int kvcol = (NH + h / (NH / NKV)) * HS; /* this head's k columns in qkv; v's NKV * HS on */
     auto tma_kv = [&](int stage, int j) {
-        mbar_expect_tx(full + stage, 2 * ATT_TILE_BYTES);
-        tma_load_3d(sK + stage * BN * STR, &maps.qkv, kvcol, j * BN, b, full + stage);
-        tma_load_3d(sV + stage * BN * STR, &maps.qkv, kvcol + NKV * HS, j * BN, b, full + stage);
+        att_load_kv(sK + stage * BN * STR, sV + stage * BN * STR, full + stage, &maps.qkv, kvcol, kvcol + NKV * HS,
+                    j * BN, b);
     };
     if constexpr (WG) {
         mbar_init_block(full, NS + 1); /* full[NS] is qbar */
@@ -556,7 +554,7 @@ attn_bwd_dq_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* ou
             for (int i = 0; i < OT; i++)
                 *reinterpret_cast<__nv_bfloat162*>(sQ + wg_swz(warp * 16 + g + 8 * r, i * 8 + 2 * t4)) =
                     __floats2bfloat162_rn(dq[i][2 * r] * scale, dq[i][2 * r + 1] * scale);
-        att_store_tiles(sQ, nullptr, &maps.dqkv, h * HS, 0, q0, b);
+        att_store([&] { tma_store_3d(&maps.dqkv, h * HS, q0, b, sQ); });
     } else {
 #pragma unroll
         for (int r = 0; r < 2; r++) {

@@ -249,19 +249,27 @@ struct AttFwdMaps {
 #define ATT_TILE_BYTES (64 * 64 * 2) /* one TMA box of a bf16 tensor: a 64 x 64 tile */
 #define ATT_ROW_BYTES (64 * 4)       /* one of lse or D: 64 rows */
 
-/* The WG backward's results leave through shared memory: each thread has written its
- * part of tile a (and b, if not null) in the loads' swizzled layout; after the barrier
- * one thread stores them by TMA to columns ca (cb) of rows r0.. of batch row bt of map,
- * and waits until they have been read, while the other threads are free to exit. On
- * the H100 the per-thread stores had the blocks' warps 4-5% of their time waiting at
- * exit for the writes to drain (ncu, 2026-12-07). */
-__device__ __forceinline__ void att_store_tiles(const bf16* a, const bf16* b, const CUtensorMap* map, int ca, int cb,
-                                                int r0, int bt) {
+/* One key tile's K and V by TMA (64 rows from row r0 of batch row bt of the qkv map,
+ * columns kcol and vcol) into sK and sV, both counted on the mbarrier bar: one thread */
+__device__ __forceinline__ void att_load_kv(bf16* sK, bf16* sV, uint64_t* bar, const CUtensorMap* qkv, int kcol,
+                                            int vcol, int r0, int bt) {
+    mbar_expect_tx(bar, 2 * ATT_TILE_BYTES);
+    tma_load_3d(sK, qkv, kcol, r0, bt, bar);
+    tma_load_3d(sV, qkv, vcol, r0, bt, bar);
+}
+
+/* The WG kernels' results leave through shared memory: each thread has written its
+ * part of the tiles in the loads' swizzled layout (and the forward its lse strip);
+ * after the barrier one thread issues the stores (`issue`: tma_store_* calls) and
+ * waits until the copy engine has read them, while the other threads are free to
+ * exit. On the H100 the per-thread stores had the blocks' warps 4-5% of their time
+ * waiting at exit for the writes to drain (ncu, 2026-12-07). */
+template <class Issue>
+__device__ __forceinline__ void att_store(Issue&& issue) {
     fence_async_smem(); /* this thread's writes -> the copy engine's reads */
     __syncthreads();
     if (threadIdx.x == 0) {
-        tma_store_3d(map, ca, r0, bt, a);
-        if (b) tma_store_3d(map, cb, r0, bt, b);
+        issue();
         tma_store_commit();
         tma_store_wait_read();
     }
@@ -395,9 +403,8 @@ attn_fwd_kernel(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH, in
     constexpr int DIST = NS - 1;
     const int kvcol = (NH + h / (NH / NKV)) * HS; /* the group's kv head: k's columns in qkv, v's NKV * HS on */
     auto tma_kv = [&](int stage, int j) {
-        mbar_expect_tx(full + stage, 2 * ATT_TILE_BYTES);
-        tma_load_3d(sK + stage * BN * STR, &maps.qkv, kvcol, j * BN, b, full + stage);
-        tma_load_3d(sV + stage * BN * STR, &maps.qkv, kvcol + NKV * HS, j * BN, b, full + stage);
+        att_load_kv(sK + stage * BN * STR, sV + stage * BN * STR, full + stage, &maps.qkv, kvcol, kvcol + NKV * HS,
+                    j * BN, b);
     };
     if constexpr (WG) {
         static_assert(!WG || HS == 64, "the TMA boxes are 64 x 64 tiles");
@@ -553,16 +560,11 @@ attn_fwd_kernel(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH, in
             if (t4 == 0) lse[((size_t)b * NH + h) * T + q] = (m_run[r] + __log2f(l)) * LN2;
         }
     }
-    if constexpr (WG) {
-        fence_async_smem(); /* this thread's writes -> the copy engine's reads */
-        __syncthreads();
-        if (threadIdx.x == 0) {
+    if constexpr (WG)
+        att_store([&] {
             tma_store_3d(&maps.out, h * HS, q0, b, sQ);
             if (maps.rows) tma_store_2d(&maps.lse, q0, b * NH + h, sL);
-            tma_store_commit();
-            tma_store_wait_read();
-        }
-    }
+        });
 }
 
 
