@@ -99,15 +99,6 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     return u;
 }
 
-/* element e (0..3, C-fragment order) of n-tile i, from P packed as A fragments */
-__device__ __forceinline__ float packed_get(const uint32_t (&pk)[4], int i, int e) {
-    const uint32_t u = pk[(i & 1) * 2 + (e >> 1)];
-    const uint32_t bits = (e & 1) ? (u & 0xffff0000u) : (u << 16); /* bf16 -> fp32 is a shift */
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
-
 /* ---- fragment addressing ---------------------------------------------------------
  * Shared tiles are row-major [rows][HS + 8] bf16: the 16-byte pad shifts each
  * row by 4 banks, so the 8 row addresses of one ldmatrix phase hit distinct
