@@ -25,7 +25,7 @@
  * Refilling a stage needs the block to agree that its readers are done: the kernels
  * keep a __syncthreads per step for that. (A second, "empty" barrier per stage that each
  * warp arrives on and the loading thread waits on, in its place, was slower in the
- * attention backward: H100, 2026-12-07, ops/CUDA.md.) The copies write through the
+ * attention backward: H100, 2026-12-07, ops/ATTENTION.md.) The copies write through the
  * async proxy, which the warpgroup MMA reads too: no proxy fence between them.
  *
  * Only sm_90 and later have these instructions (the callers are the sm_90a kernels).

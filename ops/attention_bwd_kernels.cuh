@@ -155,7 +155,7 @@ attn_bwd_dkdv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float*
      * WG: by TMA from one thread, each stage's fill counted on its mbarrier, which the
      * step waits on. (Each warp telling an "empty" mbarrier when done with a stage, and
      * the loading thread waiting on that instead of the block's barrier, was slower: H100,
-     * 2026-12-07, ops/CUDA.md.) */
+     * 2026-12-07, ops/ATTENTION.md.) */
     constexpr int DIST = NS - 1;
     int lh = 0, lq = 0; /* the head in the group and query tile of the next step to load */
     auto advance = [&](int& h_, int& q_) {

@@ -13,7 +13,7 @@
  * Tensor cores through mma.sync.m16n8k16 (bf16 in, fp32 accumulate) with
  * ldmatrix loads from shared memory, and cp.async tile loads in 2-3 stages;
  * at hs = 64 on Hopper through the warpgroup MMA instead (ops/wgmma.cuh, the
- * kernels' WG form; attention_cuda_init decides, ops/CUDA.md has the numbers),
+ * kernels' WG form; attention_cuda_init decides, ops/ATTENTION.md has the numbers),
  * the tiles then coming by TMA (common/cuda_tma.cuh; att_map_rows, att_maps).
  * Every kernel uses 4 warps; each warp owns 16 rows of the block's tile, so a
  * warp's softmax statistics and accumulators never leave its registers.

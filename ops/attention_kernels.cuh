@@ -181,7 +181,7 @@ __device__ __forceinline__ AttBlock att_block(int heads, int npairs, int ntiles,
  * from relative to the tile's first row. A step's load is then a pointer add and a row
  * test per chunk. Worked out inside the step loop, as load_tile does, the index
  * arithmetic was about a third of the backward kernels' executed instructions (Nsight
- * Compute, H100, 2026-12-06; ops/CUDA.md). Head sizes whose chunks per row do not divide
+ * Compute, H100, 2026-12-06; ops/ATTENTION.md). Head sizes whose chunks per row do not divide
  * the block's threads (48, 80, 96, 112) keep load_tile. Rows >= T become zeros. */
 template <int ROWS, int HS, bool WG>
 struct TileLoader {
@@ -519,7 +519,7 @@ attn_fwd_kernel(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH, in
     }
 
     /* finish: full row sums across the 4 owners, normalise, write (WG: through Q's tile
-     * and sL, stored by TMA, as the backward's results; ops/CUDA.md) */
+     * and sL, stored by TMA, as the backward's results; ops/ATTENTION.md) */
     const size_t os = (size_t)NH * HS;
     if constexpr (WG) __syncthreads(); /* every warp's products have retired: Q's tile is free */
 #pragma unroll
