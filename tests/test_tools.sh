@@ -3,8 +3,9 @@
 # resume, failure report), tools/parity_summary.py (table, errors on bad logs),
 # tools/plot_parity.py, tools/ablation.py (--collect and the table), tools/plot_hist.py,
 # tools/check_layers.py (each rule caught on a small tree), tools/ncu_lines.py (a made-up
-# kernel's line table and profile), tools/sass_waits.py (a made-up kernel's control bits) and
-# tools/bench_ab.py (made-up benchmark tables and commands).
+# kernel's line table and profile), tools/sass_waits.py (a made-up kernel's control bits),
+# tools/sass_listing.sh (a stand-in nvdisasm) and tools/bench_ab.py (made-up benchmark tables
+# and commands).
 #
 # Runs a tiny model (2 layers, d=64, 20 steps, TP=2) so the whole script takes well under
 # 90 s on two cores; every mpirun is bounded by `timeout` (passed to the tools' --mpirun),
@@ -216,6 +217,33 @@ expect_error "sass_waits.py --flow without a listing" "need the listing" \
     $PY tools/sass_waits.py "$S/k.cubin" - kernelPf --opcodes "$S/k.cubin:$S/k.txt" --global-waits --flow
 expect_error "sass_waits.py with a listing of another build" "not one build" \
     $PY tools/sass_waits.py "$S/k.cubin" "$N/lines.txt" kernelPf
+
+# tools/sass_listing.sh with a stand-in nvdisasm that reads only the version-7 header (ABI byte 7,
+# e_flags 0x005a055a for SM 90) and lists four instructions at 0x0, 0x10, 0x40, 0x50: two gaps'
+# worth of instructions it "did not know". The cubin is the one above with nvcc 13's header.
+$PY - "$S/k.cubin" "$S/k13.cubin" <<'MAKE'
+import struct, sys
+b = bytearray(open(sys.argv[1], "rb").read()); b[8] = 8; struct.pack_into("<I", b, 0x30, 0x06005a04)
+open(sys.argv[2], "wb").write(b)
+MAKE
+cat > "$S/fake_nvdisasm" <<'FAKE'
+#!/usr/bin/env python3
+import struct, sys
+b = open(sys.argv[-1], "rb").read()
+if b[8] != 7 or struct.unpack_from("<I", b, 0x30)[0] != 0x005a055a:
+    sys.exit("fake nvdisasm: not a version-7 SM 90 header")
+print("//--------------------- .text._Z6kernelPf --------------------------")
+for off, ins in ((0x0, "LDG.E R2, [R4.64]"), (0x10, "LDS R6, [R7]"), (0x40, "MOV R2, R8"), (0x50, "EXIT")):
+    print("        /*%04x*/                   %s ;" % (off, ins))
+FAKE
+chmod +x "$S/fake_nvdisasm"
+check_out "sass_listing.sh: nvcc 13's header rewritten for nvdisasm 11.8; 4 listed, 2 left out in 1 gap" \
+    'grep -q "4 instructions listed, 2 left out in 1 gaps" $OUT_TXT && grep -q "MOV R2, R8" "'"$S"'/k13.txt"' \
+    env NVDISASM="$S/fake_nvdisasm" tools/sass_listing.sh "$S/k13.cubin" "$S/k13.txt"
+expect_error "sass_listing.sh without an nvdisasm" "no nvdisasm" \
+    env NVDISASM="$S/none" PATH=/usr/bin:/bin tools/sass_listing.sh "$S/k13.cubin" "$S/k13.txt"
+expect_error "sass_listing.sh on a file that is not a cubin" "is not an ELF cubin" \
+    env NVDISASM="$S/fake_nvdisasm" tools/sass_listing.sh "$S/k.txt" "$S/x.txt"
 
 # tools/bench_ab.py on made-up bench_compress_gpu tables: build a's two rounds take 100 and 102 us
 # on the decompress row (median 101), b's 90.9: b / a = 0.900; the compress row 50 against 60.
