@@ -196,15 +196,20 @@ struct Scan {
     bool special;
 };
 
-/* integer max of |bits| over packed bf16 pairs: exact magnitudes, NaN > inf > finite */
+/* max |bits| over 16 packed bf16 values: exact magnitudes over finite
+ * values, and at least the inf bits when one is not finite (a NaN gives the
+ * canonical NaN), which is all the scan's test needs; the exact masks and
+ * amax of such a unit come from scan_exact. One bf16x2_absmax_nan per word,
+ * where an integer max of the masked bits took two. */
 __device__ __forceinline__ Scan scan_bf16(const Row<2>& r) {
     Scan s;
     bool special = false;
 #pragma unroll
     for (int sb = 0; sb < SB; sb++) {
-        unsigned m = 0u;
+        unsigned m = row_word(r, 8 * sb);
 #pragma unroll
-        for (int i = 8 * sb; i < 8 * sb + 8; i++) m = __vmaxu2(m, row_word(r, i) & 0x7FFF7FFFu);
+        for (int i = 8 * sb + 1; i < 8 * sb + 8; i++) m = bf16x2_absmax_nan(m, row_word(r, i));
+        m &= 0x7FFF7FFFu; /* the sign bits xorsign left */
         s.amax[sb] = max(m << 16, m & 0xFFFF0000u);
         special |= s.amax[sb] >= 0x7F800000u;
     }

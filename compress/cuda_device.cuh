@@ -126,6 +126,29 @@ __device__ __forceinline__ float max_abs_nan(float a, float b) {
 #endif
 }
 
+/* max(|a|, |b|) of each bf16 half of two packed words, NaN-keeping (PTX
+ * max.NaN.xorsign.abs.bf16x2, one HMNMX2 with both abs folded in): a half
+ * is the larger magnitude, or the canonical NaN 0x7FFF where either input
+ * half is NaN, with the XOR of the inputs' sign bits, which the caller
+ * masks. bf16 max keeps subnormals (PTX has no .ftz for it), so over finite
+ * halves the magnitude is the integer max of the masked bits. */
+__device__ __forceinline__ unsigned bf16x2_absmax_nan(unsigned a, unsigned b) {
+#ifndef CUDA_EMU
+    unsigned r;
+    asm("max.NaN.xorsign.abs.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+#else
+    unsigned r = 0u;
+    for (int h = 0; h < 32; h += 16) {
+        const unsigned x = (a >> h) & 0x7FFFu, y = (b >> h) & 0x7FFFu;
+        const unsigned sign = ((a ^ b) >> h) & 0x8000u;
+        const unsigned mag = (x > 0x7F80u || y > 0x7F80u) ? 0x7FFFu : (x > y ? x : y);
+        r |= (sign | mag) << h;
+    }
+    return r;
+#endif
+}
+
 __device__ __forceinline__ unsigned load_u32_any(const uint8_t* p) {
     if (((uintptr_t)p & 3u) == 0) return *reinterpret_cast<const unsigned*>(p);
     return (unsigned)p[0] | ((unsigned)p[1] << 8) | ((unsigned)p[2] << 16) | ((unsigned)p[3] << 24);
