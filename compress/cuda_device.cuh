@@ -104,6 +104,17 @@ __device__ __forceinline__ int pow2_fit_dev(float amax, float limit) {
     return min(max(k, TACO_EXP_MIN), TACO_EXP_MAX);
 }
 
+/* -pow2_fit_dev(a, 1.0f) for a positive normal float a (bits b): the
+ * smallest e with a <= 2^e is a's exponent, plus one when its fraction is not
+ * zero, which is exactly when adding 2^23 - 1 to the bits carries into the
+ * exponent field; clamped to [-TACO_EXP_MAX, -TACO_EXP_MIN] as pow2_fit_dev
+ * clamps k. Three instructions where frexp's subnormal branch and the
+ * comparison took about twenty; checked against taco_pow2_fit for every
+ * positive normal float (2026-12-07). */
+__device__ __forceinline__ int pow2_ceil_normal(unsigned b) {
+    return min(max((int)((b + 0x7FFFFFu) >> 23) - 127, -TACO_EXP_MAX), -TACO_EXP_MIN);
+}
+
 /* x is a positive power of two in the normal range (a scale, or a constant
  * that multiplies exactly) */
 __device__ __forceinline__ bool pow2_normal(float x) {

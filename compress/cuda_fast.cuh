@@ -45,8 +45,9 @@ __device__ __forceinline__ bool fast_codec(const Codec& c) { return c.fast != 0;
 /* 1 if this lane's unit takes fast_prepare, with *e its adaptive exponent
  * e_u (0 without one, as fp8_prepare) and *m its group's max |x| (float
  * bits): the warp's units all full (so the unit's group is full), no inf or
- * NaN in the group (nfmask: every group rotates, no slot is zeroed), and,
- * with the Hadamard, e_u <= fold_max (the prescale folds into the
+ * NaN in the group (nfmask: every group rotates, no slot is zeroed), with an
+ * adaptive exponent an amax that is 0 or a normal float (pow2_ceil_normal),
+ * and, with the Hadamard, e_u <= fold_max (the prescale folds into the
  * multiplier: fp8_prepare's proof; without it, fast_finish's bound on k
  * decides). A G = 128 group spans two lanes (tpg = 2, no Hadamard on this
  * path): both decide together. Every lane of the warp calls. */
@@ -60,9 +61,10 @@ __device__ __forceinline__ bool fast_unit(const Codec& c, const Scan& sc, const 
         const int partner_ok = __shfl_xor_sync(FULL, ok ? 1 : 0, 1); /* outside any condition: every lane */
         ok = ok && partner_ok;
     }
-    if (!ok) return false;
+    /* a subnormal amax (rare) takes the general path's frexp; a zero one has e_u = 0 */
+    if (!ok || (c.adaptive && a - 1u < 0x007FFFFFu)) return false;
     *m = a;
-    *e = c.adaptive ? -pow2_fit_dev(__uint_as_float(a), 1.0f) : 0;
+    *e = c.adaptive && a != 0u ? pow2_ceil_normal(a) : 0;
     return !c.hadamard || *e <= fold_max;
 }
 
