@@ -206,9 +206,11 @@ __device__ __forceinline__ Scan scan_bf16(const Row<2>& r) {
     bool special = false;
 #pragma unroll
     for (int sb = 0; sb < SB; sb++) {
-        unsigned m = row_word(r, 8 * sb);
+        unsigned t[4];
 #pragma unroll
-        for (int i = 8 * sb + 1; i < 8 * sb + 8; i++) m = bf16x2_absmax_nan(m, row_word(r, i));
+        for (int i = 0; i < 4; i++) t[i] = bf16x2_absmax_nan(row_word(r, 8 * sb + 2 * i), row_word(r, 8 * sb + 2 * i + 1));
+        /* a tree (three deep, not seven: the int8 encode waits for its amax) */
+        unsigned m = bf16x2_absmax_nan(bf16x2_absmax_nan(t[0], t[1]), bf16x2_absmax_nan(t[2], t[3]));
         m &= 0x7FFF7FFFu; /* the sign bits xorsign left */
         s.amax[sb] = max(m << 16, m & 0xFFFF0000u);
         special |= s.amax[sb] >= 0x7F800000u;
